@@ -1,0 +1,473 @@
+#include "core/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace wxtrain {
+
+std::string to_string(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16Mixed: return "bf16-mixed";
+    case Precision::kFp16Mixed: return "fp16-mixed";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+Precision parse_precision(const std::string& text) {
+  if (text == "fp32") return Precision::kFp32;
+  if (text == "bf16-mixed") return Precision::kBf16Mixed;
+  if (text == "fp16-mixed") return Precision::kFp16Mixed;
+  if (text == "bf16") return Precision::kBf16;
+  throw ConfigError("invalid precision '" + text + "': expected fp32, bf16-mixed, fp16-mixed or bf16");
+}
+
+int64_t RunConfig::num_variables() const {
+  return data.sources.empty() ? static_cast<int64_t>(data.variables.size())
+                              : static_cast<int64_t>(data.sources.size());
+}
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = 3;  // further than two edits is not a typo
+  for (const auto& k : known) {
+    size_t d = edit_distance(key, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+// Reads one [section]: every get() marks its key as known, finish() rejects the rest.
+class SectionReader {
+ public:
+  SectionReader(const toml::table* table, std::string file, std::string section)
+      : table_(table), file_(std::move(file)), section_(std::move(section)) {}
+
+  std::string where(const toml::node* node) const {
+    if (node && node->source().begin.line > 0)
+      return file_ + ":" + std::to_string(node->source().begin.line);
+    return node ? std::string("command line (--set)") : file_;
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    const toml::node* node = table_ ? table_->get(key) : nullptr;
+    throw ConfigError(where(node) + ": " + section_ + "." + key + " " + what);
+  }
+
+  const toml::node* node(const std::string& key) {
+    known_.push_back(key);
+    return table_ ? table_->get(key) : nullptr;
+  }
+
+  void get(const std::string& key, int64_t& out, int64_t min, int64_t max) {
+    const toml::node* n = node(key);
+    if (!n) return;
+    if (!n->is_integer()) fail(key, "must be an integer, got " + type_name(*n));
+    int64_t v = n->as_integer()->get();
+    if (v < min || v > max)
+      fail(key, "= " + std::to_string(v) + " is out of range: expected " + std::to_string(min) +
+                    " to " + std::to_string(max));
+    out = v;
+  }
+
+  void get(const std::string& key, double& out, double min, double max) {
+    const toml::node* n = node(key);
+    if (!n) return;
+    double v;
+    if (n->is_floating_point()) v = n->as_floating_point()->get();
+    else if (n->is_integer()) v = static_cast<double>(n->as_integer()->get());
+    else fail(key, "must be a number, got " + type_name(*n));
+    if (!(v >= min && v <= max)) {
+      std::ostringstream s;
+      s << "= " << v << " is out of range: expected " << min << " to " << max;
+      fail(key, s.str());
+    }
+    out = v;
+  }
+
+  void get(const std::string& key, bool& out) {
+    const toml::node* n = node(key);
+    if (!n) return;
+    if (!n->is_boolean()) fail(key, "must be true or false, got " + type_name(*n));
+    out = n->as_boolean()->get();
+  }
+
+  void get(const std::string& key, std::string& out) {
+    const toml::node* n = node(key);
+    if (!n) return;
+    if (!n->is_string()) fail(key, "must be a string, got " + type_name(*n));
+    out = n->as_string()->get();
+  }
+
+  void get_choice(const std::string& key, std::string& out, const std::vector<std::string>& choices) {
+    get(key, out);
+    if (std::find(choices.begin(), choices.end(), out) == choices.end())
+      fail(key, "= '" + out + "' is not valid: expected one of " + join(choices) +
+                    did_you_mean(out, choices));
+  }
+
+  void get(const std::string& key, std::vector<int64_t>& out, int64_t min) {
+    const toml::node* n = node(key);
+    if (!n) return;
+    if (!n->is_array()) fail(key, "must be an array of integers, got " + type_name(*n));
+    std::vector<int64_t> values;
+    for (const auto& e : *n->as_array()) {
+      if (!e.is_integer()) fail(key, "must be an array of integers, found " + type_name(e));
+      int64_t v = e.as_integer()->get();
+      if (v < min) fail(key, "has " + std::to_string(v) + ": every entry must be >= " + std::to_string(min));
+      values.push_back(v);
+    }
+    out = values;
+  }
+
+  void get(const std::string& key, std::vector<std::string>& out) {
+    const toml::node* n = node(key);
+    if (!n) return;
+    if (!n->is_array()) fail(key, "must be an array of strings, got " + type_name(*n));
+    std::vector<std::string> values;
+    for (const auto& e : *n->as_array()) {
+      if (!e.is_string()) fail(key, "must be an array of strings, found " + type_name(e));
+      values.push_back(e.as_string()->get());
+    }
+    out = values;
+  }
+
+  void get_bytes(const std::string& key, int64_t& out) {
+    const toml::node* n = node(key);
+    if (!n) return;
+    if (n->is_integer()) {
+      out = n->as_integer()->get();
+    } else if (n->is_string()) {
+      auto v = parse_bytes(n->as_string()->get());
+      if (!v) fail(key, "= '" + n->as_string()->get() + "' is not a size: expected e.g. \"24GiB\", \"80GB\", \"512MiB\"");
+      out = *v;
+    } else {
+      fail(key, "must be a size such as \"24GiB\", got " + type_name(*n));
+    }
+    if (out < 0) fail(key, "must not be negative");
+  }
+
+  void finish() const {
+    if (!table_) return;
+    for (const auto& [k, v] : *table_) {
+      std::string key(k.str());
+      if (std::find(known_.begin(), known_.end(), key) == known_.end())
+        throw ConfigError(where(&v) + ": unknown key " + section_ + "." + key + did_you_mean(key, known_) +
+                          "; known keys: " + join(known_));
+    }
+  }
+
+  static std::string type_name(const toml::node& n) {
+    switch (n.type()) {
+      case toml::node_type::string: return "a string";
+      case toml::node_type::integer: return "an integer";
+      case toml::node_type::floating_point: return "a float";
+      case toml::node_type::boolean: return "a boolean";
+      case toml::node_type::array: return "an array";
+      case toml::node_type::table: return "a table";
+      default: return "a date/time";
+    }
+  }
+
+ private:
+  const toml::table* table_;
+  std::string file_;
+  std::string section_;
+  std::vector<std::string> known_;
+};
+
+void apply_override(toml::table& root, const std::string& text) {
+  auto eq = text.find('=');
+  auto dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw ConfigError("--set '" + text + "': expected section.key=value, e.g. train.batch_size=16");
+  std::string section = text.substr(0, dot);
+  std::string key = text.substr(dot + 1, eq - dot - 1);
+  std::string value = text.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed.insert_or_assign("v", value);  // a bare word such as bf16-mixed is a string
+  }
+  auto* sec = root.get_as<toml::table>(section);
+  if (!sec) {
+    root.insert_or_assign(section, toml::table{});
+    sec = root.get_as<toml::table>(section);
+  }
+  // Nodes built here carry no source line; SectionReader reports them as "command line (--set)".
+  toml::node* v = parsed.get("v");
+  v->visit([&](auto&& n) { sec->insert_or_assign(key, n); });
+}
+
+RunConfig build(const toml::table& root, const std::string& file) {
+  static const std::vector<std::string> kSections = {"model", "data", "train", "memory", "distributed"};
+  for (const auto& [k, v] : root) {
+    std::string key(k.str());
+    if (std::find(kSections.begin(), kSections.end(), key) == kSections.end() || !v.is_table()) {
+      std::string line = v.source().begin.line ? ":" + std::to_string(v.source().begin.line) : "";
+      throw ConfigError(file + line + ": unknown section or top-level key '" + key + "'" +
+                        did_you_mean(key, kSections) + "; expected sections " + join(kSections));
+    }
+  }
+  RunConfig c;
+  c.path = file;
+
+  {  // [model]
+    SectionReader r(root.get_as<toml::table>("model"), file, "model");
+    auto& m = c.model;
+    r.get_choice("name", m.name, {"unet", "vit", "gnn"});
+    r.get("channels", m.channels, 1);
+    r.get("groups", m.groups, 1, 1024);
+    r.get("patch_size", m.patch_size, 1, 64);
+    r.get("embed_dim", m.embed_dim, 1, 1 << 16);
+    r.get("depth", m.depth, 1, 512);
+    r.get("heads", m.heads, 1, 1024);
+    r.get("mlp_ratio", m.mlp_ratio, 0.25, 64.0);
+    r.get("latent", m.latent, 1, 1 << 16);
+    r.get("processor_layers", m.processor_layers, 1, 512);
+    r.get("neighbourhood", m.neighbourhood, 1, 8);
+    r.get("mlp_layers", m.mlp_layers, 1, 8);
+    r.finish();
+    if (m.channels.empty()) r.fail("channels", "must list at least one level, e.g. [32, 64, 128]");
+    for (int64_t ch : m.channels)
+      if (ch % m.groups != 0)
+        r.fail("channels", "entry " + std::to_string(ch) + " is not divisible by model.groups = " +
+                               std::to_string(m.groups));
+    if (m.embed_dim % m.heads != 0)
+      r.fail("embed_dim", "= " + std::to_string(m.embed_dim) + " must be divisible by model.heads = " +
+                              std::to_string(m.heads));
+  }
+
+  {  // [data]
+    const toml::table* t = root.get_as<toml::table>("data");
+    SectionReader r(t, file, "data");
+    auto& d = c.data;
+    if (const toml::node* n = r.node("sources")) {
+      const toml::array* arr = n->as_array();
+      if (!arr || !arr->is_array_of_tables())
+        r.fail("sources", "must be an array of tables: [[data.sources]] file = ..., variable = ..., name = ...");
+      for (const auto& e : *arr) {
+        SectionReader s(e.as_table(), file, "data.sources");
+        DataSource src;
+        s.get("file", src.file);
+        s.get("variable", src.variable);
+        s.get("name", src.name);
+        s.finish();
+        if (src.file.empty()) s.fail("file", "is required: the NetCDF file or Zarr store to read");
+        if (src.variable.empty()) s.fail("variable", "is required: the variable's name in " + src.file);
+        if (src.name.empty()) src.name = src.variable;
+        for (const auto& other : d.sources)
+          if (other.name == src.name)
+            s.fail("name", "'" + src.name + "' is used twice (from " + other.file + " and " + src.file +
+                               "): give one of them another name, e.g. name = \"" + src.name + "500\"");
+        d.sources.push_back(src);
+      }
+    }
+    r.get("variables", d.variables);
+    std::vector<int64_t> grid;
+    r.get("grid", grid, 1);
+    if (!grid.empty()) {
+      if (grid.size() != 2) r.fail("grid", "must be [lat, lon]");
+      d.lat = grid[0];
+      d.lon = grid[1];
+    }
+    r.get("history", d.history, 1, 64);
+    r.get("rollout_steps", d.rollout_steps, 1, 64);
+    r.get("val_fraction", d.val_fraction, 0.0, 0.9);
+    r.get("prefetch", d.prefetch, 0, 64);
+    r.get("queue_depth", d.queue_depth, 1, 1024);
+    r.get("load_delay_ms", d.load_delay_ms, 0.0, 1e6);
+    r.finish();
+    if (d.sources.empty() && d.variables.empty())
+      throw ConfigError(file + ": [data] needs either [[data.sources]] (files to train on) or "
+                        "variables = [...] with grid = [lat, lon] (to estimate without data)");
+    if (d.sources.empty() && (d.lat == 0 || d.lon == 0))
+      throw ConfigError(file + ": [data] without sources needs grid = [lat, lon]");
+  }
+
+  {  // [train]
+    SectionReader r(root.get_as<toml::table>("train"), file, "train");
+    auto& t = c.train;
+    if (const toml::node* n = r.node("batch_size")) {
+      if (n->is_string() && n->as_string()->get() == "auto") {
+        t.batch_auto = true;
+      } else {
+        r.get("batch_size", t.batch_size, 1, 1 << 20);
+      }
+    }
+    r.get("accumulation", t.accumulation, 1, 4096);
+    std::string precision = to_string(t.precision);
+    r.get_choice("precision", precision, {"fp32", "bf16-mixed", "fp16-mixed", "bf16"});
+    t.precision = parse_precision(precision);
+    r.get("checkpointing", t.checkpointing);
+    r.get_choice("optimizer", t.optimizer, {"adamw", "adam", "sgd"});
+    r.get("lr", t.lr, 0.0, 10.0);
+    r.get("weight_decay", t.weight_decay, 0.0, 10.0);
+    r.get("momentum", t.momentum, 0.0, 0.9999);
+    r.get("beta1", t.beta1, 0.0, 0.9999999);
+    r.get("beta2", t.beta2, 0.0, 0.9999999);
+    r.get("eps", t.eps, 0.0, 1.0);
+    r.get("steps", t.steps, 0, int64_t{1} << 40);
+    r.get("warmup_steps", t.warmup_steps, 0, int64_t{1} << 40);
+    r.get("min_lr_ratio", t.min_lr_ratio, 0.0, 1.0);
+    r.get("grad_clip", t.grad_clip, 0.0, 1e9);
+    int64_t seed = static_cast<int64_t>(t.seed);
+    r.get("seed", seed, 0, INT64_MAX);
+    t.seed = static_cast<uint64_t>(seed);
+    r.get("device", t.device);
+    r.get("out_dir", t.out_dir);
+    r.get("checkpoint_every", t.checkpoint_every, 0, int64_t{1} << 40);
+    r.get("log_every", t.log_every, 1, int64_t{1} << 40);
+    r.get("val_every", t.val_every, 0, int64_t{1} << 40);
+    r.get("loss_scale", t.loss_scale, 1.0, 1e38);
+    r.get("scale_growth", t.scale_growth, 1.0, 1e3);
+    r.get("scale_backoff", t.scale_backoff, 1e-6, 1.0);
+    r.get("scale_interval", t.scale_interval, 1, int64_t{1} << 40);
+    r.get("init_from", t.init_from);
+    r.get("strict", t.strict);
+    r.get("freeze", t.freeze);
+    r.get("frozen_lr_scale", t.frozen_lr_scale, 0.0, 1.0);
+    r.finish();
+    if (t.device != "auto" && t.device != "cpu" && t.device.rfind("cuda", 0) != 0)
+      r.fail("device", "= '" + t.device + "' is not valid: expected auto, cpu, cuda or cuda:N");
+  }
+
+  {  // [memory]
+    SectionReader r(root.get_as<toml::table>("memory"), file, "memory");
+    auto& m = c.memory;
+    r.get_bytes("limit", m.limit);
+    r.get("margin", m.margin, 0.0, 0.9);
+    r.get("multiple_of", m.multiple_of, 1, 1 << 20);
+    r.get("max_batch", m.max_batch, 1, 1 << 24);
+    r.get("probe_steps", m.probe_steps, 1, 100);
+    r.finish();
+  }
+
+  {  // [distributed]
+    SectionReader r(root.get_as<toml::table>("distributed"), file, "distributed");
+    auto& d = c.distributed;
+    r.get("zero_stage", d.zero_stage, 0, 3);
+    r.get("world_size", d.world_size, 0, 1 << 20);
+    r.get("bucket_mb", d.bucket_mb, 0.001, 1e5);
+    r.get_choice("backend", d.backend, {"auto", "mpi", "nccl"});
+    r.finish();
+  }
+  return c;
+}
+
+toml::table parse_toml(const std::string& text, const std::string& source_name) {
+  try {
+    return toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
+                      std::to_string(e.source().begin.column) + ": malformed TOML: " +
+                      std::string(e.description()));
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open the run file (does it exist?)");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+RunConfig parse_config(const std::string& toml_text, const std::string& source_name,
+                       const std::vector<std::string>& overrides) {
+  toml::table root = parse_toml(toml_text, source_name);
+  for (const auto& o : overrides) apply_override(root, o);
+  return build(root, source_name);
+}
+
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_config(read_file(path), path, overrides);
+}
+
+void write_config_value(const std::string& path, const std::string& section, const std::string& key,
+                        const std::string& toml_value) {
+  // Edit the text line by line so the user's comments and layout survive.
+  std::string text = read_file(path);
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  auto trim = [](std::string s) {
+    s.erase(0, s.find_first_not_of(" \t"));
+    s.erase(s.find_last_not_of(" \t\r") + 1);
+    return s;
+  };
+  std::string current;
+  int section_line = -1;
+  int key_line = -1;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::string t = trim(lines[i]);
+    if (!t.empty() && t[0] == '[') {
+      current = trim(t.substr(t[1] == '[' ? 2 : 1, t.find(']') - (t[1] == '[' ? 2 : 1)));
+      if (current == section && t[1] != '[') section_line = static_cast<int>(i);
+      continue;
+    }
+    if (current == section && t.rfind(key, 0) == 0) {
+      std::string rest = trim(t.substr(key.size()));
+      if (!rest.empty() && rest[0] == '=') key_line = static_cast<int>(i);
+    }
+  }
+  std::string entry = key + " = " + toml_value;
+  if (key_line >= 0) {
+    auto comment = lines[key_line].find('#');
+    lines[key_line] = entry + (comment != std::string::npos ? "  " + lines[key_line].substr(comment) : "");
+  } else if (section_line >= 0) {
+    lines.insert(lines.begin() + section_line + 1, entry);
+  } else {
+    lines.push_back("");
+    lines.push_back("[" + section + "]");
+    lines.push_back(entry);
+  }
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  parse_toml(out, path);  // never write a file we could not read back
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw ConfigError(path + ": cannot write (permission?)");
+    f << out;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw ConfigError(path + ": cannot replace the run file");
+}
+
+}  // namespace wxtrain

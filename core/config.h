@@ -1,0 +1,129 @@
+#pragma once
+// The run file: one TOML file with [model], [data], [train], [memory], [distributed], parsed once
+// into these typed structs. Nothing else in wxtrain reads TOML. Every field documents its key.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wxtrain {
+
+// How the training step computes: fp32; autocast mixed precision with fp32 parameters
+// (bf16-mixed on CPU and CUDA, fp16-mixed on CUDA with a loss scaler); or pure bf16 parameters
+// with fp32 master weights kept by the optimizer.
+enum class Precision { kFp32, kBf16Mixed, kFp16Mixed, kBf16 };
+std::string to_string(Precision p);
+Precision parse_precision(const std::string& text);  // throws ConfigError naming the accepted values
+
+struct ModelConfig {
+  std::string name = "unet";  // model.name: unet | vit | gnn
+  // unet
+  std::vector<int64_t> channels = {32, 64, 128};  // model.channels: width per level
+  int64_t groups = 8;                             // model.groups: GroupNorm groups
+  // vit
+  int64_t patch_size = 4;     // model.patch_size
+  int64_t embed_dim = 128;    // model.embed_dim
+  int64_t depth = 4;          // model.depth: transformer blocks
+  int64_t heads = 4;          // model.heads
+  double mlp_ratio = 4.0;     // model.mlp_ratio
+  // gnn
+  int64_t latent = 64;            // model.latent: node and edge latent width
+  int64_t processor_layers = 4;   // model.processor_layers: message-passing rounds
+  int64_t neighbourhood = 1;      // model.neighbourhood: grid radius of each node's edges (1 = 8 neighbours)
+  int64_t mlp_layers = 2;         // model.mlp_layers: depth of every GNN MLP
+};
+
+// One variable taken from one file; `name` is how wxtrain calls it (u in two files -> u10, u500).
+struct DataSource {
+  std::string file;
+  std::string variable;
+  std::string name;
+};
+
+struct DataConfig {
+  std::vector<DataSource> sources;  // [[data.sources]] file, variable, name
+  // Without sources (estimating a run whose data is elsewhere) the shape comes from here:
+  std::vector<std::string> variables;  // data.variables: names, one channel each
+  int64_t lat = 0;                     // data.grid = [lat, lon]
+  int64_t lon = 0;
+  int64_t history = 2;          // data.history: input states per sample
+  int64_t rollout_steps = 1;    // data.rollout_steps: predicted states per sample (autoregressive)
+  double val_fraction = 0.2;    // data.val_fraction: trailing share of the time axis for validation
+  int64_t prefetch = 2;         // data.prefetch: background loader workers (0 = load inline)
+  int64_t queue_depth = 4;      // data.queue_depth: batches buffered ahead
+  double load_delay_ms = 0;     // data.load_delay_ms: artificial per-batch delay (benchmarks)
+};
+
+struct TrainConfig {
+  int64_t batch_size = 8;       // train.batch_size: micro-batch per rank, or "auto" (tune first)
+  bool batch_auto = false;
+  int64_t accumulation = 1;     // train.accumulation: micro-batches per optimizer step
+  Precision precision = Precision::kFp32;  // train.precision: fp32 | bf16-mixed | fp16-mixed | bf16
+  bool checkpointing = false;   // train.checkpointing: recompute each block in backward
+  std::string optimizer = "adamw";  // train.optimizer: adamw | adam | sgd
+  double lr = 1e-3;             // train.lr: peak learning rate
+  double weight_decay = 0.01;   // train.weight_decay
+  double momentum = 0.0;        // train.momentum (sgd; 0 = no momentum buffer)
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // train.beta1 / beta2 / eps (adam, adamw)
+  int64_t steps = 100;          // train.steps: optimizer steps in the run
+  int64_t warmup_steps = 10;    // train.warmup_steps: linear warmup, then cosine decay
+  double min_lr_ratio = 0.1;    // train.min_lr_ratio: cosine floor as a fraction of lr
+  double grad_clip = 1.0;       // train.grad_clip: max global grad norm (0 = off)
+  uint64_t seed = 0;            // train.seed: model init, shuffling, dropout
+  std::string device = "auto"; // train.device: auto | cpu | cuda | cuda:N
+  std::string out_dir = "runs/run";  // train.out_dir: checkpoints, metrics.csv
+  int64_t checkpoint_every = 50;  // train.checkpoint_every: steps between checkpoints
+  int64_t log_every = 1;        // train.log_every
+  int64_t val_every = 0;        // train.val_every: steps between validations (0 = per epoch)
+  // Loss scaler (fp16-mixed): dynamic scale as in torch.cuda.amp.GradScaler.
+  double loss_scale = 65536.0;  // train.loss_scale: initial scale
+  double scale_growth = 2.0;    // train.scale_growth
+  double scale_backoff = 0.5;   // train.scale_backoff
+  int64_t scale_interval = 2000;  // train.scale_interval: finite steps before growing
+  // Fine-tuning
+  std::string init_from;        // train.init_from: checkpoint whose weights start this run
+  bool strict = true;           // train.strict: every name must match when loading init_from
+  std::vector<std::string> freeze;  // train.freeze: glob patterns of parameter names
+  double frozen_lr_scale = 0.0;     // train.frozen_lr_scale: lr multiplier of frozen groups (0 = frozen)
+};
+
+struct MemoryConfig {
+  int64_t limit = 0;          // memory.limit: device budget ("24GiB"); 0 = the device's own size
+  double margin = 0.10;       // memory.margin: share of the budget kept free by tune-batch
+  int64_t multiple_of = 1;    // memory.multiple_of: tune-batch keeps batch sizes multiples of this
+  int64_t max_batch = 4096;   // memory.max_batch: tune-batch never goes above
+  int64_t probe_steps = 2;    // memory.probe_steps: training steps per tune-batch probe
+};
+
+struct DistributedConfig {
+  int64_t zero_stage = 0;     // distributed.zero_stage: 0 (DDP) | 1 | 2 (| 3 estimate only)
+  int64_t world_size = 0;     // distributed.world_size: for estimate; 0 = from MPI
+  double bucket_mb = 25.0;    // distributed.bucket_mb: DDP gradient bucket size
+  std::string backend = "auto";  // distributed.backend: auto | mpi | nccl
+};
+
+struct RunConfig {
+  std::string path;  // the file it came from, for messages
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  MemoryConfig memory;
+  DistributedConfig distributed;
+
+  int64_t num_variables() const;  // channels per state
+  int64_t in_channels() const { return num_variables() * data.history; }
+};
+
+// Reads and validates a run file. `overrides` are "section.key=value" strings (TOML values:
+// train.batch_size=16, train.precision="bf16-mixed" or train.precision=bf16-mixed) applied before
+// validation so they get the same checks. Throws ConfigError naming file, line, key and what was
+// expected; unknown keys get a did-you-mean.
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+RunConfig parse_config(const std::string& toml_text, const std::string& source_name,
+                       const std::vector<std::string>& overrides = {});
+
+// Writes `key = value` into `section` of the run file in place, keeping everything else
+// (used by tune-batch --write). The value is TOML text.
+void write_config_value(const std::string& path, const std::string& section, const std::string& key,
+                        const std::string& toml_value);
+
+}  // namespace wxtrain

@@ -1,0 +1,81 @@
+#include "core/device.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <fstream>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "core/memory_meter.h"
+
+namespace wxtrain {
+
+c10::Device resolve_device(const std::string& spec, int local_rank) {
+  if (spec == "cpu") return c10::Device(c10::DeviceType::CPU);
+  const bool cuda_ok = torch::cuda::is_available();
+  if (spec == "auto") return cuda_ok ? c10::Device(c10::DeviceType::CUDA, local_rank) : c10::Device(c10::DeviceType::CPU);
+  if (spec.rfind("cuda", 0) == 0) {
+    if (!cuda_ok)
+      throw ConfigError("train.device = '" + spec +
+                        "' but no CUDA device is usable: this LibTorch is a CPU build or no GPU is "
+                        "visible (use device = \"cpu\", or a CUDA LibTorch with -DWXTRAIN_CUDA=ON)");
+    try {
+      c10::Device d(spec);
+      return d.has_index() ? d : c10::Device(c10::DeviceType::CUDA, local_rank);
+    } catch (const c10::Error&) {
+      throw ConfigError("train.device = '" + spec + "' is not a device: expected cuda or cuda:N");
+    }
+  }
+  throw ConfigError("train.device = '" + spec + "': expected auto, cpu, cuda or cuda:N");
+}
+
+namespace {
+
+// The shared library that provides the BLAS symbol LibTorch calls (sgemm_).
+std::string blas_library() {
+  void* sym = dlsym(RTLD_DEFAULT, "sgemm_");
+  Dl_info info{};
+  if (sym && dladdr(sym, &info) && info.dli_fname) {
+    char resolved[4096];
+    if (realpath(info.dli_fname, resolved)) return resolved;
+    return info.dli_fname;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+BuildInfo build_info() {
+  BuildInfo b;
+  b.wxtrain_version = "0.1.0";
+  b.torch_version = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+                    std::to_string(TORCH_VERSION_PATCH);
+#ifdef WXTRAIN_WITH_CUDA
+  b.cuda_built = true;
+#endif
+  b.cuda_available = torch::cuda::is_available();
+  b.blas = blas_library();
+  b.mkldnn = at::hasMKLDNN();
+  b.threads = at::get_num_threads();
+  MemoryMeter& cpu = memory_meter(c10::Device(c10::DeviceType::CPU));
+  std::string cpu_name = "cpu";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu_name = "cpu: " + line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  b.devices.push_back({cpu_name, cpu.capacity()});
+  if (b.cuda_available) {
+    for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
+      MemoryMeter& m = memory_meter(c10::Device(c10::DeviceType::CUDA, i));
+      b.devices.push_back({"cuda:" + std::to_string(i), m.capacity()});
+    }
+  }
+  return b;
+}
+
+}  // namespace wxtrain

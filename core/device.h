@@ -1,0 +1,32 @@
+#pragma once
+// Which device a run uses, and what this build of wxtrain can do (for `wxtrain info`).
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+namespace wxtrain {
+
+// "auto" -> cuda:<local_rank> when CUDA is usable, else cpu. "cuda" without a CUDA build is a
+// ConfigError that says how to get one.
+c10::Device resolve_device(const std::string& spec, int local_rank = 0);
+
+struct DeviceInfo {
+  std::string name;
+  int64_t memory_bytes = 0;
+};
+
+struct BuildInfo {
+  std::string wxtrain_version;
+  std::string torch_version;
+  bool cuda_built = false;    // WXTRAIN_CUDA
+  bool cuda_available = false;
+  std::string blas;           // the BLAS library LibTorch's matmul resolves to
+  bool mkldnn = false;        // oneDNN (bf16 AMX kernels on CPU)
+  int threads = 0;            // intra-op threads
+  std::vector<DeviceInfo> devices;
+};
+
+BuildInfo build_info();
+
+}  // namespace wxtrain

@@ -1,0 +1,65 @@
+#pragma once
+// One meter for device memory, read the same way by the estimator (calibration), the tuner (OOM),
+// the profiler (per-step log) and the trainer (progress bar).
+//
+// CPU: a byte-counting allocator installed as LibTorch's CPU allocator. Each block carries a
+// 64-byte header holding its size in front of the data, so data == context (raw allocations in
+// LibTorch require that) and the deleter can find the size. An optional budget makes allocations
+// past it throw c10::OutOfMemoryError, which emulates a "24 GiB device" on any machine.
+// CUDA (WXTRAIN_CUDA): the caching allocator's statistics.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <c10/core/Device.h>
+
+namespace wxtrain {
+
+struct MemorySnapshot {
+  int64_t allocated = 0;  // bytes held by live tensors now
+  int64_t reserved = 0;   // bytes held from the system (CUDA: cached segments; CPU: = allocated)
+  int64_t peak = 0;       // highest `allocated` since the last reset_peak()
+};
+
+class MemoryMeter {
+ public:
+  virtual ~MemoryMeter() = default;
+  virtual std::string name() const = 0;
+  virtual MemorySnapshot snapshot() const = 0;
+  virtual void reset_peak() = 0;
+  // A budget in bytes (0 = none): allocations past it raise c10::OutOfMemoryError.
+  virtual void set_limit(int64_t bytes) = 0;
+  virtual int64_t limit() const = 0;
+  // The device's physical memory (CPU: RAM); what "fits" means when no limit is set.
+  virtual int64_t capacity() const = 0;
+  // Return cached blocks to the system (CUDA empty_cache); a no-op where nothing is cached.
+  virtual void release_cached() {}
+};
+
+// The meter for `device`. For the CPU this installs the counting allocator on first use, so call
+// it before creating the tensors you want counted (the CLI does so at start-up).
+MemoryMeter& memory_meter(const c10::Device& device);
+
+// Measures the peak of a region relative to the meter's state when the scope began.
+class PeakScope {
+ public:
+  explicit PeakScope(MemoryMeter& meter) : meter_(meter) {
+    meter_.reset_peak();
+    start_ = meter_.snapshot().allocated;
+  }
+  int64_t start() const { return start_; }
+  int64_t peak() const { return meter_.snapshot().peak; }
+  int64_t peak_increase() const { return peak() - start_; }
+
+ private:
+  MemoryMeter& meter_;
+  int64_t start_;
+};
+
+namespace detail {
+#ifdef WXTRAIN_WITH_CUDA
+MemoryMeter& cuda_memory_meter(int device_index);  // core/cuda/cuda_memory_meter.cpp
+#endif
+}  // namespace detail
+
+}  // namespace wxtrain
