@@ -1,0 +1,42 @@
+#include "models/weather_model.h"
+
+#include "core/error.h"
+#include "models/gnn.h"
+#include "models/unet.h"
+#include "models/vit.h"
+
+namespace wxtrain::models {
+
+ModelShape model_shape(const RunConfig& config) {
+  ModelShape s;
+  s.out_channels = config.num_variables();
+  s.in_channels = config.in_channels();
+  s.lat = config.data.lat;
+  s.lon = config.data.lon;
+  if (s.lat <= 0 || s.lon <= 0)
+    throw ConfigError(config.path + ": the grid size is unknown: set [data] grid = [lat, lon] or open the data first");
+  return s;
+}
+
+std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const BlockFn& fn,
+                                                       const std::vector<torch::Tensor>& inputs) const {
+  if (!checkpointing_ || !torch::GradMode::is_enabled()) return fn(inputs);
+  return checkpoint(fn, inputs, block.parameters());
+}
+
+torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
+                                          const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+                                          const torch::Tensor& input) const {
+  auto wrapped = [fn](  // by value: checkpoint keeps it until backward
+                     const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; };
+  return run_block(block, BlockFn(wrapped), {input})[0];
+}
+
+WeatherModel build_model(const ModelConfig& config, const ModelShape& shape) {
+  if (config.name == "unet") return std::make_shared<UNetImpl>(config, shape);
+  if (config.name == "vit") return std::make_shared<ViTImpl>(config, shape);
+  if (config.name == "gnn") return std::make_shared<GraphNetImpl>(config, shape);
+  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit or gnn");
+}
+
+}  // namespace wxtrain::models

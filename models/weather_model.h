@@ -1,0 +1,66 @@
+#pragma once
+// The model zoo's common shape: input [batch, variables x history, lat, lon] -> output
+// [batch, variables, lat, lon] (the next state). A model's forward is a sequence of named blocks
+// (submodules registered with register_block); each runs through run_block, which checkpoints it
+// when checkpointing is on. The block list is what the estimator and the docs talk about.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "models/checkpoint.h"
+
+namespace wxtrain::models {
+
+struct ModelShape {
+  int64_t in_channels = 0;   // variables x history
+  int64_t out_channels = 0;  // variables
+  int64_t lat = 0;
+  int64_t lon = 0;
+};
+
+ModelShape model_shape(const RunConfig& config);  // from [data] (sources or variables/grid)
+
+class WeatherModelImpl : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+
+  const ModelShape& shape() const { return shape_; }
+  const std::vector<std::string>& block_names() const { return block_names_; }
+  void set_checkpointing(bool on) { checkpointing_ = on; }
+  bool checkpointing() const { return checkpointing_; }
+
+ protected:
+  explicit WeatherModelImpl(const ModelShape& shape) : shape_(shape) {}
+
+  // Registers a block: a submodule that run_block will run (and checkpoint) as a unit.
+  template <typename ModuleHolder>
+  ModuleHolder register_block(const std::string& name, ModuleHolder module) {
+    block_names_.push_back(name);
+    return register_module(name, module);
+  }
+
+  // Runs fn(inputs) as the block `block`: plain, or through checkpoint() with the block's
+  // parameters when checkpointing is on. fn is kept until backward when checkpointed: capture
+  // by value (this, and copies of tensors/holders), never references to locals.
+  std::vector<torch::Tensor> run_block(const torch::nn::Module& block, const BlockFn& fn,
+                                       const std::vector<torch::Tensor>& inputs) const;
+  torch::Tensor run_block(const torch::nn::Module& block,
+                          const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+                          const torch::Tensor& input) const;
+
+ private:
+  ModelShape shape_;
+  std::vector<std::string> block_names_;
+  bool checkpointing_ = false;
+};
+
+using WeatherModel = std::shared_ptr<WeatherModelImpl>;
+
+// Builds the zoo model `config.model.name` for `shape`; an unknown name is a ConfigError listing
+// the accepted ones.
+WeatherModel build_model(const ModelConfig& config, const ModelShape& shape);
+
+}  // namespace wxtrain::models
