@@ -1,0 +1,71 @@
+#include "estimator/estimate.h"
+
+#include "estimator/analytic.h"
+
+namespace wxtrain::estimator {
+
+int64_t Estimate::batch() const { return options.batch.value_or(config.train.batch_size); }
+
+Breakdown Estimate::breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const {
+  Breakdown b;
+  b.batch = batch;
+  b.params = states.params;
+  if (options.mode == Mode::kTrain) {
+    b.grads = states.grads;
+    b.optimizer = states.optimizer;
+  }
+  b.activations = std::max(0.0, activations.at(static_cast<double>(batch)));
+  if (gpu) b.overhead = gpu_overhead(b.allocated(), uses_convolutions, gpu->rocm).total();
+  return b;
+}
+
+int64_t Estimate::max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const {
+  const double cap = static_cast<double>(capacity_bytes);
+  if (breakdown(1, gpu).total() > cap) return 0;
+  // total(b) is non-decreasing in b: grow then bisect.
+  int64_t lo = 1, hi = 2;
+  while (breakdown(hi, gpu).total() <= cap) {
+    lo = hi;
+    if (hi > (int64_t{1} << 40)) return hi;  // memory no longer grows with the batch
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (breakdown(mid, gpu).total() <= cap ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+GpuFit Estimate::fit(const GpuSpec& gpu) const {
+  GpuFit f;
+  f.gpu = gpu;
+  f.at_batch = breakdown(batch(), gpu);
+  f.fits = f.at_batch.total() <= static_cast<double>(gpu.memory_bytes);
+  f.max_batch = max_batch(gpu.memory_bytes, gpu);
+  return f;
+}
+
+std::vector<GpuFit> Estimate::fits() const {
+  std::vector<GpuFit> out;
+  for (const auto& g : gpu_catalog()) out.push_back(fit(g));
+  return out;
+}
+
+Estimate estimate(const RunConfig& config, const models::ModelShape& shape, const EstimateOptions& options) {
+  Estimate e;
+  e.config = config;
+  e.shape = shape;
+  e.options = options;
+  e.uses_convolutions = config.model.name != "gnn";
+  const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
+  if (options.analytic) {
+    e.activations = analytic_activations(config, shape, options.mode);
+  } else {
+    e.activations = trace_activations(config, shape, options.mode);
+  }
+  const int64_t world = options.world_size < 1 ? 1 : options.world_size;
+  e.states = model_states(e.activations.num_params, layout, config.distributed.zero_stage, world);
+  return e;
+}
+
+}  // namespace wxtrain::estimator

@@ -1,0 +1,58 @@
+#pragma once
+// `wxtrain estimate`: the memory a run needs per rank, broken down, and which GPUs fit it at which
+// batch size. Model states are exact (counted on the instantiated model, or by formula with
+// --analytic); activations are traced on the CPU (or by per-block formulas with --analytic);
+// GPU overheads follow the documented model in gpu_overhead.h.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "estimator/activation_trace.h"
+#include "estimator/gpu_catalog.h"
+#include "estimator/gpu_overhead.h"
+#include "estimator/model_states.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::estimator {
+
+struct EstimateOptions {
+  Mode mode = Mode::kTrain;
+  bool analytic = false;
+  int64_t world_size = 1;  // ranks sharing the ZeRO shards
+  std::optional<int64_t> batch;  // micro-batch to report at (default train.batch_size)
+};
+
+// Memory at one batch size, per rank.
+struct Breakdown {
+  int64_t batch = 0;
+  double params = 0, grads = 0, optimizer = 0, activations = 0;
+  double overhead = 0;  // GPU overheads; 0 for the CPU figure
+  double allocated() const { return params + grads + optimizer + activations; }
+  double total() const { return allocated() + overhead; }
+};
+
+struct GpuFit {
+  GpuSpec gpu;
+  Breakdown at_batch;      // at the configured batch
+  bool fits = false;
+  int64_t max_batch = 0;   // largest micro-batch that fits (0: none)
+};
+
+struct Estimate {
+  RunConfig config;
+  models::ModelShape shape;
+  EstimateOptions options;
+  bool uses_convolutions = false;
+  ModelStates states;      // per rank, with ZeRO over options.world_size
+  ActivationFit activations;
+  Breakdown breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const;
+  int64_t max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const;
+  GpuFit fit(const GpuSpec& gpu) const;
+  std::vector<GpuFit> fits() const;  // the whole catalog
+  int64_t batch() const;              // the batch reported (options.batch or train.batch_size)
+};
+
+Estimate estimate(const RunConfig& config, const models::ModelShape& shape, const EstimateOptions& options);
+
+}  // namespace wxtrain::estimator
