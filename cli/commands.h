@@ -1,0 +1,31 @@
+#pragma once
+// Each subcommand registers itself on the app and returns the exit code of its run.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/config.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::cli {
+
+// A subcommand's action, run after parsing; returns the process exit code.
+using Action = std::function<int()>;
+
+Action add_info_command(CLI::App& app);
+Action add_estimate_command(CLI::App& app);
+
+// Options every run-file command shares: --config and --set.
+struct RunOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+};
+void add_run_options(CLI::App& cmd, RunOptions& options);
+
+// Loads the run file with overrides and completes the data shape (grid read from the data files'
+// headers when [data] has sources).
+RunConfig load_run(const RunOptions& options);
+
+}  // namespace wxtrain::cli

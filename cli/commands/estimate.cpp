@@ -1,0 +1,185 @@
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/svg_plot.h"
+#include "cli/table.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "estimator/estimate.h"
+
+namespace wxtrain::cli {
+
+namespace {
+
+struct EstimateArgs {
+  RunOptions run;
+  std::string gpu;
+  std::string memory;
+  std::string mode = "train";
+  std::string svg;
+  bool analytic = false;
+  bool json = false;
+  int64_t batch = 0;
+  int64_t world_size = 0;
+};
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
+  return buf;
+}
+
+nlohmann::json breakdown_json(const estimator::Breakdown& b) {
+  return {{"batch", b.batch},           {"params_bytes", b.params},     {"grads_bytes", b.grads},
+          {"optimizer_bytes", b.optimizer}, {"activations_bytes", b.activations},
+          {"overhead_bytes", b.overhead}, {"total_bytes", b.total()}};
+}
+
+void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFit>& targets, const std::string& path) {
+  PlotSpec plot;
+  plot.title = "wxtrain estimate: " + e.config.model.name + " (" + to_string(e.config.train.precision) +
+               (e.config.train.checkpointing ? ", checkpointing" : "") + ")";
+  plot.x_label = "micro-batch size";
+  plot.y_label = "memory per rank (GiB)";
+  int64_t top = std::max<int64_t>(e.batch() * 2, 8);
+  for (const auto& t : targets) top = std::max(top, std::min<int64_t>(t.max_batch + t.max_batch / 4, 4096));
+  Series cpu{"CPU (no overhead)"}, gpu{"GPU (with overhead)"};
+  gpu.color = "#d62728";
+  for (int64_t b = 1; b <= top; b += std::max<int64_t>(1, top / 64)) {
+    cpu.x.push_back(b);
+    cpu.y.push_back(e.breakdown(b, std::nullopt).total() / kGiB);
+    gpu.x.push_back(b);
+    gpu.y.push_back(e.breakdown(b, targets.empty() ? std::nullopt : std::optional(targets[0].gpu)).total() / kGiB);
+  }
+  plot.series = {cpu, gpu};
+  const char* colors[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  for (size_t i = 0; i < targets.size() && i < 5; ++i) {
+    Series cap{targets[i].gpu.label, {1.0, static_cast<double>(top)},
+               {targets[i].gpu.memory_bytes / kGiB, targets[i].gpu.memory_bytes / kGiB}, colors[i], true};
+    plot.series.push_back(cap);
+  }
+  write_text_file(path, render_svg(plot));
+}
+
+int run_estimate(const EstimateArgs& args) {
+  RunConfig config = load_run(args.run);
+  const auto shape = models::model_shape(config);
+  estimator::EstimateOptions options;
+  if (args.mode != "train" && args.mode != "inference")
+    throw ConfigError("--mode " + args.mode + ": expected train or inference");
+  options.mode = args.mode == "train" ? estimator::Mode::kTrain : estimator::Mode::kInference;
+  options.analytic = args.analytic;
+  options.world_size = args.world_size > 0 ? args.world_size
+                       : config.distributed.world_size > 0 ? config.distributed.world_size : 1;
+  if (args.batch > 0) options.batch = args.batch;
+
+  std::vector<estimator::GpuSpec> targets;
+  if (!args.gpu.empty()) {
+    auto g = estimator::find_gpu(args.gpu);
+    if (!g) throw ConfigError("--gpu " + args.gpu + ": unknown GPU; known: " + estimator::gpu_names() +
+                              " (or give --memory 24GiB)");
+    targets.push_back(*g);
+  }
+  if (!args.memory.empty()) {
+    auto bytes = parse_bytes(args.memory);
+    if (!bytes || *bytes <= 0) throw ConfigError("--memory " + args.memory + ": expected a size such as 24GiB or 80GB");
+    targets.push_back({"custom", "custom " + args.memory, *bytes});
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  estimator::Estimate e = estimator::estimate(config, shape, options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::vector<estimator::GpuFit> fits;
+  if (targets.empty()) fits = e.fits();
+  else for (const auto& t : targets) fits.push_back(e.fit(t));
+  bool any_fits = false;
+  for (const auto& f : fits) any_fits = any_fits || f.fits;
+
+  const int64_t batch = e.batch();
+  const auto cpu = e.breakdown(batch, std::nullopt);
+  const auto gpu = e.breakdown(batch, targets.empty() ? std::optional(estimator::gpu_catalog().back()) : std::optional(targets[0]));
+  if (!args.svg.empty()) write_plot(e, fits, args.svg);
+
+  if (args.json) {
+    nlohmann::json j;
+    j["config"] = config.path;
+    j["model"] = config.model.name;
+    j["parameters"] = e.states.num_params;
+    j["mode"] = args.mode;
+    j["method"] = args.analytic ? "analytic" : "traced";
+    j["precision"] = to_string(config.train.precision);
+    j["checkpointing"] = config.train.checkpointing;
+    j["batch"] = batch;
+    j["accumulation"] = config.train.accumulation;
+    j["rollout_steps"] = config.data.rollout_steps;
+    j["zero_stage"] = config.distributed.zero_stage;
+    j["world_size"] = options.world_size;
+    j["cpu"] = breakdown_json(cpu);
+    j["activation_bytes_per_sample"] = std::max(e.activations.forward_backward.per_sample, e.activations.optimizer.per_sample);
+    for (const auto& f : fits)
+      j["gpus"].push_back({{"name", f.gpu.name}, {"label", f.gpu.label}, {"memory_bytes", f.gpu.memory_bytes},
+                           {"fits", f.fits}, {"max_batch", f.max_batch}, {"at_batch", breakdown_json(f.at_batch)}});
+    j["seconds"] = seconds;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "wxtrain estimate: " << config.path << "\n"
+              << "model      " << config.model.name << ", " << e.states.num_params << " parameters, grid "
+              << shape.lat << " x " << shape.lon << ", " << shape.in_channels << " -> " << shape.out_channels
+              << " channels\n"
+              << "run        " << args.mode << ", " << to_string(config.train.precision) << ", checkpointing "
+              << (config.train.checkpointing ? "on" : "off") << ", micro-batch " << batch << " x accumulation "
+              << config.train.accumulation << ", rollout " << config.data.rollout_steps << ", ZeRO-"
+              << config.distributed.zero_stage << " over " << options.world_size << " rank(s)\n"
+              << "method     " << (args.analytic ? "analytic formulas" : "traced on the CPU (counting allocator)")
+              << ", " << std::fixed;
+    std::printf("%.2f s\n\n", seconds);
+    std::cout.flush();
+    Table t({"memory per rank", "CPU GiB", "GPU GiB"}, {false, true, true});
+    t.add({"parameters", gib(cpu.params), gib(gpu.params)});
+    t.add({"gradients", gib(cpu.grads), gib(gpu.grads)});
+    t.add({"optimizer state", gib(cpu.optimizer), gib(gpu.optimizer)});
+    t.add({"activations", gib(cpu.activations), gib(gpu.activations)});
+    t.add({"GPU overhead", "-", gib(gpu.overhead)});
+    t.add({"total", gib(cpu.total()), gib(gpu.total())});
+    std::cout << t.str() << "\n";
+    Table g({"GPU", "memory GiB", "at batch " + std::to_string(batch), "fits", "max batch"},
+            {false, true, true, false, true});
+    for (const auto& f : fits)
+      g.add({f.gpu.label, gib(f.gpu.memory_bytes), gib(f.at_batch.total()), f.fits ? "yes" : "no",
+             std::to_string(f.max_batch)});
+    std::cout << g.str();
+    if (!args.svg.empty()) std::cout << "\nplot: " << args.svg << "\n";
+  }
+  if (!any_fits) {
+    std::cerr << "error: at micro-batch " << batch << " this run needs " << gib(gpu.total())
+              << " GiB per rank and fits " << (targets.empty() ? "no GPU in the catalog" : "none of the given targets")
+              << "; try train.checkpointing = true, train.precision = \"bf16\", a smaller batch, or "
+                 "distributed.zero_stage with more ranks\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action add_estimate_command(CLI::App& app) {
+  auto args = std::make_shared<EstimateArgs>();
+  auto* cmd = app.add_subcommand("estimate", "predict a run's memory and the GPUs (and batch sizes) that fit it");
+  add_run_options(*cmd, args->run);
+  cmd->add_option("--gpu", args->gpu, "one GPU from the catalog (T4, A100-80, H100, ...)");
+  cmd->add_option("--memory", args->memory, "a device of this size instead of the catalog, e.g. 24GiB");
+  cmd->add_option("--mode", args->mode, "train (default) or inference (forecast only)");
+  cmd->add_option("--batch", args->batch, "micro-batch to report (default train.batch_size)");
+  cmd->add_option("--world-size", args->world_size, "ranks for ZeRO sharding (default distributed.world_size or 1)");
+  cmd->add_flag("--analytic", args->analytic, "formulas instead of tracing (for models too large to trace here)");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->add_option("--svg", args->svg, "write a plot of memory against batch size to this SVG file");
+  return [args]() { return run_estimate(*args); };
+}
+
+}  // namespace wxtrain::cli

@@ -1,0 +1,50 @@
+// wxtrain: one binary, one subcommand per job. Errors a user can fix print one "error:" line and
+// exit non-zero (2 for a bad run file or arguments, 1 for everything else); never a stack trace.
+#include <iostream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/memory_meter.h"
+
+int main(int argc, char** argv) {
+  // Count every CPU tensor from the start, so estimate, tune-batch and profile see all of them.
+  wxtrain::memory_meter(c10::Device(c10::DeviceType::CPU));
+
+  CLI::App app{"wxtrain: memory estimation, batch tuning and training for weather and climate models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "wxtrain 0.1.0");
+  std::map<CLI::App*, wxtrain::cli::Action> actions;
+  auto add = [&](auto&& adder, const char* name) {
+    auto action = adder(app);
+    actions[app.get_subcommand(name)] = action;
+  };
+  add(wxtrain::cli::add_info_command, "info");
+  add(wxtrain::cli::add_estimate_command, "estimate");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [cmd, action] : actions)
+      if (cmd->parsed()) return action();
+  } catch (const wxtrain::ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const wxtrain::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,25 @@
+#include "cli/commands.h"
+
+#include "core/error.h"
+#include "data/dataset.h"
+
+namespace wxtrain::cli {
+
+void add_run_options(CLI::App& cmd, RunOptions& options) {
+  cmd.add_option("-c,--config", options.config_path, "run file (TOML)")->required();
+  cmd.add_option("--set", options.overrides,
+                 "override a run-file value, e.g. --set train.batch_size=16 --set train.precision=bf16-mixed");
+}
+
+RunConfig load_run(const RunOptions& options) {
+  RunConfig config = load_config(options.config_path, options.overrides);
+  if (!config.data.sources.empty() && (config.data.lat == 0 || config.data.lon == 0)) {
+    // Opening validates every source (files, variables, grids) and reads only headers for large data.
+    data::Dataset dataset(config.data);
+    config.data.lat = dataset.num_lat();
+    config.data.lon = dataset.num_lon();
+  }
+  return config;
+}
+
+}  // namespace wxtrain::cli
