@@ -1,0 +1,303 @@
+#include "data/netcdf_file.h"
+
+#include <netcdf.h>
+#include <netcdf_meta.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace wxtrain::data {
+namespace {
+
+using Lock = std::lock_guard<std::mutex>;
+
+std::string describe(const std::string& path, const std::string& variable) {
+  return variable.empty() ? path : path + ", variable '" + variable + "'";
+}
+
+// Throws when status is an error; `what` says which operation failed.
+void check(int status, const std::string& path, const std::string& variable, const std::string& what) {
+  if (status == NC_NOERR) return;
+  throw DataError("netCDF error in " + describe(path, variable) + ": " + what + ": " +
+                  nc_strerror(status));
+}
+
+// The directory behind "file:///abs/store.zarr#mode=..." (empty when the URL is not file://).
+std::string zarr_directory(const std::string& url) {
+  const std::string scheme = "file://";
+  if (url.rfind(scheme, 0) != 0) return {};
+  return url.substr(scheme.size(), url.find('#') - scheme.size());
+}
+
+std::vector<std::string> names_of_variables(int ncid, const std::string& path) {
+  int count = 0;
+  check(nc_inq_nvars(ncid, &count), path, "", "listing variables");
+  std::vector<std::string> names;
+  for (int id = 0; id < count; ++id) {
+    char name[NC_MAX_NAME + 1] = {};
+    check(nc_inq_varname(ncid, id, name), path, "", "reading a variable name");
+    names.emplace_back(name);
+  }
+  return names;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+}  // namespace
+
+std::mutex& netcdf_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+bool nczarr_available() { return NC_HAS_NCZARR != 0; }
+
+bool is_zarr_url(const std::string& path) { return path.find("#mode=") != std::string::npos; }
+
+std::string zarr_url(const std::string& directory, bool pure_zarr) {
+  return "file://" + std::filesystem::absolute(directory).lexically_normal().string() +
+         (pure_zarr ? "#mode=zarr,file" : "#mode=nczarr,file");
+}
+
+NetcdfFile NetcdfFile::open(const std::string& path) {
+  if (is_zarr_url(path)) {
+    if (!nczarr_available()) {
+      throw DataError("cannot open Zarr store " + path +
+                      ": this netCDF-C library was built without NCZarr (nc-config --has-nczarr says no)");
+    }
+    const std::string directory = zarr_directory(path);
+    if (!directory.empty() && !std::filesystem::is_directory(directory)) {
+      throw DataError("Zarr store not found: " + directory + " (from " + path + ")");
+    }
+  } else if (!std::filesystem::exists(path)) {
+    throw DataError("data file not found: " + path);
+  }
+  int ncid = -1;
+  int status = NC_NOERR;
+  {
+    Lock lock(netcdf_mutex());
+    status = nc_open(path.c_str(), NC_NOWRITE, &ncid);
+  }
+  if (status == NC_ENOTNC || status == NC_ENOTBUILT || status == NC_EHDFERR) {
+    throw DataError(path + " is not a readable NetCDF file (corrupt or another format): " +
+                    nc_strerror(status));
+  }
+  check(status, path, "", "opening");
+  return NetcdfFile(path, ncid);
+}
+
+NetcdfFile NetcdfFile::create(const std::string& path) {
+  if (is_zarr_url(path) && !nczarr_available()) {
+    throw DataError("cannot create Zarr store " + path +
+                    ": this netCDF-C library was built without NCZarr");
+  }
+  int ncid = -1;
+  Lock lock(netcdf_mutex());
+  check(nc_create(path.c_str(), NC_CLOBBER | NC_NETCDF4, &ncid), path, "", "creating");
+  return NetcdfFile(path, ncid);
+}
+
+NetcdfFile::NetcdfFile(NetcdfFile&& other) noexcept
+    : path_(std::move(other.path_)), ncid_(other.ncid_) {
+  other.ncid_ = -1;
+}
+
+NetcdfFile& NetcdfFile::operator=(NetcdfFile&& other) noexcept {
+  if (this != &other) {
+    try {
+      close();
+    } catch (...) {
+    }
+    path_ = std::move(other.path_);
+    ncid_ = other.ncid_;
+    other.ncid_ = -1;
+  }
+  return *this;
+}
+
+NetcdfFile::~NetcdfFile() {
+  try {
+    close();
+  } catch (...) {
+    // A destructor cannot report; callers that write call close() themselves.
+  }
+}
+
+void NetcdfFile::close() {
+  if (ncid_ < 0) return;
+  const int ncid = ncid_;
+  ncid_ = -1;
+  Lock lock(netcdf_mutex());
+  check(nc_close(ncid), path_, "", "closing");
+}
+
+int NetcdfFile::variable_id(const std::string& variable) const {
+  int id = -1;
+  const int status = nc_inq_varid(ncid_, variable.c_str(), &id);
+  if (status == NC_ENOTVAR) {
+    throw DataError("variable '" + variable + "' not found in " + path_ +
+                    "; the file has: " + join(names_of_variables(ncid_, path_)));
+  }
+  check(status, path_, variable, "looking up the variable");
+  return id;
+}
+
+int NetcdfFile::dimension_id(const std::string& name) const {
+  int id = -1;
+  check(nc_inq_dimid(ncid_, name.c_str(), &id), path_, "", "looking up dimension '" + name + "'");
+  return id;
+}
+
+std::vector<std::string> NetcdfFile::variable_names() const {
+  Lock lock(netcdf_mutex());
+  return names_of_variables(ncid_, path_);
+}
+
+bool NetcdfFile::has_variable(const std::string& variable) const {
+  Lock lock(netcdf_mutex());
+  int id = -1;
+  return nc_inq_varid(ncid_, variable.c_str(), &id) == NC_NOERR;
+}
+
+std::vector<NcDimension> NetcdfFile::dimensions_of(const std::string& variable) const {
+  Lock lock(netcdf_mutex());
+  const int varid = variable_id(variable);
+  int ndims = 0;
+  check(nc_inq_varndims(ncid_, varid, &ndims), path_, variable, "reading the number of dimensions");
+  std::vector<int> dimids(static_cast<size_t>(ndims));
+  check(nc_inq_vardimid(ncid_, varid, dimids.data()), path_, variable, "reading dimensions");
+  int nunlimited = 0;
+  check(nc_inq_unlimdims(ncid_, &nunlimited, nullptr), path_, variable, "reading unlimited dimensions");
+  std::vector<int> unlimited(static_cast<size_t>(nunlimited));
+  if (nunlimited > 0) {
+    check(nc_inq_unlimdims(ncid_, &nunlimited, unlimited.data()), path_, variable,
+          "reading unlimited dimensions");
+  }
+  std::vector<NcDimension> dims;
+  for (int dimid : dimids) {
+    char name[NC_MAX_NAME + 1] = {};
+    size_t length = 0;
+    check(nc_inq_dim(ncid_, dimid, name, &length), path_, variable, "reading a dimension");
+    const bool is_unlimited = std::find(unlimited.begin(), unlimited.end(), dimid) != unlimited.end();
+    dims.push_back({name, length, is_unlimited});
+  }
+  return dims;
+}
+
+std::optional<std::string> NetcdfFile::text_attribute(const std::string& variable,
+                                                      const std::string& name) const {
+  Lock lock(netcdf_mutex());
+  const int varid = variable.empty() ? NC_GLOBAL : variable_id(variable);
+  nc_type type = NC_NAT;
+  size_t length = 0;
+  if (nc_inq_att(ncid_, varid, name.c_str(), &type, &length) != NC_NOERR) return std::nullopt;
+  if (type != NC_CHAR) return std::nullopt;
+  std::string value(length, '\0');
+  check(nc_get_att_text(ncid_, varid, name.c_str(), value.data()), path_, variable,
+        "reading attribute '" + name + "'");
+  while (!value.empty() && value.back() == '\0') value.pop_back();
+  return value;
+}
+
+std::optional<double> NetcdfFile::number_attribute(const std::string& variable,
+                                                   const std::string& name) const {
+  Lock lock(netcdf_mutex());
+  const int varid = variable.empty() ? NC_GLOBAL : variable_id(variable);
+  nc_type type = NC_NAT;
+  size_t length = 0;
+  if (nc_inq_att(ncid_, varid, name.c_str(), &type, &length) != NC_NOERR) return std::nullopt;
+  if (type == NC_CHAR || type == NC_STRING || length == 0) return std::nullopt;
+  std::vector<double> values(length);
+  check(nc_get_att_double(ncid_, varid, name.c_str(), values.data()), path_, variable,
+        "reading attribute '" + name + "'");
+  return values.front();
+}
+
+std::vector<double> NetcdfFile::read_doubles(const std::string& variable) const {
+  Lock lock(netcdf_mutex());
+  const int varid = variable_id(variable);
+  int ndims = 0;
+  check(nc_inq_varndims(ncid_, varid, &ndims), path_, variable, "reading the number of dimensions");
+  std::vector<int> dimids(static_cast<size_t>(ndims));
+  check(nc_inq_vardimid(ncid_, varid, dimids.data()), path_, variable, "reading dimensions");
+  size_t total = 1;
+  for (int dimid : dimids) {
+    size_t length = 0;
+    check(nc_inq_dimlen(ncid_, dimid, &length), path_, variable, "reading a dimension length");
+    total *= length;
+  }
+  std::vector<double> values(total);
+  if (total > 0) check(nc_get_var_double(ncid_, varid, values.data()), path_, variable, "reading values");
+  return values;
+}
+
+void NetcdfFile::read_floats(const std::string& variable, const std::vector<size_t>& start,
+                             const std::vector<size_t>& count, float* out) const {
+  Lock lock(netcdf_mutex());
+  const int varid = variable_id(variable);
+  std::ostringstream what;
+  what << "reading a slab starting at (";
+  for (size_t i = 0; i < start.size(); ++i) what << (i ? ", " : "") << start[i];
+  what << ")";
+  check(nc_get_vara_float(ncid_, varid, start.data(), count.data(), out), path_, variable, what.str());
+}
+
+void NetcdfFile::define_dimension(const std::string& name, size_t length) {
+  Lock lock(netcdf_mutex());
+  int id = -1;
+  check(nc_def_dim(ncid_, name.c_str(), length == 0 ? NC_UNLIMITED : length, &id), path_, "",
+        "defining dimension '" + name + "'");
+}
+
+void NetcdfFile::define_variable(const std::string& name, int nc_type,
+                                 const std::vector<std::string>& dims) {
+  Lock lock(netcdf_mutex());
+  std::vector<int> dimids;
+  for (const auto& dim : dims) dimids.push_back(dimension_id(dim));
+  int id = -1;
+  check(nc_def_var(ncid_, name.c_str(), nc_type, static_cast<int>(dimids.size()), dimids.data(), &id),
+        path_, name, "defining the variable");
+}
+
+void NetcdfFile::put_text_attribute(const std::string& variable, const std::string& name,
+                                    const std::string& value) {
+  Lock lock(netcdf_mutex());
+  const int varid = variable.empty() ? NC_GLOBAL : variable_id(variable);
+  check(nc_put_att_text(ncid_, varid, name.c_str(), value.size(), value.c_str()), path_, variable,
+        "writing attribute '" + name + "'");
+}
+
+void NetcdfFile::put_float_attribute(const std::string& variable, const std::string& name, float value) {
+  Lock lock(netcdf_mutex());
+  const int varid = variable.empty() ? NC_GLOBAL : variable_id(variable);
+  check(nc_put_att_float(ncid_, varid, name.c_str(), NC_FLOAT, 1, &value), path_, variable,
+        "writing attribute '" + name + "'");
+}
+
+void NetcdfFile::end_define() {
+  Lock lock(netcdf_mutex());
+  check(nc_enddef(ncid_), path_, "", "leaving define mode");
+}
+
+void NetcdfFile::write_floats(const std::string& variable, const std::vector<size_t>& start,
+                              const std::vector<size_t>& count, const float* values) {
+  Lock lock(netcdf_mutex());
+  check(nc_put_vara_float(ncid_, variable_id(variable), start.data(), count.data(), values), path_,
+        variable, "writing values");
+}
+
+void NetcdfFile::write_doubles(const std::string& variable, const std::vector<double>& values) {
+  Lock lock(netcdf_mutex());
+  const size_t start = 0;
+  const size_t count = values.size();
+  check(nc_put_vara_double(ncid_, variable_id(variable), &start, &count, values.data()), path_,
+        variable, "writing values");
+}
+
+}  // namespace wxtrain::data

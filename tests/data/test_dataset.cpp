@@ -1,0 +1,267 @@
+// Dataset on the real storm files: shapes, names, values as netCDF stores them, fill masking,
+// the error messages a user sees for bad inputs, and normalisation statistics.
+#include <gtest/gtest.h>
+#include <netcdf.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/netcdf_file.h"
+#include "data/normalization.h"
+#include "data/samples.h"
+#include "storm_fixture.h"
+
+using namespace wxtrain;
+using namespace wxtrain::data;
+using namespace wxtrain::data::testing;
+
+namespace {
+
+// The value netCDF-C itself returns, without wxtrain in between.
+float raw_value(const std::string& path, const std::string& variable, size_t t, size_t y, size_t x) {
+  std::lock_guard<std::mutex> lock(netcdf_mutex());
+  int ncid = -1, varid = -1;
+  EXPECT_EQ(nc_open(path.c_str(), NC_NOWRITE, &ncid), NC_NOERR);
+  EXPECT_EQ(nc_inq_varid(ncid, variable.c_str(), &varid), NC_NOERR);
+  const size_t index[3] = {t, y, x};
+  float value = 0;
+  EXPECT_EQ(nc_get_var1_float(ncid, varid, index, &value), NC_NOERR);
+  nc_close(ncid);
+  return value;
+}
+
+// Message of the DataError that `build` throws ("" when it throws nothing).
+template <typename F>
+std::string data_error(F build) {
+  try {
+    build();
+  } catch (const DataError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// A small netCDF-4 file with `variable`(time, lat, lon) = 1 and lat/lon coordinates.
+void write_small_file(const std::string& path, const std::string& variable, size_t times, size_t lat, size_t lon) {
+  NetcdfFile file = NetcdfFile::create(path);
+  file.define_dimension("time", 0);
+  file.define_dimension("lat", lat);
+  file.define_dimension("lon", lon);
+  file.define_variable("lat", NC_DOUBLE, {"lat"});
+  file.define_variable("lon", NC_DOUBLE, {"lon"});
+  file.define_variable(variable, NC_FLOAT, {"time", "lat", "lon"});
+  file.end_define();
+  std::vector<double> lats(lat), lons(lon);
+  for (size_t i = 0; i < lat; ++i) lats[i] = 20.0 + 1.25 * static_cast<double>(i);
+  for (size_t i = 0; i < lon; ++i) lons[i] = -140.0 + 2.5 * static_cast<double>(i);
+  file.write_doubles("lat", lats);
+  file.write_doubles("lon", lons);
+  std::vector<float> ones(times * lat * lon, 1.0f);
+  file.write_floats(variable, {0, 0, 0}, {times, lat, lon}, ones.data());
+  file.close();
+}
+
+}  // namespace
+
+TEST(Dataset, StormShapesNamesAndCoordinates) {
+  Dataset dataset(storm_sources());
+  EXPECT_EQ(dataset.num_times(), 64);
+  EXPECT_EQ(dataset.num_variables(), 6);
+  EXPECT_EQ(dataset.num_lat(), 33);
+  EXPECT_EQ(dataset.num_lon(), 36);
+  EXPECT_EQ(dataset.variable_names(), (std::vector<std::string>{"p", "t", "u", "v", "u500", "v500"}));
+  EXPECT_EQ(dataset.variables()[4].file, kStormDir + "U500storm.cdf");
+  EXPECT_EQ(dataset.variables()[4].file_variable, "u");
+  EXPECT_TRUE(dataset.has_coordinates());
+  EXPECT_DOUBLE_EQ(dataset.lat().front(), 20.0);
+  EXPECT_DOUBLE_EQ(dataset.lat().back(), 60.0);
+  EXPECT_DOUBLE_EQ(dataset.lon().front(), -140.0);
+  EXPECT_DOUBLE_EQ(dataset.lon().back(), -52.5);
+  EXPECT_EQ(dataset.time_dimension(), "timestep");
+  ASSERT_EQ(dataset.times().size(), 64u);
+  EXPECT_DOUBLE_EQ(dataset.times()[1], 6.0);    // six-hourly
+  EXPECT_DOUBLE_EQ(dataset.times()[63], 378.0);
+  EXPECT_TRUE(dataset.has_fill_values());        // p:_FillValue = -9999
+  EXPECT_TRUE(dataset.preloaded());              // 1.8 MB is read at once
+  const torch::Tensor state = dataset.state(0);
+  EXPECT_EQ(state.sizes(), (std::vector<int64_t>{6, 33, 36}));
+  EXPECT_EQ(state.scalar_type(), torch::kFloat32);
+}
+
+TEST(Dataset, KnownValueMatchesRawNetcdfAndFillIsNaN) {
+  Dataset dataset(storm_sources());
+  // ncdump shows p(0, 0, 0..6) = _ and p(0, 0, 7) = 101515.5 Pa.
+  EXPECT_FLOAT_EQ(dataset.state(0)[0][0][7].item<float>(), 101515.5f);
+  EXPECT_TRUE(std::isnan(dataset.state(0)[0][0][0].item<float>()));
+  EXPECT_FLOAT_EQ(raw_value(kStormDir + "Pstorm.cdf", "p", 0, 0, 0), -9999.0f);
+
+  DatasetOptions lazy;
+  lazy.preload_max_bytes = 0;
+  Dataset lazy_dataset(storm_sources(), lazy);
+  EXPECT_FALSE(lazy_dataset.preloaded());
+  const std::vector<std::tuple<int64_t, size_t, size_t, size_t>> points = {
+      {0, 0, 7, 10}, {5, 20, 20, 31}, {4, 32, 35, 63}, {1, 16, 18, 40}};
+  for (const auto& [v, y, x, t] : points) {
+    const auto& info = dataset.variables()[v];
+    const float raw = raw_value(info.file, info.file_variable, t, y, x);
+    ASSERT_NE(raw, -9999.0f) << "pick valid points";
+    EXPECT_FLOAT_EQ(dataset.state(t)[v][y][x].item<float>(), raw) << info.name;
+    EXPECT_FLOAT_EQ(lazy_dataset.state(t)[v][y][x].item<float>(), raw) << info.name;
+  }
+}
+
+TEST(Dataset, LazyReadingEqualsPreloadedEverywhere) {
+  DatasetOptions lazy;
+  lazy.preload_max_bytes = 0;
+  lazy.cache_states = 3;  // forces evictions
+  Dataset eager(storm_sources()), reader(storm_sources(), lazy);
+  for (int64_t t : {0, 1, 2, 3, 0, 40, 63, 1}) {
+    EXPECT_TRUE(torch::equal(torch::nan_to_num(eager.state(t), -1), torch::nan_to_num(reader.state(t), -1)))
+        << "t=" << t;
+  }
+}
+
+TEST(Dataset, ScaleFactorAndOffsetAreApplied) {
+  TempDir dir;
+  const std::string path = dir.file("packed.nc");
+  write_small_file(path, "x", 2, 3, 4);  // stored value 1
+  {
+    std::lock_guard<std::mutex> lock(netcdf_mutex());
+    int ncid = -1, varid = -1;
+    ASSERT_EQ(nc_open(path.c_str(), NC_WRITE, &ncid), NC_NOERR);
+    ASSERT_EQ(nc_inq_varid(ncid, "x", &varid), NC_NOERR);
+    ASSERT_EQ(nc_redef(ncid), NC_NOERR);
+    const double scale = 0.5, offset = 273.15;
+    ASSERT_EQ(nc_put_att_double(ncid, varid, "scale_factor", NC_DOUBLE, 1, &scale), NC_NOERR);
+    ASSERT_EQ(nc_put_att_double(ncid, varid, "add_offset", NC_DOUBLE, 1, &offset), NC_NOERR);
+    ASSERT_EQ(nc_put_att_text(ncid, varid, "units", 1, "K"), NC_NOERR);
+    nc_close(ncid);
+  }
+  Dataset dataset({{path, "x", "temperature"}});
+  EXPECT_FLOAT_EQ(dataset.state(1)[2][3].item<float>(), 273.65f);
+  EXPECT_EQ(dataset.variables()[0].units, "K");
+  EXPECT_FALSE(dataset.has_fill_values());
+}
+
+TEST(DatasetErrors, MissingFileNamesThePath) {
+  auto sources = storm_sources();
+  sources[2].file = "/nonexistent/Ustorm.cdf";
+  const std::string message = data_error([&] { Dataset dataset(sources); });
+  EXPECT_NE(message.find("not found"), std::string::npos) << message;
+  EXPECT_NE(message.find("/nonexistent/Ustorm.cdf"), std::string::npos) << message;
+}
+
+TEST(DatasetErrors, CorruptFileNamesThePath) {
+  TempDir dir;
+  const std::string path = dir.file("garbage.nc");
+  std::ofstream(path) << "this is not a netcdf file, just some bytes \x01\x02\x03 that look nothing like one";
+  const std::string message = data_error([&] { Dataset dataset({{path, "p", "p"}}); });
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("not a readable NetCDF file"), std::string::npos) << message;
+}
+
+TEST(DatasetErrors, MissingVariableListsWhatTheFileHas) {
+  auto sources = storm_sources();
+  sources[1].variable = "temperature";
+  const std::string message = data_error([&] { Dataset dataset(sources); });
+  EXPECT_NE(message.find("'temperature'"), std::string::npos) << message;
+  EXPECT_NE(message.find("Tstorm.cdf"), std::string::npos) << message;
+  EXPECT_NE(message.find("t, timestep, lat, lon, reftime"), std::string::npos) << message;
+}
+
+TEST(DatasetErrors, GridMismatchGivesBothShapesAndFiles) {
+  TempDir dir;
+  const std::string path = dir.file("coarse.nc");
+  write_small_file(path, "q", 64, 10, 12);
+  auto sources = storm_sources();
+  sources.push_back({path, "q", "q"});
+  const std::string message = data_error([&] { Dataset dataset(sources); });
+  EXPECT_NE(message.find("grid mismatch"), std::string::npos) << message;
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("10 x 12"), std::string::npos) << message;
+  EXPECT_NE(message.find("Pstorm.cdf"), std::string::npos) << message;
+  EXPECT_NE(message.find("33 x 36"), std::string::npos) << message;
+}
+
+TEST(DatasetErrors, ShiftedGridWithSameShapeIsAMismatch) {
+  TempDir dir;
+  const std::string path = dir.file("shifted.nc");
+  write_small_file(path, "q", 64, 33, 36);
+  {
+    std::lock_guard<std::mutex> lock(netcdf_mutex());
+    int ncid = -1, varid = -1;
+    ASSERT_EQ(nc_open(path.c_str(), NC_WRITE, &ncid), NC_NOERR);
+    ASSERT_EQ(nc_inq_varid(ncid, "lon", &varid), NC_NOERR);
+    const size_t index = 3;
+    const double value = 0.0;
+    ASSERT_EQ(nc_put_var1_double(ncid, varid, &index, &value), NC_NOERR);
+    nc_close(ncid);
+  }
+  const std::string message = data_error([&] { Dataset dataset({storm_sources()[0], {path, "q", "q"}}); });
+  EXPECT_NE(message.find("different longitudes (index 3"), std::string::npos) << message;
+}
+
+TEST(DatasetErrors, TimeAxisLengthMismatch) {
+  TempDir dir;
+  const std::string path = dir.file("short.nc");
+  write_small_file(path, "q", 10, 33, 36);
+  const std::string message = data_error([&] { Dataset dataset({storm_sources()[0], {path, "q", "q"}}); });
+  EXPECT_NE(message.find("time axis mismatch"), std::string::npos) << message;
+  EXPECT_NE(message.find("has 10 times"), std::string::npos) << message;
+  EXPECT_NE(message.find("has 64"), std::string::npos) << message;
+}
+
+TEST(DatasetErrors, VariableWithoutTimeLatLonDims) {
+  const std::string message = data_error([&] { Dataset dataset({{kStormDir + "Pstorm.cdf", "lat", "lat"}}); });
+  EXPECT_NE(message.find("variable 'lat'"), std::string::npos) << message;
+  EXPECT_NE(message.find("(lat=33)"), std::string::npos) << message;
+  EXPECT_NE(message.find("expects (time, lat, lon)"), std::string::npos) << message;
+}
+
+TEST(DatasetErrors, SameNameTwiceAsksForARename) {
+  auto sources = storm_sources();
+  sources[4].name = "";  // U500storm's u would collide with Ustorm's u
+  const std::string message = data_error([&] { Dataset dataset(sources); });
+  EXPECT_NE(message.find("both called 'u'"), std::string::npos) << message;
+}
+
+TEST(Normalization, TrainSplitHasZeroMeanUnitStdIgnoringFill) {
+  Dataset dataset(storm_sources());
+  TimeSplit split(dataset.num_times(), 0.2, {2, 1});
+  const Normalization norm = Normalization::compute(dataset, 0, split.end(Split::kTrain));
+  EXPECT_EQ(norm.mean().sizes(), (std::vector<int64_t>{6}));
+  EXPECT_GT(norm.mean()[0].item<float>(), 95000.0f);  // surface pressure in Pa, fill values excluded
+  EXPECT_LT(norm.mean()[0].item<float>(), 105000.0f);
+
+  std::vector<torch::Tensor> states;
+  for (int64_t t = 0; t < split.end(Split::kTrain); ++t) states.push_back(dataset.state(t));
+  const torch::Tensor raw = torch::stack(states);  // [T, V, lat, lon]
+  const torch::Tensor normalized = norm.normalize(raw);
+  const torch::Tensor valid = ~torch::isnan(raw);
+  EXPECT_EQ(torch::isnan(normalized).sum().item<int64_t>(), 0);
+  for (int64_t v = 0; v < 6; ++v) {
+    const torch::Tensor values = normalized.select(1, v).masked_select(valid.select(1, v)).to(torch::kFloat64);
+    EXPECT_NEAR(values.mean().item<double>(), 0.0, 1e-4) << dataset.variable_names()[v];
+    EXPECT_NEAR(values.std(/*unbiased=*/false).item<double>(), 1.0, 1e-4) << dataset.variable_names()[v];
+  }
+  // Masked points become 0 and denormalize inverts normalize on valid points.
+  EXPECT_EQ(normalized.masked_select(~valid).abs().max().item<float>(), 0.0f);
+  const torch::Tensor back = norm.denormalize(normalized);
+  EXPECT_TRUE(torch::allclose(back.masked_select(valid), raw.masked_select(valid), 1e-5, 1e-2));
+}
+
+TEST(Normalization, MapRoundTripKeepsNamesAndOrder) {
+  const Normalization norm({"p", "t", "u500"}, torch::tensor({101000.f, 270.f, 5.f}), torch::tensor({900.f, 10.f, 8.f}));
+  auto map = norm.to_map();
+  EXPECT_EQ(map.count("norm/mean/u500"), 1u);
+  EXPECT_FLOAT_EQ(map.at("norm/std/t").item<float>(), 10.f);
+  map["model.weight"] = torch::ones({2});  // other checkpoint entries are ignored
+  const Normalization back = Normalization::from_map(map);
+  EXPECT_EQ(back.names(), norm.names());
+  EXPECT_TRUE(torch::equal(back.mean(), norm.mean()));
+  EXPECT_TRUE(torch::equal(back.std(), norm.std()));
+  map.erase("norm/std/t");
+  EXPECT_THROW(Normalization::from_map(map), DataError);
+}

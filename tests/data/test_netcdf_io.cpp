@@ -1,0 +1,124 @@
+// Reading a Zarr store through the same Dataset API (NCZarr), and forecasts written as NetCDF
+// that read back with the same names, units, grid and values.
+#include <gtest/gtest.h>
+#include <netcdf.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/forecast_writer.h"
+#include "data/netcdf_file.h"
+#include "storm_fixture.h"
+
+using namespace wxtrain;
+using namespace wxtrain::data;
+using namespace wxtrain::data::testing;
+
+namespace {
+
+bool same_with_nan(const torch::Tensor& a, const torch::Tensor& b) {
+  return torch::equal(torch::isnan(a), torch::isnan(b)) &&
+         torch::equal(torch::nan_to_num(a, 0), torch::nan_to_num(b, 0));
+}
+
+}  // namespace
+
+TEST(NetcdfFile, ZarrUrlNamesALocalStore) {
+  EXPECT_TRUE(is_zarr_url("file:///tmp/x.zarr#mode=nczarr,file"));
+  EXPECT_FALSE(is_zarr_url("/tmp/x.nc"));
+  EXPECT_EQ(zarr_url("/tmp/a/../store.zarr"), "file:///tmp/store.zarr#mode=nczarr,file");
+  EXPECT_EQ(zarr_url("/tmp/store.zarr", true), "file:///tmp/store.zarr#mode=zarr,file");
+}
+
+TEST(Zarr, StormStoreReadsBackThroughTheSameDataset) {
+  if (!nczarr_available()) GTEST_SKIP() << "netCDF-C built without NCZarr";
+  Dataset storm({storm_sources()[0], storm_sources()[1]});  // p, t
+  TempDir dir;
+  for (bool pure_zarr : {false, true}) {
+    const std::string url = zarr_url(dir.file(pure_zarr ? "storm_pure.zarr" : "storm.zarr"), pure_zarr);
+    {
+      NetcdfFile store = NetcdfFile::create(url);
+      store.define_dimension("time", 64);
+      store.define_dimension("lat", 33);
+      store.define_dimension("lon", 36);
+      store.define_variable("time", NC_DOUBLE, {"time"});
+      store.put_text_attribute("time", "units", "hours since 1996-01-05 00:00");
+      store.define_variable("lat", NC_DOUBLE, {"lat"});
+      store.define_variable("lon", NC_DOUBLE, {"lon"});
+      for (const char* name : {"pressure", "temperature"}) {
+        store.define_variable(name, NC_FLOAT, {"time", "lat", "lon"});
+        store.put_float_attribute(name, "_FillValue", -9999.0f);
+      }
+      store.put_text_attribute("temperature", "units", "K");
+      store.end_define();
+      store.write_doubles("time", storm.times());
+      store.write_doubles("lat", storm.lat());
+      store.write_doubles("lon", storm.lon());
+      for (int64_t v = 0; v < 2; ++v) {
+        std::vector<float> values;
+        for (int64_t t = 0; t < 64; ++t) {
+          torch::Tensor field = torch::nan_to_num(storm.state(t)[v], -9999.0f).contiguous();
+          values.insert(values.end(), field.data_ptr<float>(), field.data_ptr<float>() + field.numel());
+        }
+        store.write_floats(v == 0 ? "pressure" : "temperature", {0, 0, 0}, {64, 33, 36}, values.data());
+      }
+      store.close();
+    }
+    Dataset zarr({{url, "pressure", "p"}, {url, "temperature", "t"}});
+    EXPECT_EQ(zarr.num_times(), 64);
+    EXPECT_EQ(zarr.num_lat(), 33);
+    EXPECT_EQ(zarr.num_lon(), 36);
+    EXPECT_EQ(zarr.lat(), storm.lat());
+    EXPECT_EQ(zarr.time_units(), "hours since 1996-01-05 00:00");
+    EXPECT_EQ(zarr.variables()[1].units, "K");
+    EXPECT_TRUE(zarr.has_fill_values());
+    for (int64_t t : {0, 17, 63}) EXPECT_TRUE(same_with_nan(zarr.state(t), storm.state(t))) << "t=" << t;
+
+    DatasetOptions lazy;
+    lazy.preload_max_bytes = 0;
+    Dataset lazy_zarr({{url, "pressure", "p"}, {url, "temperature", "t"}}, lazy);
+    EXPECT_TRUE(same_with_nan(lazy_zarr.state(30), storm.state(30)));
+  }
+  const std::string missing = zarr_url(dir.file("absent.zarr"));
+  try {
+    Dataset absent({{missing, "p", "p"}});
+    FAIL() << "expected a DataError";
+  } catch (const DataError& error) {
+    EXPECT_NE(std::string(error.what()).find("absent.zarr"), std::string::npos) << error.what();
+  }
+}
+
+TEST(ForecastWriter, RoundTripsValuesNamesUnitsAndGrid) {
+  DatasetOptions options;
+  Dataset storm(storm_sources(), options);
+  std::vector<torch::Tensor> states;
+  for (int64_t t = 20; t < 24; ++t) states.push_back(storm.state(t));
+  const torch::Tensor forecast = torch::stack(states);  // [4, 6, 33, 36] with NaN at fill points
+  TempDir dir;
+  const std::string path = dir.file("forecast.nc");
+  auto coordinates = ForecastCoordinates::like(storm, {126, 132, 138, 144}, "hours since 1996-01-05 00:00");
+  coordinates.variables[1].units = "K";
+  coordinates.variables[1].long_name = "air temperature";
+  write_forecast(path, forecast, coordinates);
+
+  // Only the final file is left: the temporary was renamed.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+  std::vector<DataSource> sources;
+  for (const auto& name : storm.variable_names()) sources.push_back({path, name, name});
+  Dataset back(sources);
+  EXPECT_EQ(back.variable_names(), storm.variable_names());
+  EXPECT_EQ(back.num_times(), 4);
+  EXPECT_EQ(back.lat(), storm.lat());
+  EXPECT_EQ(back.lon(), storm.lon());
+  EXPECT_EQ(back.times(), (std::vector<double>{126, 132, 138, 144}));
+  EXPECT_EQ(back.time_units(), "hours since 1996-01-05 00:00");
+  EXPECT_EQ(back.variables()[1].units, "K");
+  EXPECT_EQ(back.variables()[1].long_name, "air temperature");
+  EXPECT_TRUE(back.has_fill_values());
+  for (int64_t t = 0; t < 4; ++t) EXPECT_TRUE(same_with_nan(back.state(t), forecast[t])) << "t=" << t;
+
+  // A forecast of the wrong shape is refused before anything is written.
+  EXPECT_THROW(write_forecast(dir.file("bad.nc"), forecast.slice(1, 0, 5), coordinates), DataError);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("bad.nc")));
+}
