@@ -140,9 +140,44 @@ TEST(Dataset, ScaleFactorAndOffsetAreApplied) {
     nc_close(ncid);
   }
   Dataset dataset({{path, "x", "temperature"}});
-  EXPECT_FLOAT_EQ(dataset.state(1)[2][3].item<float>(), 273.65f);
+  EXPECT_FLOAT_EQ(dataset.state(1)[0][2][3].item<float>(), 273.65f);  // 1 * 0.5 + 273.15
   EXPECT_EQ(dataset.variables()[0].units, "K");
   EXPECT_FALSE(dataset.has_fill_values());
+}
+
+// A pressure-level variable stored as (time, level, lat, lon) with one level reads like 3-D data;
+// with several levels it is refused with a hint.
+void write_level_file(const std::string& path, size_t levels) {
+  NetcdfFile file = NetcdfFile::create(path);
+  file.define_dimension("time", 0);
+  file.define_dimension("level", levels);
+  file.define_dimension("lat", 3);
+  file.define_dimension("lon", 4);
+  file.define_variable("z", NC_FLOAT, {"time", "level", "lat", "lon"});
+  file.end_define();
+  std::vector<float> values(2 * levels * 12);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  file.write_floats("z", {0, 0, 0, 0}, {2, levels, 3, 4}, values.data());
+  file.close();
+}
+
+TEST(Dataset, SingletonLevelDimensionIsAccepted) {
+  TempDir dir;
+  write_level_file(dir.file("z500.nc"), 1);
+  DatasetOptions lazy;
+  lazy.preload_max_bytes = 0;
+  for (const DatasetOptions& options : {DatasetOptions{}, lazy}) {
+    Dataset dataset({{dir.file("z500.nc"), "z", "z500"}}, options);
+    EXPECT_EQ(dataset.num_times(), 2);
+    EXPECT_EQ(dataset.time_dimension(), "time");
+    EXPECT_FALSE(dataset.has_coordinates());  // no lat/lon variables: indices
+    EXPECT_EQ(dataset.lat(), (std::vector<double>{0, 1, 2}));
+    EXPECT_FLOAT_EQ(dataset.state(1)[0][2][3].item<float>(), 23.0f);
+  }
+  write_level_file(dir.file("z.nc"), 3);
+  const std::string message = data_error([&] { Dataset dataset({{dir.file("z.nc"), "z", "z"}}); });
+  EXPECT_NE(message.find("has 3 levels in 'level'"), std::string::npos) << message;
+  EXPECT_NE(message.find(dir.file("z.nc")), std::string::npos) << message;
 }
 
 TEST(DatasetErrors, MissingFileNamesThePath) {
