@@ -16,6 +16,8 @@ using Action = std::function<int()>;
 
 Action add_info_command(CLI::App& app);
 Action add_estimate_command(CLI::App& app);
+Action add_tune_batch_command(CLI::App& app);
+Action add_profile_command(CLI::App& app);
 
 // Options every run-file command shares: --config and --set.
 struct RunOptions {

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   };
   add(wxtrain::cli::add_info_command, "info");
   add(wxtrain::cli::add_estimate_command, "estimate");
+  add(wxtrain::cli::add_tune_batch_command, "tune-batch");
+  add(wxtrain::cli::add_profile_command, "profile");
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,281 @@
+#include "autotune/batch_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <c10/util/Exception.h>
+
+#include "core/error.h"
+#include "core/memory_meter.h"
+#include "core/units.h"
+#include "estimator/estimate.h"
+#include "trainer/training_step.h"
+
+namespace wxtrain::autotune {
+
+namespace {
+
+int64_t grid_max(const SearchOptions& o) {
+  if (o.multiple_of < 1) throw ConfigError("memory.multiple_of must be at least 1");
+  const int64_t kmax = o.max_batch / o.multiple_of;
+  if (kmax < 1)
+    throw ConfigError("memory.max_batch = " + std::to_string(o.max_batch) + " is below memory.multiple_of = " +
+                      std::to_string(o.multiple_of) + ": no batch size to try");
+  return kmax;
+}
+
+// Where the line through the measurements reaches the target (a batch size, not rounded).
+// Prefers the secant of the two measured peaks nearest the target; with one measurement (or a
+// non-increasing secant) it uses the estimator's slope. OOM probes only know a lower bound of
+// their peak and enter only through the one-point form.
+std::optional<double> predict(const std::vector<Probe>& probes, const SearchOptions& o) {
+  const double target = static_cast<double>(o.target);
+  std::vector<const Probe*> exact;
+  for (const auto& p : probes)
+    if (!p.oom) exact.push_back(&p);
+  std::sort(exact.begin(), exact.end(), [&](const Probe* a, const Probe* b) {
+    return std::fabs(static_cast<double>(a->peak) - target) < std::fabs(static_cast<double>(b->peak) - target);
+  });
+  if (exact.size() >= 2) {
+    const Probe* a = exact[0];
+    for (size_t i = 1; i < exact.size(); ++i) {
+      const Probe* b = exact[i];
+      if (b->batch == a->batch) continue;
+      const double slope = static_cast<double>(b->peak - a->peak) / static_cast<double>(b->batch - a->batch);
+      if (slope > 0 && std::isfinite(slope))
+        return static_cast<double>(a->batch) + (target - static_cast<double>(a->peak)) / slope;
+      break;
+    }
+  }
+  if (o.slope > 0) {
+    const Probe* from = !exact.empty() ? exact[0] : (!probes.empty() ? &probes.back() : nullptr);
+    if (from) return static_cast<double>(from->batch) + (target - static_cast<double>(from->peak)) / o.slope;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// Candidates are grid indices k (batch = k x multiple_of) in [1, kmax]. The bracket is lo (largest
+// passing index, 0 = none yet) and hi (smallest failing index, kmax + 1 = none yet).
+SearchResult secant_search(const SearchOptions& o, const ProbeFn& probe) {
+  const int64_t m = o.multiple_of;
+  const int64_t kmax = grid_max(o);
+  int64_t lo = 0, hi = kmax + 1;
+  bool failed = false;
+  SearchResult result;
+  int64_t k = o.start > 0 ? std::clamp<int64_t>(o.start / m, 1, kmax) : 1;
+  int streak = 0;          // consecutive probes with the same outcome
+  bool last_passed = false;
+
+  while (true) {
+    k = std::clamp<int64_t>(k, lo + 1, hi - 1);
+    Probe p = probe(k * m);
+    result.probes.push_back(p);
+    streak = (result.probes.size() > 1 && p.passed == last_passed) ? streak + 1 : 1;
+    last_passed = p.passed;
+    if (p.passed) {
+      lo = k;
+    } else {
+      hi = k;
+      failed = true;
+    }
+    if (hi - lo <= 1) break;
+
+    // A safeguarded step: doubling while nothing has failed, bisection once bracketed.
+    auto safeguard = [&] { return failed ? lo + (hi - lo) / 2 : std::max<int64_t>(2 * lo, lo + 1); };
+    const std::optional<double> b = predict(result.probes, o);
+    if (!b || streak >= 3) {
+      k = safeguard();
+      continue;
+    }
+    const double kp_real = std::floor(*b / static_cast<double>(m));
+    const int64_t kp = kp_real < 0 ? 0 : kp_real > static_cast<double>(kmax + 1) ? kmax + 1 : static_cast<int64_t>(kp_real);
+    if (kp <= lo) k = lo + 1;        // the line says lo is the answer: confirm with the failure above it
+    else if (kp >= hi) k = hi - 1;   // the line says hi - 1 passes: confirm it
+    else if (streak >= 2) k = safeguard();  // interior, but the last two landed on one side: stalling
+    else k = kp;
+  }
+  result.batch = lo * m;
+  return result;
+}
+
+SearchResult doubling_search(const SearchOptions& o, const ProbeFn& probe) {
+  const int64_t m = o.multiple_of;
+  const int64_t kmax = grid_max(o);
+  int64_t lo = 0, hi = kmax + 1;
+  bool failed = false;
+  SearchResult result;
+  int64_t k = 1;
+  while (true) {
+    Probe p = probe(k * m);
+    result.probes.push_back(p);
+    if (p.passed) lo = k;
+    else {
+      hi = k;
+      failed = true;
+    }
+    if (hi - lo <= 1) break;
+    k = failed ? lo + (hi - lo) / 2 : std::min(2 * k, kmax);
+  }
+  result.batch = lo * m;
+  return result;
+}
+
+BatchProber::BatchProber(RunConfig config, models::ModelShape shape, torch::Device device,
+                         std::shared_ptr<distributed::Communicator> comm, int64_t budget, int64_t target)
+    : config_(std::move(config)), shape_(shape), device_(device), comm_(std::move(comm)), budget_(budget),
+      target_(target) {}
+
+Probe BatchProber::operator()(int64_t batch) {
+  MemoryMeter& meter = memory_meter(device_);
+  meter.release_cached();
+  const int64_t before = meter.snapshot().allocated;
+  const int64_t previous_limit = meter.limit();
+  const auto t0 = std::chrono::steady_clock::now();
+  Probe p;
+  p.batch = batch;
+  meter.set_limit(budget_);
+  meter.reset_peak();
+  try {
+    // Everything the probe allocates lives in this scope and is gone when it ends (or unwinds).
+    auto state = trainer::build_training_state(config_, shape_, comm_, device_);
+    auto micro = trainer::synthetic_micro_batches(config_, shape_, batch, config_.train.accumulation, device_);
+    p.peak = meter.snapshot().peak;
+    trainer::TrainingStep step(*state, &meter);
+    for (int64_t i = 0; i < config_.memory.probe_steps; ++i) {
+      const trainer::StepResult r = step.run(micro, config_.train.lr);
+      p.peak = std::max({p.peak, r.peak_forward_backward, r.peak_optimizer});
+    }
+  } catch (const c10::OutOfMemoryError&) {
+    p.oom = true;
+    p.peak = std::max(p.peak, meter.snapshot().peak);
+  }
+  meter.set_limit(previous_limit);
+  meter.release_cached();
+  p.leaked = meter.snapshot().allocated - before;
+  if (comm_ && comm_->size() > 1) {
+    // Lockstep: every rank ran this batch; all must pass, and the fullest rank's peak counts.
+    p.oom = comm_->any(p.oom);
+    p.peak = static_cast<int64_t>(comm_->max(static_cast<double>(p.peak)));
+    p.leaked = static_cast<int64_t>(comm_->max(static_cast<double>(p.leaked)));
+  }
+  p.passed = !p.oom && p.peak <= target_;
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return p;
+}
+
+namespace {
+
+double slope_at(const estimator::ActivationFit& fit, double batch) {
+  return fit.forward_backward.at(batch) >= fit.optimizer.at(batch) ? fit.forward_backward.per_sample
+                                                                    : fit.optimizer.per_sample;
+}
+
+}  // namespace
+
+TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
+                             std::shared_ptr<distributed::Communicator> comm, const TuneOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!comm) comm = distributed::make_communicator(distributed::current_world(), config.distributed, device);
+  MemoryMeter& meter = memory_meter(device);
+  const models::ModelShape shape = models::model_shape(config);
+  const MemoryConfig& mem = config.memory;
+
+  TuneReport report;
+  report.device = device.str();
+  report.meter = meter.name();
+  report.world_size = comm->size();
+  report.budget = mem.limit > 0 ? mem.limit : meter.capacity();
+  report.margin = mem.margin;
+  report.target = static_cast<int64_t>(std::floor((1.0 - mem.margin) * static_cast<double>(report.budget)));
+  report.multiple_of = mem.multiple_of;
+  report.max_batch = mem.max_batch;
+  report.accumulation = config.train.accumulation;
+  meter.release_cached();
+  report.baseline = meter.snapshot().allocated;
+  if (report.baseline >= report.target)
+    throw Error("the memory budget " + format_bytes(static_cast<double>(report.budget)) + " less the margin (" +
+                format_bytes(static_cast<double>(report.target)) + ") is already used by " +
+                format_bytes(static_cast<double>(report.baseline)) + " before any probe: raise memory.limit");
+
+  // The estimator's prediction (traced once on the CPU) is where the search starts; on a GPU its
+  // overhead model for this device's size is included, on the CPU there is none.
+  estimator::EstimateOptions eo;
+  eo.world_size = report.world_size;
+  const estimator::Estimate e = estimator::estimate(config, shape, eo);
+  const std::optional<estimator::GpuSpec> gpu =
+      device.is_cuda() ? std::optional(estimator::GpuSpec{"device", report.meter, report.target}) : std::nullopt;
+  const int64_t room = device.is_cuda() ? report.target : report.target - report.baseline;
+  report.estimated_batch = e.max_batch(room, gpu);
+  report.estimated_slope = slope_at(e.activations, static_cast<double>(std::max<int64_t>(report.estimated_batch, 1)));
+
+  SearchOptions so;
+  so.target = report.target;
+  so.multiple_of = mem.multiple_of;
+  so.max_batch = mem.max_batch;
+  so.start = std::min(report.estimated_batch, mem.max_batch);
+  so.slope = report.estimated_slope;
+  BatchProber prober(config, shape, device, comm, report.budget, report.target);
+  ProbeFn probe = [&](int64_t batch) {
+    Probe p = prober(batch);
+    if (options.on_probe) options.on_probe(p);
+    return p;
+  };
+  SearchResult found = secant_search(so, probe);
+  report.probes = found.probes;
+  report.batch = found.batch;
+  report.effective_batch = report.batch * report.accumulation * report.world_size;
+
+  if (options.suggestions) {
+    auto max_with = [&](const RunConfig& changed) {
+      return estimator::estimate(changed, shape, eo).max_batch(room, gpu);
+    };
+    if (!config.train.checkpointing) {
+      RunConfig c = config;
+      c.train.checkpointing = true;
+      report.suggestions.push_back({"train.checkpointing = true", max_with(c)});
+    }
+    if (config.train.precision != Precision::kBf16) {
+      RunConfig c = config;
+      c.train.precision = Precision::kBf16;
+      report.suggestions.push_back({"train.precision = \"bf16\"", max_with(c)});
+    }
+    if (report.world_size > 1 && config.distributed.zero_stage < 3) {
+      // ZeRO changes only the model states (activations are the same): no new trace needed.
+      estimator::Estimate z = e;
+      z.config.distributed.zero_stage = config.distributed.zero_stage + 1;
+      z.states = estimator::model_states(
+          e.activations.num_params,
+          estimator::state_layout(config.train.precision, config.train.optimizer, config.train.momentum),
+          z.config.distributed.zero_stage, report.world_size);
+      report.suggestions.push_back({"distributed.zero_stage = " + std::to_string(z.config.distributed.zero_stage) +
+                                        (z.config.distributed.zero_stage == 3 ? " (estimate only)" : ""),
+                                    z.max_batch(room, gpu)});
+    }
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  if (report.batch == 0) {
+    const Probe& first = *std::find_if(report.probes.begin(), report.probes.end(),
+                                       [&](const Probe& p) { return p.batch == mem.multiple_of; });
+    throw Error("even a micro-batch of " + std::to_string(mem.multiple_of) + " does not fit: " +
+                (first.oom ? std::string("it ran out of the ") + format_bytes(static_cast<double>(report.budget)) +
+                                 " budget"
+                           : "its peak " + format_bytes(static_cast<double>(first.peak)) + " is above the target " +
+                                 format_bytes(static_cast<double>(report.target))) +
+                " (budget less " + std::to_string(static_cast<int>(std::lround(report.margin * 100))) +
+                "% margin); try train.checkpointing = true, train.precision = \"bf16\", distributed.zero_stage "
+                "with more ranks, or a larger memory.limit");
+  }
+  return report;
+}
+
+int64_t tune_batch(const RunConfig& config, torch::Device device, std::shared_ptr<distributed::Communicator> comm) {
+  TuneOptions options;
+  options.suggestions = false;
+  return tune_batch_report(config, device, std::move(comm), options).batch;
+}
+
+}  // namespace wxtrain::autotune

@@ -1,0 +1,126 @@
+#pragma once
+// `wxtrain tune-batch`: the largest micro-batch that trains within the memory budget, found with
+// as few real probes as possible. A probe builds a fresh TrainingState and runs the trainer's own
+// TrainingStep at one batch size under the memory meter with the budget set; it passes when
+// nothing runs out of memory and the measured peak stays under (1 - margin) x budget.
+//
+// The search (BatchSearch) starts at the estimator's prediction and uses the measured peaks:
+// memory is close to linear in the batch size, so the next candidate is where the line through
+// the measurements (the estimator's slope at first, then the secant of two probes) reaches the
+// target. Each probe lands strictly inside the bracket [largest pass, smallest fail], and a
+// candidate that does not halve the bracket twice in a row is replaced by bisection (or doubling
+// while no probe has failed), so the search always ends with the exact answer.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "distributed/communicator.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::autotune {
+
+// One probe at one batch size.
+struct Probe {
+  int64_t batch = 0;
+  int64_t peak = 0;      // highest allocated bytes seen (absolute; on OOM: what was in use at the failure)
+  bool oom = false;      // an allocation ran past the budget
+  bool passed = false;   // no OOM and peak <= target
+  double seconds = 0;    // wall time of the probe (build + steps + release)
+  int64_t leaked = 0;    // allocated bytes after the probe minus before it (0 when everything was released)
+};
+
+// A probe at `batch`: what the search learns from the hardware (or from a model of it in tests).
+using ProbeFn = std::function<Probe(int64_t batch)>;
+
+struct SearchOptions {
+  int64_t target = 0;           // bytes a passing probe's peak stays under
+  int64_t multiple_of = 1;      // candidates are multiples of this
+  int64_t max_batch = 4096;     // never probe above (rounded down to multiple_of)
+  int64_t start = 0;            // predicted largest batch (the estimator's); 0 = unknown, start at multiple_of
+  double slope = 0;             // predicted bytes per sample; 0 = unknown until two probes measured it
+};
+
+struct SearchResult {
+  int64_t batch = 0;            // largest passing batch (0: even multiple_of failed)
+  std::vector<Probe> probes;    // in the order they ran
+};
+
+// wxtrain's search: start at the prediction, secant steps on the measured peaks, bracketing,
+// bisection fallback. Exact for any memory curve that is non-decreasing in the batch size.
+SearchResult secant_search(const SearchOptions& options, const ProbeFn& probe);
+
+// Lightning's BatchSizeFinder ("binsearch"): 1, 2, 4, ... x multiple_of until a failure (or
+// max_batch), then bisection. For the benchmark against secant_search on the same probes.
+SearchResult doubling_search(const SearchOptions& options, const ProbeFn& probe);
+
+// Runs real probes: each builds a fresh TrainingState (model, optimizer, DataParallel on `comm`),
+// runs memory.probe_steps TrainingStep::run calls on synthetic micro-batches of the configured
+// shape with the meter's budget set, then releases everything (and the caching allocator's
+// cache). Under MPI every rank probes the same batch and the ranks agree: a probe passes only
+// when it passed on every rank, and the peak reported is the highest rank's.
+class BatchProber {
+ public:
+  BatchProber(RunConfig config, models::ModelShape shape, torch::Device device,
+              std::shared_ptr<distributed::Communicator> comm, int64_t budget, int64_t target);
+  Probe operator()(int64_t batch);
+
+ private:
+  RunConfig config_;
+  models::ModelShape shape_;
+  torch::Device device_;
+  std::shared_ptr<distributed::Communicator> comm_;
+  int64_t budget_;
+  int64_t target_;
+};
+
+// What else would raise the batch: the run re-estimated with one change (no probes).
+struct Suggestion {
+  std::string change;     // "train.checkpointing = true"
+  int64_t max_batch = 0;  // estimated largest micro-batch within the target with that change
+};
+
+struct TuneReport {
+  std::string device;           // "cpu", "cuda:0"
+  std::string meter;            // the meter's name
+  int world_size = 1;
+  int64_t budget = 0;           // bytes: memory.limit, else the device's capacity
+  double margin = 0;            // share of the budget kept free
+  int64_t target = 0;           // (1 - margin) x budget
+  int64_t baseline = 0;         // allocated before the first probe (the process's own tensors)
+  int64_t multiple_of = 1;
+  int64_t max_batch = 0;
+  int64_t estimated_batch = 0;  // the estimator's predicted maximum (where the search started)
+  double estimated_slope = 0;   // the estimator's bytes per sample at that batch
+  std::vector<Probe> probes;
+  int64_t batch = 0;            // the answer
+  int64_t accumulation = 1;
+  int64_t effective_batch = 0;  // batch x accumulation x world size
+  std::vector<Suggestion> suggestions;
+  double seconds = 0;           // the whole tuning, estimates included
+};
+
+struct TuneOptions {
+  // Re-estimate with checkpointing / bf16 / ZeRO stage + 1 to say what would allow more.
+  bool suggestions = true;
+  // Called after each probe (progress lines in the CLI); may be empty.
+  std::function<void(const Probe&)> on_probe;
+};
+
+// Tunes `config` (memory.limit, margin, multiple_of, max_batch and probe_steps as configured) on
+// `device` with `comm` (nullptr: the current world's communicator). Throws wxtrain::Error when even
+// a micro-batch of memory.multiple_of does not fit, naming the peak, the target and what to try.
+TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
+                             std::shared_ptr<distributed::Communicator> comm = nullptr,
+                             const TuneOptions& options = {});
+
+// For train.batch_size = "auto": the tuned micro-batch (no suggestions, no output).
+int64_t tune_batch(const RunConfig& config, torch::Device device,
+                   std::shared_ptr<distributed::Communicator> comm = nullptr);
+
+}  // namespace wxtrain::autotune

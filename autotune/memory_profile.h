@@ -1,0 +1,80 @@
+#pragma once
+// `wxtrain profile`: runs the trainer's own TrainingStep for N steps on synthetic micro-batches of
+// the configured shape and records what the memory meter sees: allocated/reserved/peak after each
+// step, the peak of each phase, and a sampled timeline of one step with its phase boundaries.
+// Lives next to the tuner because both measure the real step under the meter; the CLI only
+// formats what this returns.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "distributed/communicator.h"
+
+namespace wxtrain::autotune {
+
+struct StepRecord {
+  int64_t step = 0;          // 1-based
+  double timestamp = 0;      // Unix time (seconds) when the step finished
+  double seconds = 0;        // wall time of the step
+  int64_t allocated = 0;     // bytes allocated after the step
+  int64_t reserved = 0;      // bytes reserved after the step (CPU: = allocated)
+  int64_t peak_forward_backward = 0;
+  int64_t peak_optimizer = 0;
+  int64_t peak() const { return std::max(peak_forward_backward, peak_optimizer); }
+};
+
+// One step's allocated bytes sampled from a background thread, with the phase boundaries.
+struct StepTimeline {
+  int64_t step = 0;
+  std::vector<double> ms;          // time since the step began
+  std::vector<int64_t> allocated;  // bytes
+  double optimizer_start_ms = 0;   // forward/backward ends here and the optimizer phase begins
+  double end_ms = 0;               // the step returned
+};
+
+struct ProfileOptions {
+  int64_t steps = 10;
+  int64_t timeline_step = 0;       // which step to sample (1-based; 0 = the last, i.e. steady state)
+  double sample_interval_ms = 0.25;
+};
+
+struct ProfileReport {
+  std::string device, meter;
+  int64_t batch = 0;               // micro-batch (train.batch_size, or tuned when "auto")
+  int64_t accumulation = 1;
+  int64_t baseline = 0;            // allocated before the model was built
+  int64_t states = 0;              // allocated after building model, optimizer and inputs
+  std::vector<StepRecord> steps;
+  StepTimeline timeline;
+  int64_t peak() const;                   // highest peak of any step
+  int64_t peak_forward_backward() const;  // highest forward/backward peak of any step
+  int64_t peak_optimizer() const;         // highest optimizer-phase peak of any step
+  int64_t steady_allocated() const;       // median allocated after steps 2..N (after step 1 when N = 1)
+};
+
+// Throws ConfigError for steps <= 0.
+ProfileReport profile_memory(const RunConfig& config, torch::Device device,
+                             std::shared_ptr<distributed::Communicator> comm = nullptr,
+                             const ProfileOptions& options = {});
+
+// `--threshold`: PASS when the peak is at or below the threshold.
+struct ThresholdVerdict {
+  bool pass = false;
+  int64_t peak = 0;
+  int64_t threshold = 0;
+  int64_t headroom = 0;   // threshold - peak (negative: over by that much)
+  std::string message;    // "PASS: peak 1.20 GiB <= threshold 2.00 GiB (0.80 GiB, 40.0% headroom)"
+};
+ThresholdVerdict check_threshold(int64_t peak, int64_t threshold);
+
+// Parses a size for `flag` ("22GiB"); throws ConfigError naming the flag and the text otherwise.
+int64_t parse_size_argument(const std::string& flag, const std::string& text);
+
+// The per-step log: timestamp,step,allocated_GB,reserved_GB,peak_GB (GB = 1e9 bytes).
+std::string steps_csv(const ProfileReport& report);
+
+}  // namespace wxtrain::autotune

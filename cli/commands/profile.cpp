@@ -1,0 +1,164 @@
+// `wxtrain profile`: N real training steps under the memory meter (autotune/memory_profile.h): a
+// per-step CSV, a summary, an SVG timeline of one step, and PASS/FAIL against --threshold with
+// the exit code CI needs (0 at or below, 1 above; 2 for bad arguments).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "autotune/memory_profile.h"
+#include "cli/commands.h"
+#include "cli/svg_plot.h"
+#include "cli/table.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "distributed/world.h"
+
+namespace wxtrain::cli {
+
+namespace {
+
+struct ProfileArgs {
+  RunOptions run;
+  int64_t steps = 10;
+  std::string threshold;
+  std::string csv;
+  std::string svg;
+  bool json = false;
+};
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", bytes / kGiB);
+  return buf;
+}
+
+// The sampled step as allocated GiB over milliseconds, with the phase boundary (and the threshold)
+// drawn as lines. Long steps are reduced to their per-bucket maxima so peaks survive.
+void write_timeline(const autotune::ProfileReport& r, const std::string& model, int64_t threshold,
+                    const std::string& path) {
+  const auto& t = r.timeline;
+  PlotSpec plot;
+  plot.title = "wxtrain profile: " + model + ", step " + std::to_string(t.step) + " at micro-batch " +
+               std::to_string(r.batch) + " x " + std::to_string(r.accumulation);
+  plot.x_label = "time in step (ms)";
+  plot.y_label = "allocated (GiB)";
+  Series mem{"allocated"};
+  const size_t buckets = 1500;
+  const size_t per = std::max<size_t>(1, (t.ms.size() + buckets - 1) / buckets);
+  double top = 0;
+  for (size_t i = 0; i < t.ms.size(); i += per) {
+    int64_t high = 0;
+    for (size_t j = i; j < std::min(t.ms.size(), i + per); ++j) high = std::max(high, t.allocated[j]);
+    mem.x.push_back(t.ms[i]);
+    mem.y.push_back(high / kGiB);
+    top = std::max(top, high / kGiB);
+  }
+  top = std::max(top, r.peak() / kGiB);
+  if (threshold > 0) top = std::max(top, threshold / kGiB);
+  Series optimizer{"optimizer starts", {t.optimizer_start_ms, t.optimizer_start_ms}, {0.0, top}, "#d62728", true};
+  Series end{"step ends", {t.end_ms, t.end_ms}, {0.0, top}, "#7f7f7f", true};
+  Series peak{"peak " + gib(static_cast<double>(r.peak())) + " GiB", {0.0, t.end_ms},
+              {r.peak() / kGiB, r.peak() / kGiB}, "#2ca02c", true};
+  plot.series = {mem, optimizer, end, peak};
+  if (threshold > 0)
+    plot.series.push_back({"threshold", {0.0, t.end_ms}, {threshold / kGiB, threshold / kGiB}, "#9467bd", false});
+  write_text_file(path, render_svg(plot));
+}
+
+int run_profile(const ProfileArgs& args) {
+  // Arguments first: a bad --threshold or --steps fails before any work.
+  const int64_t threshold = args.threshold.empty() ? 0 : autotune::parse_size_argument("--threshold", args.threshold);
+  if (args.steps <= 0)
+    throw ConfigError("--steps " + std::to_string(args.steps) + ": expected a positive number of steps");
+  const distributed::World world = distributed::init_world();
+  return distributed::run_or_abort([&] {
+    RunConfig config = load_run(args.run);
+    const torch::Device device = resolve_device(config.train.device, world.local_rank);
+    autotune::ProfileOptions options;
+    options.steps = args.steps;
+    const autotune::ProfileReport r = autotune::profile_memory(config, device, nullptr, options);
+    if (world.rank != 0) return 0;
+
+    if (!args.csv.empty()) write_text_file(args.csv, autotune::steps_csv(r));
+    if (!args.svg.empty()) write_timeline(r, config.model.name, threshold, args.svg);
+    std::optional<autotune::ThresholdVerdict> verdict;
+    if (threshold > 0) verdict = autotune::check_threshold(r.peak(), threshold);
+
+    if (args.json) {
+      nlohmann::json j;
+      j["config"] = config.path;
+      j["model"] = config.model.name;
+      j["device"] = r.device;
+      j["batch"] = r.batch;
+      j["accumulation"] = r.accumulation;
+      j["steps"] = nlohmann::json::array();
+      for (const auto& s : r.steps)
+        j["steps"].push_back({{"step", s.step}, {"timestamp", s.timestamp}, {"seconds", s.seconds},
+                              {"allocated_bytes", s.allocated}, {"reserved_bytes", s.reserved},
+                              {"peak_forward_backward_bytes", s.peak_forward_backward},
+                              {"peak_optimizer_bytes", s.peak_optimizer}});
+      j["baseline_bytes"] = r.baseline;
+      j["states_bytes"] = r.states;
+      j["peak_bytes"] = r.peak();
+      j["steady_allocated_bytes"] = r.steady_allocated();
+      j["peak_forward_backward_bytes"] = r.peak_forward_backward();
+      j["peak_optimizer_bytes"] = r.peak_optimizer();
+      j["timeline_samples"] = r.timeline.ms.size();
+      if (verdict)
+        j["threshold"] = {{"bytes", verdict->threshold}, {"pass", verdict->pass}, {"headroom_bytes", verdict->headroom}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << "wxtrain profile: " << config.path << " (" << config.model.name << ", "
+                << to_string(config.train.precision) << ", micro-batch " << r.batch << " x " << r.accumulation
+                << ") on " << r.device << ", " << r.steps.size() << " steps\n\n";
+      Table t({"step", "seconds", "allocated GiB", "reserved GiB", "peak fwd/bwd GiB", "peak optimizer GiB"},
+              {true, true, true, true, true, true});
+      for (const auto& s : r.steps) {
+        char sec[32];
+        std::snprintf(sec, sizeof sec, "%.3f", s.seconds);
+        t.add({std::to_string(s.step), sec, gib(static_cast<double>(s.allocated)), gib(static_cast<double>(s.reserved)),
+               gib(static_cast<double>(s.peak_forward_backward)), gib(static_cast<double>(s.peak_optimizer))});
+      }
+      std::cout << t.str() << "\n";
+      Table sum({"summary", "GiB"}, {false, true});
+      sum.add({"before the model", gib(static_cast<double>(r.baseline))});
+      sum.add({"model, optimizer, inputs (built)", gib(static_cast<double>(r.states))});
+      sum.add({"steady-state allocated", gib(static_cast<double>(r.steady_allocated()))});
+      sum.add({"peak forward/backward", gib(static_cast<double>(r.peak_forward_backward()))});
+      sum.add({"peak optimizer", gib(static_cast<double>(r.peak_optimizer()))});
+      sum.add({"peak", gib(static_cast<double>(r.peak()))});
+      std::cout << sum.str();
+      if (!args.csv.empty()) std::cout << "\nper-step log: " << args.csv << "\n";
+      if (!args.svg.empty())
+        std::cout << (args.csv.empty() ? "\n" : "") << "timeline of step " << r.timeline.step << " ("
+                  << r.timeline.ms.size() << " samples): " << args.svg << "\n";
+    }
+    if (verdict) {
+      (verdict->pass ? std::cout : std::cerr) << verdict->message << "\n";
+      return verdict->pass ? 0 : 1;
+    }
+    return 0;
+  });
+}
+
+}  // namespace
+
+Action add_profile_command(CLI::App& app) {
+  auto args = std::make_shared<ProfileArgs>();
+  auto* cmd = app.add_subcommand("profile", "run N training steps and record memory: CSV log, summary, "
+                                            "SVG timeline, PASS/FAIL against a threshold");
+  add_run_options(*cmd, args->run);
+  cmd->add_option("--steps", args->steps, "training steps to run (default 10)");
+  cmd->add_option("--threshold", args->threshold,
+                  "PASS (exit 0) when the peak is at or below this size, e.g. 22GiB; FAIL (exit 1) above");
+  cmd->add_option("--csv", args->csv, "per-step log: timestamp,step,allocated_GB,reserved_GB,peak_GB (GB = 1e9 bytes)");
+  cmd->add_option("--svg", args->svg, "timeline of the last step's allocated memory with its phases");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  return [args]() { return run_profile(*args); };
+}
+
+}  // namespace wxtrain::cli

@@ -1,0 +1,174 @@
+// `wxtrain tune-batch`: the largest micro-batch that trains within the memory budget, by real probes
+// of the training step (autotune/batch_search.h), printed as a table or --json, optionally written
+// back into the run file.
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "autotune/batch_search.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "distributed/world.h"
+
+namespace wxtrain::cli {
+
+namespace {
+
+struct TuneArgs {
+  RunOptions run;
+  std::string memory_limit;
+  double margin = -1;
+  int64_t multiple_of = 0;
+  int64_t max_batch = 0;
+  int64_t probe_steps = 0;
+  bool write = false;
+  bool json = false;
+};
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", bytes / kGiB);
+  return buf;
+}
+
+std::string secs(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", s);
+  return buf;
+}
+
+// Flags override the run file's [memory] values, with the same checks.
+void apply_flags(const TuneArgs& args, RunConfig& config) {
+  if (!args.memory_limit.empty()) {
+    auto bytes = parse_bytes(args.memory_limit);
+    if (!bytes || *bytes <= 0)
+      throw ConfigError("--memory-limit " + args.memory_limit + ": expected a size such as 24GiB or 512MiB");
+    config.memory.limit = *bytes;
+  }
+  if (args.margin >= 0) {
+    if (args.margin >= 0.9) throw ConfigError("--margin " + std::to_string(args.margin) + ": expected 0 to 0.9 (0.1 = keep 10% free)");
+    config.memory.margin = args.margin;
+  }
+  if (args.multiple_of != 0) {
+    if (args.multiple_of < 1) throw ConfigError("--multiple-of " + std::to_string(args.multiple_of) + ": expected 1 or more");
+    config.memory.multiple_of = args.multiple_of;
+  }
+  if (args.max_batch != 0) {
+    if (args.max_batch < 1) throw ConfigError("--max-batch " + std::to_string(args.max_batch) + ": expected 1 or more");
+    config.memory.max_batch = args.max_batch;
+  }
+  if (args.probe_steps != 0) {
+    if (args.probe_steps < 1) throw ConfigError("--probe-steps " + std::to_string(args.probe_steps) + ": expected 1 or more");
+    config.memory.probe_steps = args.probe_steps;
+  }
+}
+
+nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& r) {
+  nlohmann::json j;
+  j["config"] = config.path;
+  j["model"] = config.model.name;
+  j["device"] = r.device;
+  j["world_size"] = r.world_size;
+  j["budget_bytes"] = r.budget;
+  j["margin"] = r.margin;
+  j["target_bytes"] = r.target;
+  j["baseline_bytes"] = r.baseline;
+  j["multiple_of"] = r.multiple_of;
+  j["max_batch"] = r.max_batch;
+  j["estimated_batch"] = r.estimated_batch;
+  j["estimated_bytes_per_sample"] = r.estimated_slope;
+  j["probes"] = nlohmann::json::array();
+  for (const auto& p : r.probes)
+    j["probes"].push_back({{"batch", p.batch}, {"peak_bytes", p.peak}, {"budget_bytes", r.budget},
+                           {"result", p.passed ? "pass" : p.oom ? "oom" : "over margin"}, {"seconds", p.seconds},
+                           {"leaked_bytes", p.leaked}});
+  j["batch"] = r.batch;
+  j["accumulation"] = r.accumulation;
+  j["effective_batch"] = r.effective_batch;
+  j["suggestions"] = nlohmann::json::array();
+  for (const auto& s : r.suggestions) j["suggestions"].push_back({{"change", s.change}, {"estimated_max_batch", s.max_batch}});
+  j["seconds"] = r.seconds;
+  return j;
+}
+
+int run_tune(const TuneArgs& args) {
+  const distributed::World world = distributed::init_world();
+  return distributed::run_or_abort([&] {
+    RunConfig config = load_run(args.run);
+    apply_flags(args, config);
+    const torch::Device device = resolve_device(config.train.device, world.local_rank);
+    const bool lead = world.rank == 0;
+    if (lead && !args.json)
+      std::cout << "wxtrain tune-batch: " << config.path << " (" << config.model.name << ", "
+                << to_string(config.train.precision) << ", checkpointing "
+                << (config.train.checkpointing ? "on" : "off") << ", accumulation " << config.train.accumulation
+                << ", rollout " << config.data.rollout_steps << ", ZeRO-" << config.distributed.zero_stage << ") on "
+                << device.str() << (world.size > 1 ? " x " + std::to_string(world.size) + " ranks" : "") << "\n"
+                << std::flush;
+
+    autotune::TuneOptions options;
+    if (lead && !args.json)
+      options.on_probe = [](const autotune::Probe& p) {
+        std::cout << "  probe batch " << p.batch << ": peak " << gib(static_cast<double>(p.peak)) << " GiB, "
+                  << (p.passed ? "pass" : p.oom ? "out of memory" : "over the margin") << " (" << secs(p.seconds)
+                  << " s)\n"
+                  << std::flush;
+      };
+    const autotune::TuneReport r = autotune::tune_batch_report(config, device, nullptr, options);
+
+    if (args.write && lead) write_config_value(config.path, "train", "batch_size", std::to_string(r.batch));
+    if (!lead) return 0;
+    if (args.json) {
+      nlohmann::json j = report_json(config, r);
+      j["written"] = args.write;
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+    char margin[16];
+    std::snprintf(margin, sizeof margin, "%.0f%%", r.margin * 100);
+    std::cout << "budget     " << gib(static_cast<double>(r.budget)) << " GiB (" << r.meter << "), margin " << margin
+              << " -> target peak " << gib(static_cast<double>(r.target)) << " GiB\n"
+              << "estimate   largest batch " << r.estimated_batch << " (search starts there)\n\n";
+    Table t({"probe", "batch", "peak GiB", "budget GiB", "result", "seconds"}, {true, true, true, true, false, true});
+    for (size_t i = 0; i < r.probes.size(); ++i) {
+      const auto& p = r.probes[i];
+      t.add({std::to_string(i + 1), std::to_string(p.batch), gib(static_cast<double>(p.peak)),
+             gib(static_cast<double>(r.budget)), p.passed ? "pass" : p.oom ? "OOM" : "over margin", secs(p.seconds)});
+    }
+    std::cout << t.str() << "\n";
+    std::cout << "micro-batch " << r.batch << " (" << r.probes.size() << " probes, " << secs(r.seconds)
+              << " s); effective batch " << r.batch << " x accumulation " << r.accumulation << " x " << r.world_size
+              << " rank(s) = " << r.effective_batch << "\n";
+    if (!r.suggestions.empty()) {
+      std::cout << "\nwhat would allow more (estimated, not probed):\n";
+      Table s({"change", "estimated max batch"}, {false, true});
+      s.add({"(as configured)", std::to_string(r.estimated_batch)});
+      for (const auto& g : r.suggestions) s.add({g.change, std::to_string(g.max_batch)});
+      std::cout << s.str();
+    }
+    if (args.write) std::cout << "\nwrote train.batch_size = " << r.batch << " to " << config.path << "\n";
+    return 0;
+  });
+}
+
+}  // namespace
+
+Action add_tune_batch_command(CLI::App& app) {
+  auto args = std::make_shared<TuneArgs>();
+  auto* cmd = app.add_subcommand("tune-batch", "find the largest micro-batch that trains within the memory budget");
+  add_run_options(*cmd, args->run);
+  cmd->add_option("--memory-limit", args->memory_limit, "budget, e.g. 24GiB (default memory.limit, else the device's size)");
+  cmd->add_option("--margin", args->margin, "share of the budget kept free (default memory.margin, 0.10)");
+  cmd->add_option("--multiple-of", args->multiple_of, "batch sizes are multiples of this (default memory.multiple_of)");
+  cmd->add_option("--max-batch", args->max_batch, "never try above this (default memory.max_batch)");
+  cmd->add_option("--probe-steps", args->probe_steps, "training steps per probe (default memory.probe_steps)");
+  cmd->add_flag("--write", args->write, "record the result as train.batch_size in the run file (comments kept)");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  return [args]() { return run_tune(*args); };
+}
+
+}  // namespace wxtrain::cli
