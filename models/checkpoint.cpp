@@ -32,6 +32,23 @@ void set_rng_state(const c10::Device& device, const torch::Tensor& state) {
   gen.set_state(state);
 }
 
+// Autocast caches the low-precision copy of each fp32 weight for its scope. The checkpointed
+// forward runs without grad mode, so a copy cached there has no history: a recompute (or any later
+// use in the same autocast scope, e.g. a backward inside it) that picked it up would give the
+// weight no gradient. Both the forward and the recompute therefore run with the cache off.
+class AutocastCacheOff {
+ public:
+  AutocastCacheOff() : previous_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
+  ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(previous_); }
+  AutocastCacheOff(const AutocastCacheOff&) = delete;
+  AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
+
+ private:
+  bool previous_;
+};
+
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<ReplayState> state,
@@ -48,6 +65,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     saved.insert(saved.end(), params.begin(), params.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
+    AutocastCacheOff no_cache;
     return state->fn(std::vector<torch::Tensor>(inputs.begin(), inputs.end()));
   }
 
@@ -74,6 +92,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     {
       torch::AutoGradMode grad_on(true);
       AutocastGuard autocast(state->autocast);
+      AutocastCacheOff no_cache;
       outputs = state->fn(inputs);
     }
     set_rng_state(c10::Device(c10::DeviceType::CPU), cpu_now);

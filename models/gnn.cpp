@@ -1,1 +1,221 @@
 #include "models/gnn.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace wxtrain::models {
+namespace {
+
+void validate(const ModelConfig& config, const ModelShape& shape) {
+  auto positive = [](int64_t v, const char* key) {
+    if (v <= 0) throw ConfigError(std::string(key) + " must be positive (got " + std::to_string(v) + ")");
+  };
+  positive(config.latent, "model.latent");
+  positive(config.processor_layers, "model.processor_layers");
+  positive(config.neighbourhood, "model.neighbourhood");
+  positive(config.mlp_layers, "model.mlp_layers");
+  TORCH_CHECK(shape.in_channels > 0 && shape.out_channels > 0 && shape.lat > 0 && shape.lon > 0,
+              "gnn: model shape needs channels and a grid, got ", shape.in_channels, " -> ", shape.out_channels,
+              " on ", shape.lat, " x ", shape.lon);
+}
+
+}  // namespace
+
+// ---- GraphMLP ----
+
+GraphMLPImpl::GraphMLPImpl(const GraphMLPOptions& options_) : options(options_) {
+  TORCH_CHECK(!options.in_features().empty(), "GraphMLP: needs at least one input");
+  TORCH_CHECK(options.layers() >= 1, "GraphMLP: layers must be >= 1, got ", options.layers());
+  const int64_t first_out = options.layers() == 1 ? options.out() : options.hidden();
+  first = register_module("first", torch::nn::ModuleList());
+  for (size_t k = 0; k < options.in_features().size(); ++k) {
+    first_linears.emplace_back(torch::nn::LinearOptions(options.in_features()[k], first_out).bias(k == 0));
+    first->push_back(first_linears.back());
+  }
+  for (int64_t i = 1; i < options.layers(); ++i) {
+    const int64_t out = i + 1 == options.layers() ? options.out() : options.hidden();
+    layers.push_back(register_module("layer" + std::to_string(i), torch::nn::Linear(options.hidden(), out)));
+  }
+  if (options.layer_norm())
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.out()})));
+}
+
+torch::Tensor GraphMLPImpl::project(size_t k, const torch::Tensor& x) {
+  TORCH_CHECK(k < first_linears.size(), "GraphMLP: input ", k, " of ", first_linears.size());
+  return first_linears[k]->forward(x);
+}
+
+torch::Tensor GraphMLPImpl::finish(torch::Tensor x) {
+  for (auto& layer : layers) x = layer->forward(torch::silu(x));
+  if (!norm) return x;
+  // LayerNorm in LibTorch 1.13 needs input and affine parameters of one dtype, and CPU autocast
+  // hands it the bf16 Linear output: normalise in the parameters' dtype (fp32 statistics).
+  const auto dtype = norm->weight.scalar_type();
+  return norm->forward(x.scalar_type() == dtype ? x : x.to(dtype));
+}
+
+torch::Tensor GraphMLPImpl::forward(const std::vector<torch::Tensor>& inputs) {
+  TORCH_CHECK(inputs.size() == first_linears.size(), "GraphMLP: expected ", first_linears.size(), " inputs, got ",
+              inputs.size());
+  torch::Tensor sum = project(0, inputs[0]);
+  for (size_t k = 1; k < inputs.size(); ++k) sum = sum + project(k, inputs[k]);
+  return finish(sum);
+}
+
+// ---- the grid graph ----
+
+GridGraph build_grid_graph(int64_t lat, int64_t lon, int64_t radius) {
+  TORCH_CHECK(lat > 0 && lon > 0 && radius > 0, "build_grid_graph: bad grid ", lat, " x ", lon, " radius ", radius);
+  const auto i64 = torch::TensorOptions().dtype(torch::kLong);
+  // Receiver coordinates [N, 1]; offsets [1, K] (the (2r+1)^2 - 1 cells around, without the centre).
+  const torch::Tensor node = torch::arange(lat * lon, i64);
+  const torch::Tensor rlat = node.div(lon, "floor").unsqueeze(1), rlon = node.remainder(lon).unsqueeze(1);
+  const torch::Tensor span = torch::arange(-radius, radius + 1, i64);
+  auto mesh = torch::meshgrid({span, span}, "ij");
+  torch::Tensor dlat = mesh[0].flatten(), dlon = mesh[1].flatten();
+  const torch::Tensor not_centre = (dlat != 0).logical_or(dlon != 0);
+  dlat = dlat.masked_select(not_centre).unsqueeze(0);
+  dlon = dlon.masked_select(not_centre).unsqueeze(0);
+
+  const torch::Tensor slat = rlat + dlat, slon = rlon + dlon;  // [N, K] sender coordinates
+  const torch::Tensor valid = (slat >= 0) & (slat < lat) & (slon >= 0) & (slon < lon);
+  // Row-major over [N, K] keeps the edges sorted by receiver.
+  GridGraph g;
+  g.senders = (slat * lon + slon).masked_select(valid);
+  g.receivers = node.unsqueeze(1).expand_as(valid).masked_select(valid);
+  const torch::Tensor fdlat = dlat.expand_as(valid).masked_select(valid).to(torch::kFloat);
+  const torch::Tensor fdlon = dlon.expand_as(valid).masked_select(valid).to(torch::kFloat);
+  g.edge_features = torch::stack({fdlat, fdlon, torch::sqrt(fdlat * fdlat + fdlon * fdlon)}, 1) / static_cast<double>(radius);
+  auto scaled = [](const torch::Tensor& idx, int64_t n) {
+    return n > 1 ? idx.to(torch::kFloat) * (2.0 / static_cast<double>(n - 1)) - 1.0 : torch::zeros_like(idx, torch::kFloat);
+  };
+  g.node_positions = torch::stack({scaled(rlat.squeeze(1), lat), scaled(rlon.squeeze(1), lon)}, 1);
+  return g;
+}
+
+// ---- blocks ----
+
+GraphEncoderImpl::GraphEncoderImpl(int64_t node_in, int64_t latent, int64_t mlp_layers) {
+  node_mlp = register_module("node_mlp", GraphMLP(GraphMLPOptions({node_in, 2}, latent, latent).layers(mlp_layers)));
+  edge_mlp = register_module("edge_mlp", GraphMLP(GraphMLPOptions({3}, latent, latent).layers(mlp_layers)));
+}
+
+std::vector<torch::Tensor> GraphEncoderImpl::forward(const torch::Tensor& nodes, const torch::Tensor& node_positions,
+                                                     const torch::Tensor& edge_features) {
+  // The position term is [N, L] and broadcasts over the batch.
+  torch::Tensor h = node_mlp->finish(node_mlp->project(0, nodes) + node_mlp->project(1, node_positions));
+  torch::Tensor e = edge_mlp->forward({edge_features});
+  return {h, e};
+}
+
+InteractionLayerImpl::InteractionLayerImpl(int64_t latent, int64_t mlp_layers) {
+  edge_mlp = register_module("edge_mlp",
+                             GraphMLP(GraphMLPOptions({latent, latent, latent}, latent, latent).layers(mlp_layers)));
+  node_mlp = register_module("node_mlp", GraphMLP(GraphMLPOptions({latent, latent}, latent, latent).layers(mlp_layers)));
+}
+
+std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& e,
+                                                         const torch::Tensor& senders,
+                                                         const torch::Tensor& receivers) {
+  // Edge update. The sender/receiver parts of the first layer are applied per node, then gathered:
+  // E is ~(2r+1)^2 times N. index_select's backward needs no saved output, so the sum can
+  // accumulate in place into the gathered tensor.
+  torch::Tensor pre = edge_mlp->project(1, h).index_select(1, senders);
+  pre.add_(edge_mlp->project(2, h).index_select(1, receivers));
+  pre = pre + edge_mlp->project(0, e);  // e is [E, L] in the first layer: broadcasts over the batch
+  torch::Tensor e_new = e + edge_mlp->finish(pre);
+
+  // Sum the updated edges into their receivers.
+  torch::Tensor agg = torch::zeros({h.size(0), h.size(1), e_new.size(-1)}, e_new.options())
+                          .index_add_(1, receivers, e_new);
+
+  torch::Tensor h_new = h + node_mlp->finish(node_mlp->project(0, h) + node_mlp->project(1, agg));
+  return {h_new, e_new};
+}
+
+// ---- the model ----
+
+GraphNetImpl::GraphNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
+  validate(config, shape);
+  GridGraph g = build_grid_graph(shape.lat, shape.lon, config.neighbourhood);
+  senders_ = register_buffer("senders", g.senders);
+  receivers_ = register_buffer("receivers", g.receivers);
+  edge_features_ = register_buffer("edge_features", g.edge_features);
+  node_positions_ = register_buffer("node_positions", g.node_positions);
+
+  encoder_ = register_block("encoder", GraphEncoder(shape.in_channels, config.latent, config.mlp_layers));
+  for (int64_t i = 0; i < config.processor_layers; ++i) {
+    processors_.push_back(
+        register_block("processor" + std::to_string(i), InteractionLayer(config.latent, config.mlp_layers)));
+  }
+  decoder_ = register_block(
+      "decoder",
+      GraphMLP(GraphMLPOptions({config.latent}, config.latent, shape.out_channels).layers(config.mlp_layers).layer_norm(false)));
+}
+
+template <typename Move>
+void GraphNetImpl::move_keeping_indices(const Move& move, const c10::optional<torch::Device>& device,
+                                        bool non_blocking) {
+  // detach(): a handle of its own, untouched by the set_data that Module::to does on the buffers.
+  const torch::Device target = device.value_or(senders_.device());
+  const torch::Tensor senders = senders_.detach().to(target, non_blocking);
+  const torch::Tensor receivers = receivers_.detach().to(target, non_blocking);
+  move();
+  senders_.set_data(senders);
+  receivers_.set_data(receivers);
+}
+
+void GraphNetImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  move_keeping_indices([&] { WeatherModelImpl::to(device, dtype, non_blocking); }, device, non_blocking);
+}
+
+void GraphNetImpl::to(torch::Dtype dtype, bool non_blocking) {
+  move_keeping_indices([&] { WeatherModelImpl::to(dtype, non_blocking); }, c10::nullopt, non_blocking);
+}
+
+void GraphNetImpl::to(torch::Device device, bool non_blocking) {
+  move_keeping_indices([&] { WeatherModelImpl::to(device, non_blocking); }, device, non_blocking);
+}
+
+torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) * x.size(3) == num_nodes() &&
+                  x.size(2) == shape().lat,
+              "gnn: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "], got ",
+              x.sizes());
+  const int64_t lat = x.size(2), lon = x.size(3);
+  // [B, C, lat, lon] -> [B, N, C]
+  torch::Tensor nodes = x.flatten(2).transpose(1, 2);
+
+  // The lambdas hold the blocks by shared_ptr (by value, see run_block) and call non-const forward.
+  std::shared_ptr<GraphEncoderImpl> encoder = encoder_.ptr();
+  const torch::Tensor positions = node_positions_, edge_features = edge_features_;
+  std::vector<torch::Tensor> state = run_block(
+      *encoder,
+      [encoder, positions, edge_features](const std::vector<torch::Tensor>& in) {
+        return encoder->forward(in[0], positions, edge_features);
+      },
+      {nodes});
+
+  const torch::Tensor senders = senders_, receivers = receivers_;
+  for (const InteractionLayer& p : processors_) {
+    std::shared_ptr<InteractionLayerImpl> layer = p.ptr();
+    state = run_block(
+        *layer,
+        [layer, senders, receivers](const std::vector<torch::Tensor>& in) {
+          return layer->forward(in[0], in[1], senders, receivers);
+        },
+        state);
+  }
+
+  std::shared_ptr<GraphMLPImpl> decoder = decoder_.ptr();
+  return run_block(
+      *decoder,
+      [decoder, lat, lon](const torch::Tensor& h) {
+        torch::Tensor out = decoder->forward({h});  // [B, N, C]
+        return out.transpose(1, 2).reshape({out.size(0), out.size(2), lat, lon});
+      },
+      state[0]);
+}
+
+}  // namespace wxtrain::models

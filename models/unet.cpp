@@ -1,1 +1,130 @@
 #include "models/unet.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace wxtrain::models {
+namespace {
+
+namespace F = torch::nn::functional;
+
+void validate(const ModelConfig& config, const ModelShape& shape) {
+  if (config.channels.empty()) throw ConfigError("model.channels must list at least one level width (e.g. [32, 64, 128])");
+  if (config.groups <= 0) throw ConfigError("model.groups must be positive (got " + std::to_string(config.groups) + ")");
+  for (int64_t c : config.channels) {
+    if (c <= 0) throw ConfigError("model.channels entries must be positive (got " + std::to_string(c) + ")");
+    if (c % config.groups != 0)
+      throw ConfigError("model.groups = " + std::to_string(config.groups) + " must divide every model.channels entry (got " +
+                        std::to_string(c) + ")");
+  }
+  if (config.channels.size() > 16) throw ConfigError("model.channels: at most 16 levels are supported");
+  TORCH_CHECK(shape.in_channels > 0 && shape.out_channels > 0, "unet: model shape needs in/out channels, got ",
+              shape.in_channels, " -> ", shape.out_channels);
+}
+
+torch::nn::Conv2d conv3x3(int64_t in, int64_t out) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false));
+}
+
+}  // namespace
+
+ConvBlockImpl::ConvBlockImpl(const ConvBlockOptions& options_) : options(options_) {
+  TORCH_CHECK(options.out_channels() % options.groups() == 0, "ConvBlock: groups (", options.groups(),
+              ") must divide out_channels (", options.out_channels(), ")");
+  conv1 = register_module("conv1", conv3x3(options.in_channels(), options.out_channels()));
+  norm1 = register_module("norm1", torch::nn::GroupNorm(options.groups(), options.out_channels()));
+  conv2 = register_module("conv2", conv3x3(options.out_channels(), options.out_channels()));
+  norm2 = register_module("norm2", torch::nn::GroupNorm(options.groups(), options.out_channels()));
+}
+
+namespace {
+// GroupNorm in LibTorch 1.13 needs input and affine parameters of one dtype, and CPU autocast
+// leaves it alone: under autocast the bf16 conv output is normalised in the parameters' dtype
+// (fp32 statistics, as autocast does for other norms); the next conv casts back down.
+torch::Tensor norm_silu(torch::nn::GroupNorm& norm, const torch::Tensor& x) {
+  const auto dtype = norm->weight.scalar_type();
+  return torch::silu(norm(x.scalar_type() == dtype ? x : x.to(dtype)));
+}
+}  // namespace
+
+torch::Tensor ConvBlockImpl::forward(torch::Tensor x) {
+  if (options.downsample()) x = torch::max_pool2d(x, {2, 2});
+  x = norm_silu(norm1, conv1(x));
+  return norm_silu(norm2, conv2(x));
+}
+
+UpBlockImpl::UpBlockImpl(int64_t coarse_channels, int64_t skip_channels, int64_t out_channels, int64_t groups) {
+  conv = register_module("conv", ConvBlock(ConvBlockOptions(coarse_channels + skip_channels, out_channels, groups)));
+}
+
+torch::Tensor UpBlockImpl::forward(const torch::Tensor& coarse, const torch::Tensor& skip) {
+  TORCH_CHECK(coarse.size(2) * 2 == skip.size(2) && coarse.size(3) * 2 == skip.size(3), "UpBlock: coarse grid ",
+              coarse.sizes(), " is not half of the skip grid ", skip.sizes());
+  torch::Tensor up = torch::upsample_nearest2d(coarse, std::vector<int64_t>{skip.size(2), skip.size(3)});
+  // Under autocast the two paths can differ in dtype (GroupNorm runs in fp32); cat needs one.
+  const torch::Tensor skip_as = skip.scalar_type() == up.scalar_type() ? skip : skip.to(up.scalar_type());
+  return conv(torch::cat({up, skip_as}, 1));
+}
+
+UNetImpl::UNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
+  validate(config, shape);
+  const auto& ch = config.channels;
+  const size_t levels = ch.size();
+  for (size_t i = 0; i < levels; ++i) {
+    const int64_t in = i == 0 ? shape.in_channels : ch[i - 1];
+    encoders_.push_back(register_block("encoder" + std::to_string(i),
+                                       ConvBlock(ConvBlockOptions(in, ch[i], config.groups).downsample(i > 0))));
+  }
+  decoders_.resize(levels - 1, UpBlock(nullptr));
+  for (size_t i = levels - 1; i-- > 0;) {
+    decoders_[i] = register_block("decoder" + std::to_string(i), UpBlock(ch[i + 1], ch[i], ch[i], config.groups));
+  }
+  head_ = register_block("head", torch::nn::Conv2d(torch::nn::Conv2dOptions(ch[0], shape.out_channels, 1)));
+}
+
+torch::Tensor UNetImpl::forward(torch::Tensor x) {
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels, "unet: expected input [batch, ", shape().in_channels,
+              ", lat, lon], got ", x.sizes());
+  const int64_t lat = x.size(2), lon = x.size(3);
+  const int64_t m = grid_multiple();
+  const int64_t pad_lat = (m - lat % m) % m, pad_lon = (m - lon % m) % m;
+
+  std::vector<torch::Tensor> skips;
+  skips.reserve(encoders_.size());
+  for (size_t i = 0; i < encoders_.size(); ++i) {
+    // The lambdas hold the blocks by shared_ptr (by value, see run_block) and call non-const forward.
+    std::shared_ptr<ConvBlockImpl> enc = encoders_[i].ptr();
+    if (i == 0) {
+      // Padding inside the block: a checkpoint then keeps only the unpadded input.
+      x = run_block(
+          *enc,
+          [enc, pad_lat, pad_lon](const torch::Tensor& in) {
+            torch::Tensor padded = (pad_lat || pad_lon) ? torch::constant_pad_nd(in, {0, pad_lon, 0, pad_lat}) : in;
+            return enc->forward(padded);
+          },
+          x);
+    } else {
+      x = run_block(*enc, [enc](const torch::Tensor& in) { return enc->forward(in); }, x);
+    }
+    skips.push_back(x);
+  }
+  for (size_t i = decoders_.size(); i-- > 0;) {
+    std::shared_ptr<UpBlockImpl> dec = decoders_[i].ptr();
+    x = run_block(
+        *dec, [dec](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{dec->forward(in[0], in[1])}; },
+        {x, skips[i]})[0];
+    skips[i] = torch::Tensor();  // the decoder (or its checkpoint) holds what it still needs
+  }
+  std::shared_ptr<torch::nn::Conv2dImpl> head = head_.ptr();
+  return run_block(
+      *head,
+      [head, lat, lon](const torch::Tensor& in) {
+        torch::Tensor out = head->forward(in);
+        if (out.size(2) == lat && out.size(3) == lon) return out;
+        return out.slice(2, 0, lat).slice(3, 0, lon).contiguous();
+      },
+      x);
+}
+
+}  // namespace wxtrain::models

@@ -1,1 +1,141 @@
 #include "models/vit.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace wxtrain::models {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void validate(const ModelConfig& config, const ModelShape& shape) {
+  auto positive = [](int64_t v, const char* key) {
+    if (v <= 0) throw ConfigError(std::string(key) + " must be positive (got " + std::to_string(v) + ")");
+  };
+  positive(config.patch_size, "model.patch_size");
+  positive(config.embed_dim, "model.embed_dim");
+  positive(config.depth, "model.depth");
+  positive(config.heads, "model.heads");
+  if (config.embed_dim % config.heads != 0)
+    throw ConfigError("model.heads = " + std::to_string(config.heads) + " must divide model.embed_dim = " +
+                      std::to_string(config.embed_dim));
+  if (!(config.mlp_ratio > 0))
+    throw ConfigError("model.mlp_ratio must be positive (got " + std::to_string(config.mlp_ratio) + ")");
+  TORCH_CHECK(shape.in_channels > 0 && shape.out_channels > 0 && shape.lat > 0 && shape.lon > 0,
+              "vit: model shape needs channels and a grid, got ", shape.in_channels, " -> ", shape.out_channels,
+              " on ", shape.lat, " x ", shape.lon);
+}
+
+}  // namespace
+
+SelfAttentionImpl::SelfAttentionImpl(int64_t embed_dim, int64_t heads_) : heads(heads_) {
+  TORCH_CHECK(embed_dim % heads == 0, "SelfAttention: heads (", heads, ") must divide embed_dim (", embed_dim, ")");
+  qkv = register_module("qkv", torch::nn::Linear(embed_dim, 3 * embed_dim));
+  proj = register_module("proj", torch::nn::Linear(embed_dim, embed_dim));
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), N = x.size(1), D = x.size(2), hd = D / heads;
+  // [B, N, 3D] -> 3 x [B, heads, N, hd]
+  auto qkv_split = qkv(x).view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const torch::Tensor& q = qkv_split[0];
+  const torch::Tensor& k = qkv_split[1];
+  const torch::Tensor& v = qkv_split[2];
+  // Scaling the scores in place: matmul's backward needs q and k, not its output.
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
+  torch::Tensor attn = torch::softmax(scores, -1);
+  torch::Tensor out = torch::matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
+  return proj(out.transpose(1, 2).reshape({B, N, D}));
+}
+
+TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockOptions& options_) : options(options_) {
+  const int64_t D = options.embed_dim();
+  const auto hidden = static_cast<int64_t>(static_cast<double>(D) * options.mlp_ratio());
+  TORCH_CHECK(hidden > 0, "TransformerBlock: mlp_ratio ", options.mlp_ratio(), " leaves no hidden units");
+  norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
+  attn = register_module("attn", SelfAttention(D, options.heads()));
+  norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
+  fc1 = register_module("fc1", torch::nn::Linear(D, hidden));
+  fc2 = register_module("fc2", torch::nn::Linear(hidden, D));
+}
+
+torch::Tensor TransformerBlockImpl::forward(torch::Tensor x) {
+  x = x + attn(norm1(x));
+  return x + fc2(torch::gelu(fc1(norm2(x))));
+}
+
+PatchEmbedImpl::PatchEmbedImpl(int64_t in_channels, int64_t embed_dim, int64_t patch_size, int64_t num_patches) {
+  proj = register_module("proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, embed_dim, patch_size)
+                                                       .stride(patch_size)));
+  pos_embed = register_parameter("pos_embed", torch::randn({1, num_patches, embed_dim}) * 0.02);
+}
+
+torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& x) {
+  torch::Tensor tokens = proj(x).flatten(2).transpose(1, 2);  // [B, N, D]
+  TORCH_CHECK(tokens.size(1) == pos_embed.size(1), "PatchEmbed: ", tokens.size(1), " patches, but the positional ",
+              "embedding has ", pos_embed.size(1), " (the model was built for another grid)");
+  return tokens + pos_embed;
+}
+
+PatchHeadImpl::PatchHeadImpl(int64_t embed_dim, int64_t patch_size, int64_t out_channels) {
+  norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({embed_dim})));
+  proj = register_module("proj", torch::nn::Linear(embed_dim, patch_size * patch_size * out_channels));
+}
+
+torch::Tensor PatchHeadImpl::forward(const torch::Tensor& x) { return proj(norm(x)); }
+
+ViTImpl::ViTImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
+  validate(config, shape);
+  patch_ = config.patch_size;
+  patches_lat_ = ceil_div(shape.lat, patch_);
+  patches_lon_ = ceil_div(shape.lon, patch_);
+  embed_ = register_block("embed", PatchEmbed(shape.in_channels, config.embed_dim, patch_, patches_lat_ * patches_lon_));
+  for (int64_t i = 0; i < config.depth; ++i) {
+    blocks_.push_back(register_block(
+        "block" + std::to_string(i),
+        TransformerBlock(TransformerBlockOptions(config.embed_dim, config.heads).mlp_ratio(config.mlp_ratio))));
+  }
+  head_ = register_block("head", PatchHead(config.embed_dim, patch_, shape.out_channels));
+}
+
+torch::Tensor ViTImpl::forward(torch::Tensor x) {
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels, "vit: expected input [batch, ", shape().in_channels,
+              ", lat, lon], got ", x.sizes());
+  const int64_t lat = x.size(2), lon = x.size(3), p = patch_;
+  const int64_t nh = ceil_div(lat, p), nw = ceil_div(lon, p);
+  TORCH_CHECK(nh == patches_lat_ && nw == patches_lon_, "vit: the model was built for a ", shape().lat, " x ",
+              shape().lon, " grid, got ", lat, " x ", lon);
+  const int64_t pad_lat = nh * p - lat, pad_lon = nw * p - lon;
+
+  // The lambdas hold the blocks by shared_ptr (by value, see run_block) and call non-const forward.
+  std::shared_ptr<PatchEmbedImpl> embed = embed_.ptr();
+  x = run_block(
+      *embed,
+      [embed, pad_lat, pad_lon](const torch::Tensor& in) {
+        return embed->forward((pad_lat || pad_lon) ? torch::constant_pad_nd(in, {0, pad_lon, 0, pad_lat}) : in);
+      },
+      x);
+  for (const TransformerBlock& b : blocks_) {
+    std::shared_ptr<TransformerBlockImpl> block = b.ptr();
+    x = run_block(*block, [block](const torch::Tensor& in) { return block->forward(in); }, x);
+  }
+  std::shared_ptr<PatchHeadImpl> head = head_.ptr();
+  const int64_t out_c = shape().out_channels;
+  return run_block(
+      *head,
+      [head, nh, nw, p, out_c, lat, lon](const torch::Tensor& in) {
+        const int64_t B = in.size(0);
+        // [B, nh*nw, p*p*C] -> [B, nh, nw, p, p, C] -> [B, C, nh, p, nw, p] -> [B, C, nh*p, nw*p]
+        torch::Tensor grid = head->forward(in)
+                                 .view({B, nh, nw, p, p, out_c})
+                                 .permute({0, 5, 1, 3, 2, 4})
+                                 .reshape({B, out_c, nh * p, nw * p});
+        if (nh * p == lat && nw * p == lon) return grid;
+        return grid.slice(2, 0, lat).slice(3, 0, lon).contiguous();
+      },
+      x);
+}
+
+}  // namespace wxtrain::models

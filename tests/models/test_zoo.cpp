@@ -1,0 +1,336 @@
+// The model zoo: shapes on real and awkward grids, parameter counts against the architectures'
+// formulas, block structure, checkpointing (same gradients, less memory) and bf16 autocast.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "core/autocast.h"
+#include "core/error.h"
+#include "core/memory_meter.h"
+#include "models/gnn.h"
+#include "models/unet.h"
+#include "models/vit.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::models {
+namespace {
+
+// The counting allocator must be in place before any tensor the memory test measures exists.
+const bool kMeterInstalled = (memory_meter(c10::Device(c10::DeviceType::CPU)), true);
+
+// The demo data: 6 variables, history 2, on the 33 x 36 storm grid.
+ModelShape storm_shape() { return {12, 6, 33, 36}; }
+
+ModelConfig named(const std::string& name) {
+  ModelConfig c;
+  c.name = name;
+  return c;
+}
+
+// Small configurations that still exercise every part (several levels / heads / MLP layers).
+ModelConfig small(const std::string& name) {
+  ModelConfig c = named(name);
+  c.channels = {8, 16, 24};
+  c.groups = 4;
+  c.patch_size = 4;
+  c.embed_dim = 24;
+  c.depth = 2;
+  c.heads = 3;
+  c.mlp_ratio = 2.0;
+  c.latent = 16;
+  c.processor_layers = 2;
+  c.mlp_layers = 3;
+  c.neighbourhood = 1;
+  return c;
+}
+
+WeatherModel build_seeded(const ModelConfig& config, const ModelShape& shape, uint64_t seed = 0) {
+  torch::manual_seed(seed);
+  return build_model(config, shape);
+}
+
+int64_t count_parameters(const torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+class ZooTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooTest, OutputShapeOnTheStormGrid) {
+  WeatherModel model = build_seeded(named(GetParam()), storm_shape());
+  torch::NoGradGuard no_grad;
+  torch::Tensor y = model->forward(torch::randn({2, 12, 33, 36}));
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 6, 33, 36}));
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
+TEST_P(ZooTest, OutputShapeOnAGridDivisibleByNothing) {
+  const ModelShape shape{5, 3, 17, 23};
+  WeatherModel model = build_seeded(small(GetParam()), shape);
+  torch::NoGradGuard no_grad;
+  torch::Tensor y = model->forward(torch::randn({3, 5, 17, 23}));
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{3, 3, 17, 23}));
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
+TEST_P(ZooTest, EveryParameterBelongsToABlock) {
+  // Checkpointing hands a block's own parameters to the recompute, and train.freeze globs on these
+  // names: a parameter outside every block would silently lose its gradient.
+  WeatherModel model = build_seeded(small(GetParam()), {5, 3, 17, 23});
+  const std::set<std::string> blocks(model->block_names().begin(), model->block_names().end());
+  for (const auto& item : model->named_parameters()) {
+    const std::string head = item.key().substr(0, item.key().find('.'));
+    EXPECT_TRUE(blocks.count(head)) << item.key();
+  }
+}
+
+TEST_P(ZooTest, CheckpointingGivesTheSameGradients) {
+  const ModelShape shape{5, 3, 17, 23};
+  WeatherModel model = build_seeded(small(GetParam()), shape, 7);
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({2, 5, 17, 23});
+  const torch::Tensor w = torch::randn({2, 3, 17, 23});
+
+  auto gradients = [&](bool checkpointing) {
+    model->set_checkpointing(checkpointing);
+    model->zero_grad();
+    torch::Tensor input = x.clone().requires_grad_(true);
+    (model->forward(input) * w).sum().backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& p : model->parameters()) g.push_back(p.grad().clone());
+    g.push_back(input.grad().clone());
+    return g;
+  };
+  const auto plain = gradients(false);
+  const auto recomputed = gradients(true);
+  ASSERT_EQ(plain.size(), recomputed.size());
+  const auto names = model->named_parameters().keys();
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const std::string what = i < names.size() ? names[i] : "input";
+    ASSERT_TRUE(recomputed[i].defined()) << what;
+    EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << what;
+    EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-5, 1e-5))
+        << what << ": max difference " << (plain[i] - recomputed[i]).abs().max().item<double>();
+  }
+}
+
+TEST_P(ZooTest, CheckpointingReducesActivationMemoryAtBatch8) {
+  ASSERT_TRUE(kMeterInstalled);
+  MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
+  WeatherModel model = build_seeded(named(GetParam()), storm_shape());
+  const torch::Tensor x = torch::randn({8, 12, 33, 36});
+
+  struct Usage {
+    int64_t kept_after_forward, peak;
+  };
+  auto measure = [&](bool checkpointing) {
+    model->set_checkpointing(checkpointing);
+    model->zero_grad();
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    Usage u{};
+    {
+      PeakScope scope(meter);
+      torch::Tensor loss = model->forward(x).square().mean();
+      u.kept_after_forward = meter.snapshot().allocated - scope.start();
+      loss.backward();
+      u.peak = scope.peak_increase();
+    }
+    return u;
+  };
+  measure(false);  // warm-up: one-time allocations of the first run stay out of the comparison
+  const Usage plain = measure(false);
+  const Usage recomputed = measure(true);
+  std::cout << "[ " << GetParam() << " batch 8 ] kept after forward: " << plain.kept_after_forward << " -> "
+            << recomputed.kept_after_forward << " bytes; peak: " << plain.peak << " -> " << recomputed.peak
+            << " bytes\n";
+  EXPECT_LT(recomputed.kept_after_forward * 2, plain.kept_after_forward);
+  EXPECT_LT(recomputed.peak, plain.peak);
+}
+
+TEST_P(ZooTest, Bf16AutocastForwardAndBackward) {
+  WeatherModel model = build_seeded(small(GetParam()), storm_shape());
+  const torch::Tensor x = torch::randn({2, 12, 33, 36});
+  torch::Tensor reference;
+  {
+    torch::NoGradGuard no_grad;
+    reference = model->forward(x);
+  }
+  torch::Tensor y;
+  {
+    AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
+    y = model->forward(x);
+  }
+  EXPECT_EQ(y.sizes(), reference.sizes());
+  ASSERT_TRUE(torch::isfinite(y).all().item<bool>());
+  // bf16 keeps ~3 significant digits; a model-sized error stays well under the output's spread.
+  const double error = (y.to(torch::kFloat) - reference).abs().max().item<double>();
+  EXPECT_LT(error, 0.1 * reference.abs().max().item<double>() + 0.05);
+  y.to(torch::kFloat).square().mean().backward();
+  for (const auto& item : model->named_parameters()) {
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_EQ(item.value().grad().scalar_type(), torch::kFloat) << item.key();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn"),
+                         [](const auto& info) { return info.param; });
+
+// ---- parameter counts from the architectures' formulas ----
+
+TEST(UNet, ParameterCountMatchesTheArchitecture) {
+  const ModelConfig c = small("unet");  // channels 8, 16, 24
+  const ModelShape s{5, 3, 17, 23};
+  auto conv_block = [](int64_t in, int64_t out) { return 9 * in * out + 2 * out + 9 * out * out + 2 * out; };
+  const int64_t expected = conv_block(5, 8) + conv_block(8, 16) + conv_block(16, 24)  // encoder0..2
+                           + conv_block(24 + 16, 16) + conv_block(16 + 8, 8)         // decoder1, decoder0
+                           + 8 * 3 + 3;                                              // 1x1 head
+  EXPECT_EQ(count_parameters(*build_model(c, s)), expected);
+}
+
+TEST(ViT, ParameterCountMatchesTheArchitecture) {
+  const ModelConfig c = small("vit");  // D 24, patch 4, depth 2, mlp 48
+  const ModelShape s{5, 3, 17, 23};
+  const int64_t D = 24, p = 4, hidden = 48, tokens = 5 * 6;  // ceil(17/4) x ceil(23/4)
+  const int64_t embed = 5 * p * p * D + D + tokens * D;
+  const int64_t block = 2 * D + (D * 3 * D + 3 * D) + (D * D + D) + 2 * D + (D * hidden + hidden) + (hidden * D + D);
+  const int64_t head = 2 * D + D * p * p * 3 + p * p * 3;
+  EXPECT_EQ(count_parameters(*build_model(c, s)), embed + 2 * block + head);
+}
+
+TEST(GraphNet, ParameterCountMatchesTheArchitecture) {
+  const ModelConfig c = small("gnn");  // latent 16, 2 processor layers, 3-layer MLPs
+  const ModelShape s{5, 3, 17, 23};
+  const int64_t L = 16;
+  auto mlp = [L](int64_t in, int64_t out, bool norm) {  // in -> L -> L -> out
+    return (in * L + L) + (L * L + L) + (L * out + out) + (norm ? 2 * out : 0);
+  };
+  const int64_t encoder = mlp(5 + 2, L, true) + mlp(3, L, true);  // nodes (+ lat, lon), edges
+  const int64_t processor = mlp(3 * L, L, true) + mlp(2 * L, L, true);
+  const int64_t decoder = mlp(L, 3, false);
+  EXPECT_EQ(count_parameters(*build_model(c, s)), encoder + 2 * processor + decoder);
+}
+
+TEST(GraphNet, SingleLayerMlpsAreOneLinear) {
+  ModelConfig c = small("gnn");
+  c.mlp_layers = 1;
+  c.processor_layers = 1;
+  const int64_t L = 16;
+  const int64_t expected = (7 * L + L + 2 * L) + (3 * L + L + 2 * L)  // encoder
+                           + (3 * L * L + L + 2 * L) + (2 * L * L + L + 2 * L)  // processor0
+                           + (L * 3 + 3);                                       // decoder
+  EXPECT_EQ(count_parameters(*build_model(c, {5, 3, 17, 23})), expected);
+}
+
+// ---- block structure ----
+
+TEST(Blocks, NamesInForwardOrder) {
+  const ModelShape s = storm_shape();
+  EXPECT_EQ(build_model(named("unet"), s)->block_names(),
+            (std::vector<std::string>{"encoder0", "encoder1", "encoder2", "decoder1", "decoder0", "head"}));
+  EXPECT_EQ(build_model(named("vit"), s)->block_names(),
+            (std::vector<std::string>{"embed", "block0", "block1", "block2", "block3", "head"}));
+  EXPECT_EQ(build_model(named("gnn"), s)->block_names(),
+            (std::vector<std::string>{"encoder", "processor0", "processor1", "processor2", "processor3", "decoder"}));
+}
+
+TEST(Blocks, EncoderParametersShareAFreezablePrefix) {
+  // train.freeze = ["encoder*"] (fnmatch) must take the U-Net's contracting path and nothing else.
+  for (const auto& item : build_model(named("unet"), storm_shape())->named_parameters()) {
+    const bool encoder = item.key().rfind("encoder", 0) == 0;
+    const bool decoder_or_head = item.key().rfind("decoder", 0) == 0 || item.key().rfind("head", 0) == 0;
+    EXPECT_TRUE(encoder != decoder_or_head) << item.key();
+  }
+}
+
+// ---- the grid graph ----
+
+TEST(GridGraph, RadiusOneLinksTheEightNeighboursWithoutWraparound) {
+  const GridGraph g = build_grid_graph(3, 4, 1);
+  // Interior nodes have 8 senders, edge nodes 5, corners 3: sum over offsets of (3-|di|)(4-|dj|).
+  const int64_t expected = 2 * (3 * 3) + 2 * (2 * 4) + 4 * (2 * 3);
+  ASSERT_EQ(g.senders.size(0), expected);
+  const torch::Tensor in_degree = torch::bincount(g.receivers, {}, 12);
+  EXPECT_EQ(in_degree[0].item<int64_t>(), 3);  // corner
+  EXPECT_EQ(in_degree[1].item<int64_t>(), 5);  // top edge
+  EXPECT_EQ(in_degree[5].item<int64_t>(), 8);  // interior (1, 1)
+  // Sorted by receiver; features are the sender's offset and its length.
+  EXPECT_TRUE((g.receivers.slice(0, 1) >= g.receivers.slice(0, 0, -1)).all().item<bool>());
+  const auto s = g.senders, r = g.receivers;
+  const torch::Tensor dlat = (s.div(4, "floor") - r.div(4, "floor")).to(torch::kFloat);
+  const torch::Tensor dlon = (s.remainder(4) - r.remainder(4)).to(torch::kFloat);
+  EXPECT_TRUE(torch::equal(g.edge_features.select(1, 0), dlat));
+  EXPECT_TRUE(torch::equal(g.edge_features.select(1, 1), dlon));
+  EXPECT_TRUE(torch::allclose(g.edge_features.select(1, 2), torch::sqrt(dlat * dlat + dlon * dlon)));
+  EXPECT_LE(dlon.abs().max().item<float>(), 1.0f);  // no wraparound across the lon edges
+}
+
+TEST(GridGraph, RadiusTwoOnTheStormGrid) {
+  const GridGraph g = build_grid_graph(33, 36, 2);
+  int64_t expected = 0;
+  for (int64_t di = -2; di <= 2; ++di)
+    for (int64_t dj = -2; dj <= 2; ++dj)
+      if (di || dj) expected += (33 - std::abs(di)) * (36 - std::abs(dj));
+  EXPECT_EQ(g.senders.size(0), expected);
+  EXPECT_LE(g.edge_features.abs().max().item<float>(), std::sqrt(2.0f) + 1e-6f);  // offsets / radius
+}
+
+TEST(GraphNet, GraphIndicesAreBuffers) {
+  WeatherModel model = build_model(named("gnn"), storm_shape());
+  const auto buffers = model->named_buffers();
+  ASSERT_TRUE(buffers.contains("senders"));
+  ASSERT_TRUE(buffers.contains("receivers"));
+  EXPECT_EQ(buffers["senders"].scalar_type(), torch::kLong);
+  const torch::Tensor senders = buffers["senders"].clone(), receivers = buffers["receivers"].clone();
+  // Moving to bf16 (train.precision = "bf16") keeps the indices integral and exact.
+  model->to(torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(model->named_buffers()["senders"], senders));
+  EXPECT_TRUE(torch::equal(model->named_buffers()["receivers"], receivers));
+  EXPECT_EQ(model->named_buffers()["edge_features"].scalar_type(), torch::kBFloat16);
+  model->to(torch::Device(torch::kCPU), torch::kFloat);
+  EXPECT_TRUE(torch::equal(model->named_buffers()["senders"], senders));
+  EXPECT_EQ(model->named_parameters()[0].value().scalar_type(), torch::kFloat);
+  model->to(torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(model->forward(torch::randn({1, 12, 33, 36}, torch::kBFloat16)).scalar_type(), torch::kBFloat16);
+}
+
+// ---- configuration errors ----
+
+TEST(BuildModel, UnknownNameListsTheZoo) {
+  try {
+    build_model(named("bad"), storm_shape());
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("bad"), std::string::npos) << what;
+    for (const char* name : {"unet", "vit", "gnn"}) EXPECT_NE(what.find(name), std::string::npos) << what;
+  }
+}
+
+TEST(BuildModel, InconsistentSettingsAreConfigErrors) {
+  ModelConfig unet = named("unet");
+  unet.channels = {32, 60};  // 8 groups do not divide 60
+  EXPECT_THROW(build_model(unet, storm_shape()), ConfigError);
+  ModelConfig vit = named("vit");
+  vit.heads = 5;  // does not divide 128
+  EXPECT_THROW(build_model(vit, storm_shape()), ConfigError);
+  ModelConfig gnn = named("gnn");
+  gnn.neighbourhood = 0;
+  EXPECT_THROW(build_model(gnn, storm_shape()), ConfigError);
+}
+
+TEST(BuildModel, DefaultParameterCounts) {
+  // Reported in the docs; printed so a change in the architectures is visible in the test log.
+  for (const char* name : {"unet", "vit", "gnn"}) {
+    WeatherModel m = build_model(named(name), storm_shape());
+    std::cout << "[ " << name << " ] default config, 12 -> 6 channels on 33 x 36: " << count_parameters(*m)
+              << " parameters\n";
+    EXPECT_GT(count_parameters(*m), 0);
+  }
+}
+
+}  // namespace
+}  // namespace wxtrain::models
