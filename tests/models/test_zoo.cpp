@@ -117,6 +117,52 @@ TEST_P(ZooTest, CheckpointingGivesTheSameGradients) {
   }
 }
 
+TEST_P(ZooTest, CheckpointingWithAFrozenFirstBlock) {
+  // Fine-tuning: the first block frozen (train.freeze), the input needing no gradient either, so
+  // the first checkpointed block has nothing to differentiate.
+  const ModelShape shape{5, 3, 17, 23};
+  WeatherModel model = build_seeded(small(GetParam()), shape, 7);
+  const std::string frozen = model->block_names().front();
+  for (auto& item : model->named_parameters())
+    if (item.key().rfind(frozen + ".", 0) == 0) item.value().requires_grad_(false);
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({2, 5, 17, 23});
+  auto gradients = [&](bool checkpointing) {
+    model->set_checkpointing(checkpointing);
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    model->forward(x).square().sum().backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& p : model->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+    return g;
+  };
+  const auto plain = gradients(false);
+  const auto recomputed = gradients(true);
+  const auto params = model->named_parameters();
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const auto& name = params[i].key();
+    if (!params[i].value().requires_grad()) {
+      EXPECT_FALSE(recomputed[i].defined()) << name;
+      continue;
+    }
+    ASSERT_TRUE(recomputed[i].defined()) << name;
+    EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-5, 1e-5)) << name;
+  }
+}
+
+TEST_P(ZooTest, PureBf16ForwardAndBackward) {
+  // train.precision = "bf16": the whole model converted, no autocast.
+  WeatherModel model = build_seeded(small(GetParam()), storm_shape());
+  model->to(torch::kBFloat16);
+  torch::Tensor y = model->forward(torch::randn({2, 12, 33, 36}).to(torch::kBFloat16));
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  ASSERT_TRUE(torch::isfinite(y).all().item<bool>());
+  y.to(torch::kFloat).square().mean().backward();
+  for (const auto& item : model->named_parameters()) {
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_EQ(item.value().grad().scalar_type(), torch::kBFloat16) << item.key();
+  }
+}
+
 TEST_P(ZooTest, CheckpointingReducesActivationMemoryAtBatch8) {
   ASSERT_TRUE(kMeterInstalled);
   MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
@@ -188,6 +234,19 @@ TEST(UNet, ParameterCountMatchesTheArchitecture) {
                            + conv_block(24 + 16, 16) + conv_block(16 + 8, 8)         // decoder1, decoder0
                            + 8 * 3 + 3;                                              // 1x1 head
   EXPECT_EQ(count_parameters(*build_model(c, s)), expected);
+}
+
+TEST(UNet, OneLevelAndFourLevels) {
+  ModelConfig c = small("unet");
+  torch::NoGradGuard no_grad;
+  for (const std::vector<int64_t>& channels : {std::vector<int64_t>{8}, std::vector<int64_t>{8, 8, 16, 16}}) {
+    c.channels = channels;
+    auto model = std::dynamic_pointer_cast<UNetImpl>(build_model(c, {5, 3, 17, 23}));
+    ASSERT_TRUE(model);
+    EXPECT_EQ(model->grid_multiple(), int64_t{1} << (channels.size() - 1));
+    EXPECT_EQ(model->block_names().size(), 2 * channels.size());  // encoders, decoders, head
+    EXPECT_EQ(model->forward(torch::randn({1, 5, 17, 23})).sizes(), (std::vector<int64_t>{1, 3, 17, 23}));
+  }
 }
 
 TEST(ViT, ParameterCountMatchesTheArchitecture) {
