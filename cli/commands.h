@@ -16,6 +16,8 @@ using Action = std::function<int()>;
 
 Action add_info_command(CLI::App& app);
 Action add_estimate_command(CLI::App& app);
+Action add_train_command(CLI::App& app);
+Action add_forecast_command(CLI::App& app);
 Action add_tune_batch_command(CLI::App& app);
 Action add_profile_command(CLI::App& app);
 
@@ -29,5 +31,8 @@ void add_run_options(CLI::App& cmd, RunOptions& options);
 // Loads the run file with overrides and completes the data shape (grid read from the data files'
 // headers when [data] has sources).
 RunConfig load_run(const RunOptions& options);
+
+// train.batch_size = "auto": tunes the micro-batch on this run's device (all ranks agree).
+int64_t resolve_auto_batch(const RunConfig& config);
 
 }  // namespace wxtrain::cli

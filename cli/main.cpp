@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
+#include "distributed/world.h"
 
 int main(int argc, char** argv) {
   // Count every CPU tensor from the start, so estimate, tune-batch and profile see all of them.
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   };
   add(wxtrain::cli::add_info_command, "info");
   add(wxtrain::cli::add_estimate_command, "estimate");
+  add(wxtrain::cli::add_train_command, "train");
+  add(wxtrain::cli::add_forecast_command, "forecast");
   add(wxtrain::cli::add_tune_batch_command, "tune-batch");
   add(wxtrain::cli::add_profile_command, "profile");
 
@@ -32,9 +35,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Under mpirun every rank runs the same command; an error on any rank ends the whole job with its
+  // message (run_or_abort) instead of leaving the others blocked in a collective.
+  wxtrain::distributed::init_world();
   try {
     for (auto& [cmd, action] : actions)
-      if (cmd->parsed()) return action();
+      if (cmd->parsed()) {
+        const int code = wxtrain::distributed::run_or_abort(action);
+        wxtrain::distributed::finalize_world();
+        return code;
+      }
   } catch (const wxtrain::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

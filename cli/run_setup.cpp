@@ -1,7 +1,11 @@
-#include "cli/commands.h"
+#include <iostream>
 
+#include "autotune/batch_search.h"
+#include "cli/commands.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "distributed/world.h"
 
 namespace wxtrain::cli {
 
@@ -20,6 +24,15 @@ RunConfig load_run(const RunOptions& options) {
     config.data.lon = dataset.num_lon();
   }
   return config;
+}
+
+int64_t resolve_auto_batch(const RunConfig& config) {
+  const auto& world = distributed::current_world();
+  const int64_t batch = autotune::tune_batch(config, resolve_device(config.train.device, world.local_rank));
+  if (world.rank == 0)
+    std::cerr << "train.batch_size = \"auto\": tuned micro-batch " << batch << " (margin "
+              << static_cast<int>(config.memory.margin * 100) << "%)\n";
+  return batch;
 }
 
 }  // namespace wxtrain::cli

@@ -35,7 +35,8 @@ AutocastState autocast_for(Precision precision, const torch::Device& device) {
 
 std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, const models::ModelShape& shape,
                                                      std::shared_ptr<distributed::Communicator> comm,
-                                                     torch::Device device, const std::vector<double>& latitudes) {
+                                                     torch::Device device, const std::vector<double>& latitudes,
+                                                     const ModelInit& init) {
   const TrainConfig& t = config.train;
   if (t.precision == Precision::kFp16Mixed && !device.is_cuda())
     throw ConfigError(config.path + ": train.precision = \"fp16-mixed\" needs a CUDA device (CPU autocast "
@@ -47,6 +48,7 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   torch::manual_seed(t.seed);
   state->model = models::build_model(config.model, shape);
   state->model->set_checkpointing(t.checkpointing);
+  if (init) init(*state->model);
   state->model->to(device, t.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32);
 
   distributed::ParamGroup trainable, slowed;

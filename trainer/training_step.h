@@ -47,12 +47,17 @@ struct TrainingState {
   std::vector<std::string> frozen;  // names of parameters frozen by train.freeze
 };
 
-// Builds the model (seeded by train.seed), moves it to the device and precision, freezes the
-// train.freeze patterns, and creates the parameter groups and the DataParallel updater.
-// `latitudes` in degrees (one per grid row); empty means uniform weights.
+// Sets the weights of a freshly built model (fine-tuning's init_from, or a resumed checkpoint)
+// before the optimizer takes its fp32 copies.
+using ModelInit = std::function<void(models::WeatherModelImpl&)>;
+
+// Builds the model (seeded by train.seed), applies `init`, moves it to the device and precision,
+// freezes the train.freeze patterns, and creates the parameter groups and the DataParallel
+// updater. `latitudes` in degrees (one per grid row); empty means uniform weights.
 std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, const models::ModelShape& shape,
                                                      std::shared_ptr<distributed::Communicator> comm,
-                                                     torch::Device device, const std::vector<double>& latitudes = {});
+                                                     torch::Device device, const std::vector<double>& latitudes = {},
+                                                     const ModelInit& init = {});
 
 // Latitude-weighted MSE of prediction [B, V, lat, lon] against target (same shape), with an
 // optional validity mask; computed in fp32.

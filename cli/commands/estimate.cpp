@@ -135,17 +135,17 @@ int run_estimate(const EstimateArgs& args) {
               << (config.train.checkpointing ? "on" : "off") << ", micro-batch " << batch << " x accumulation "
               << config.train.accumulation << ", rollout " << config.data.rollout_steps << ", ZeRO-"
               << config.distributed.zero_stage << " over " << options.world_size << " rank(s)\n"
-              << "method     " << (args.analytic ? "analytic formulas" : "traced on the CPU (counting allocator)")
+              << "method     " << (args.analytic ? "analytic formulas" : "training step traced on the CPU (counting allocator)")
               << ", " << std::fixed;
     std::printf("%.2f s\n\n", seconds);
     std::cout.flush();
-    Table t({"memory per rank", "CPU GiB", "GPU GiB"}, {false, true, true});
-    t.add({"parameters", gib(cpu.params), gib(gpu.params)});
-    t.add({"gradients", gib(cpu.grads), gib(gpu.grads)});
-    t.add({"optimizer state", gib(cpu.optimizer), gib(gpu.optimizer)});
-    t.add({"activations", gib(cpu.activations), gib(gpu.activations)});
-    t.add({"GPU overhead", "-", gib(gpu.overhead)});
-    t.add({"total", gib(cpu.total()), gib(gpu.total())});
+    Table t({"memory per rank", "CPU (traced)", "GPU (with overhead)"}, {false, true, true});
+    t.add({"parameters", format_bytes(cpu.params), format_bytes(gpu.params)});
+    t.add({"gradients", format_bytes(cpu.grads), format_bytes(gpu.grads)});
+    t.add({"optimizer state", format_bytes(cpu.optimizer), format_bytes(gpu.optimizer)});
+    t.add({"activations", format_bytes(cpu.activations), format_bytes(gpu.activations)});
+    t.add({"GPU overhead", "-", format_bytes(gpu.overhead)});
+    t.add({"total", format_bytes(cpu.total()), format_bytes(gpu.total())});
     std::cout << t.str() << "\n";
     Table g({"GPU", "memory GiB", "at batch " + std::to_string(batch), "fits", "max batch"},
             {false, true, true, false, true});

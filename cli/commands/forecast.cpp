@@ -1,0 +1,83 @@
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/autocast.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/forecast_writer.h"
+#include "data/normalization.h"
+#include "data/samples.h"
+#include "trainer/checkpoint_io.h"
+#include "trainer/training_step.h"
+
+namespace wxtrain::cli {
+
+namespace {
+
+struct ForecastArgs {
+  std::string checkpoint;
+  std::string output;
+  int64_t steps = 4;
+  int64_t start = -1;
+  std::string precision = "fp32";
+};
+
+int run_forecast(const ForecastArgs& args) {
+  trainer::Checkpoint ckpt = trainer::load_checkpoint(args.checkpoint);
+  RunConfig config = parse_config(ckpt.config_text, args.checkpoint + " (embedded run file)", ckpt.overrides);
+  if (args.steps <= 0) throw ConfigError("--steps " + std::to_string(args.steps) + ": expected a positive number of steps");
+  if (args.precision != "fp32" && args.precision != "bf16" && args.precision != "fp16")
+    throw ConfigError("--precision " + args.precision + ": expected fp32, bf16 or fp16");
+  auto dataset = std::make_shared<data::Dataset>(config.data);
+  const int64_t history = config.data.history;
+  const int64_t start = args.start >= 0 ? args.start : dataset->num_times() - 1;
+  if (start < history - 1 || start >= dataset->num_times())
+    throw ConfigError("--start " + std::to_string(start) + ": expected a time index from " + std::to_string(history - 1) +
+                      " to " + std::to_string(dataset->num_times() - 1) + " (the model needs " +
+                      std::to_string(history) + " states up to it)");
+  config.data.lat = dataset->num_lat();
+  config.data.lon = dataset->num_lon();
+  data::Normalization norm = data::Normalization::from_map(ckpt.normalization);
+
+  torch::NoGradGuard no_grad;
+  auto model = models::build_model(config.model, models::model_shape(config));
+  trainer::load_weights(*model, ckpt.model, /*strict=*/true, args.checkpoint);
+  model->eval();
+  if (args.precision == "fp16" && !torch::cuda::is_available())
+    throw ConfigError("--precision fp16 needs a CUDA device; use bf16 on the CPU");
+
+  std::vector<torch::Tensor> window;
+  for (int64_t t = start - history + 1; t <= start; ++t)
+    window.push_back(torch::nan_to_num(norm.normalize(dataset->state(t)), 0.0));
+  torch::Tensor input = torch::cat(window, 0).unsqueeze(0);
+  torch::Tensor states;
+  {
+    AutocastGuard guard(torch::kCPU, torch::kBFloat16, args.precision == "bf16");
+    states = trainer::rollout(*model, input, args.steps, norm.num_variables()).to(torch::kFloat32);
+  }
+  torch::Tensor physical = norm.denormalize(states.squeeze(0));  // [steps, V, lat, lon]
+
+  const auto& times = dataset->times();
+  const double dt = times.size() > 1 ? times[1] - times[0] : 1.0;
+  std::vector<double> out_times;
+  for (int64_t k = 1; k <= args.steps; ++k) out_times.push_back(times[start] + dt * static_cast<double>(k));
+  data::write_forecast(args.output, physical, data::ForecastCoordinates::like(*dataset, out_times, dataset->time_units()));
+  std::cout << "forecast: " << args.steps << " steps of " << norm.num_variables() << " variables from time index "
+            << start << " written to " << args.output << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Action add_forecast_command(CLI::App& app) {
+  auto args = std::make_shared<ForecastArgs>();
+  auto* cmd = app.add_subcommand("forecast", "roll a trained checkpoint forward and write the forecast as NetCDF");
+  cmd->add_option("--checkpoint", args->checkpoint, "checkpoint written by wxtrain train")->required();
+  cmd->add_option("-o,--output", args->output, "NetCDF file to write")->required();
+  cmd->add_option("--steps", args->steps, "forecast steps (default 4)");
+  cmd->add_option("--start", args->start, "time index of the newest initial state (default: the last)");
+  cmd->add_option("--precision", args->precision, "fp32 (default), bf16 (autocast) or fp16 (CUDA)");
+  return [args]() { return run_forecast(*args); };
+}
+
+}  // namespace wxtrain::cli

@@ -1,0 +1,47 @@
+#pragma once
+// Training checkpoints: everything a run needs to continue exactly (model, optimizer, loss scaler,
+// step, data position, RNG, normalisation, the run file), written atomically — a temporary file,
+// fsync, then rename — so a job killed mid-write leaves the previous checkpoint intact.
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "data/loader.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::trainer {
+
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+struct Checkpoint {
+  int64_t step = 0;                // optimizer steps completed
+  data::LoaderState loader;        // the next batch to read
+  TensorMap model;                 // parameters and buffers by name
+  TensorMap optimizer;             // consolidated (any world size / ZeRO stage)
+  TensorMap scaler;
+  TensorMap normalization;
+  torch::Tensor rng_state;         // CPU generator
+  std::string config_text;         // the run file this model was trained with
+  std::vector<std::string> overrides;  // and the --set values applied to it
+  std::string model_name;
+  int64_t world_size = 1;          // ranks that wrote it (for messages)
+};
+
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// Throws wxtrain::Error naming the path when the file is missing, truncated or not a checkpoint.
+Checkpoint load_checkpoint(const std::string& path);
+
+TensorMap model_weights(const models::WeatherModelImpl& model);
+
+struct WeightLoadReport {
+  std::vector<std::string> loaded, missing, unexpected;
+};
+// Copies `weights` into the model. Strict: any missing or unexpected name, or a shape mismatch, is
+// an error listing them. Non-strict: loads what matches and reports the rest (shape mismatches are
+// always errors: silently skipping them would train a different model than the user thinks).
+WeightLoadReport load_weights(models::WeatherModelImpl& model, const TensorMap& weights, bool strict,
+                              const std::string& source);
+
+}  // namespace wxtrain::trainer

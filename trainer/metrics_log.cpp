@@ -1,0 +1,50 @@
+#include "trainer/metrics_log.h"
+
+#include <unistd.h>
+
+#include <iostream>
+
+#include "core/error.h"
+
+namespace wxtrain::trainer {
+
+MetricsCsv::MetricsCsv(const std::string& path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::trunc) {
+  if (!out_) throw Error(path + ": cannot open the metrics file for writing");
+  if (!append || out_.tellp() == 0)
+    out_ << "step,epoch,loss,lr,grad_norm,loss_scale,samples_per_s,allocated_GB,reserved_GB,peak_GB,applied\n";
+}
+
+void MetricsCsv::write(const StepMetrics& m) {
+  char line[512];
+  std::snprintf(line, sizeof line, "%ld,%ld,%.8g,%.6g,%.6g,%.6g,%.4g,%.6f,%.6f,%.6f,%d\n",
+                static_cast<long>(m.step), static_cast<long>(m.epoch), m.loss, m.lr, m.grad_norm,
+                m.loss_scale, m.samples_per_s, m.allocated_gb, m.reserved_gb, m.peak_gb, m.applied ? 1 : 0);
+  out_ << line;
+  out_.flush();
+}
+
+ProgressLine::ProgressLine(int64_t first_step, int64_t total_steps)
+    : first_(first_step), total_(total_steps), tty_(isatty(STDERR_FILENO)), start_(std::chrono::steady_clock::now()) {}
+
+void ProgressLine::update(const StepMetrics& m, int64_t every) {
+  const int64_t done = m.step - first_;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - m.step) : 0.0;
+  if (!tty_ && m.step % every != 0 && m.step != total_) return;
+  const int width = 24;
+  const int filled = total_ > 0 ? static_cast<int>(width * m.step / total_) : width;
+  char line[400];
+  std::snprintf(line, sizeof line, "[%s%s] step %ld/%ld  loss %.4g  %.1f samples/s  ETA %02d:%02d  mem %.2f GB%s",
+                std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                static_cast<long>(m.step), static_cast<long>(total_), m.loss, m.samples_per_s,
+                static_cast<int>(eta) / 60, static_cast<int>(eta) % 60, m.peak_gb, m.applied ? "" : "  (skipped: inf/NaN grads)");
+  if (tty_) std::cerr << "\r" << line << "\033[K" << std::flush;
+  else std::cerr << line << "\n";
+}
+
+void ProgressLine::finish() {
+  if (tty_) std::cerr << "\n";
+}
+
+}  // namespace wxtrain::trainer

@@ -1,0 +1,48 @@
+#pragma once
+// `wxtrain train`: the training loop around TrainingStep — data, schedule, validation against
+// persistence, metrics, checkpoints, resume, fine-tuning and graceful stops. One code path for one
+// process and for every rank under mpirun.
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "distributed/world.h"
+
+namespace wxtrain::trainer {
+
+struct TrainOptions {
+  bool resume = false;     // continue from <out_dir>/checkpoint.pt
+  bool quiet = false;      // no progress line (tests)
+  int64_t stop_after = 0;  // stop (as on SIGTERM) after this many steps of this invocation (0 = off)
+};
+
+// Latitude-weighted RMSE per variable in the data's units, of the model and of persistence (the
+// newest input state held constant), over the validation split at the first lead time.
+struct Validation {
+  int64_t step = 0;
+  std::vector<std::string> names;
+  std::vector<double> model_rmse, persistence_rmse;
+  double mean_skill() const;  // mean over variables of 1 - model/persistence
+};
+
+struct TrainSummary {
+  int64_t first_step = 0, last_step = 0;
+  bool stopped_early = false;    // SIGINT/SIGTERM (or stop_after): saved and stopped
+  double last_loss = 0;
+  double samples_per_s = 0;      // whole-run average on this rank
+  std::vector<Validation> validations;
+  std::string checkpoint;
+};
+
+std::string checkpoint_path(const RunConfig& config);  // <out_dir>/checkpoint.pt
+
+// The run file as the user wrote it and the --set values applied to it; checkpoints keep both so
+// forecast rebuilds the same model.
+struct RunSource {
+  std::string text;
+  std::vector<std::string> overrides;
+};
+
+TrainSummary train(const RunConfig& config, const RunSource& source, const TrainOptions& options);
+
+}  // namespace wxtrain::trainer
