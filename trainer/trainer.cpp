@@ -42,7 +42,7 @@ struct Run {
   distributed::World world;
   torch::Device device{torch::kCPU};
   std::shared_ptr<data::Dataset> dataset;
-  data::TimeSplit split{1, 0.0, {}};
+  std::optional<data::TimeSplit> split;
   data::Normalization normalization;
   std::unique_ptr<TrainingState> state;
   std::unique_ptr<data::Loader> loader;
@@ -51,7 +51,7 @@ struct Run {
 
 Validation validate(Run& run, int64_t step) {
   const RunConfig& c = run.config;
-  const auto window = run.split.window();
+  const auto window = run.split->window();
   data::LoaderOptions opts = data::LoaderOptions::from_config(c.data, c.train.batch_size, c.train.seed);
   opts.shuffle = false;
   opts.drop_last = false;
@@ -59,7 +59,7 @@ Validation validate(Run& run, int64_t step) {
   opts.rank = run.world.rank;
   opts.world_size = run.world.size;
   opts.device = run.device;
-  data::Loader loader(run.dataset, run.normalization, run.split.sample_times(data::Split::kValidation), opts);
+  data::Loader loader(run.dataset, run.normalization, run.split->sample_times(data::Split::kValidation), opts);
   const int64_t V = run.normalization.num_variables();
   torch::Tensor sums = torch::zeros({3, V}, torch::kFloat64);  // model sq err, persistence sq err, weight
   auto& model = *run.state->model;
@@ -159,7 +159,7 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
 
   run.dataset = std::make_shared<data::Dataset>(config.data);
   const data::SampleWindow window{config.data.history, config.data.rollout_steps};
-  run.split = data::TimeSplit(run.dataset->num_times(), config.data.val_fraction, window);
+  run.split.emplace(run.dataset->num_times(), config.data.val_fraction, window);
 
   std::optional<Checkpoint> resume_from, init_from;
   const std::string ckpt_path = checkpoint_path(config);
@@ -178,8 +178,8 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
       throw ConfigError(config.path + ": the checkpoint was trained on variables that differ from [data]'s "
                         "(names and order must match)");
   } else {
-    run.normalization = data::Normalization::compute(*run.dataset, run.split.begin(data::Split::kTrain),
-                                                     run.split.end(data::Split::kTrain));
+    run.normalization = data::Normalization::compute(*run.dataset, run.split->begin(data::Split::kTrain),
+                                                     run.split->end(data::Split::kTrain));
   }
 
   models::ModelShape shape = models::model_shape(config);
@@ -217,7 +217,7 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   lo.world_size = run.world.size;
   lo.device = run.device;
   run.loader = std::make_unique<data::Loader>(run.dataset, run.normalization,
-                                              run.split.sample_times(data::Split::kTrain), lo);
+                                              run.split->sample_times(data::Split::kTrain), lo);
   if (run.loader->batches_per_epoch() == 0)
     throw ConfigError(config.path + ": the training split has " + std::to_string(run.loader->num_samples()) +
                       " samples on this rank, fewer than train.batch_size = " + std::to_string(t.batch_size));
@@ -258,7 +258,7 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   };
   auto next_batch = [&]() -> data::Batch {
     if (auto b = run.loader->next()) return std::move(*b);
-    if (t.val_every == 0 && run.split.sample_times(data::Split::kValidation).size() > 0) validate_now();
+    if (t.val_every == 0 && run.split->sample_times(data::Split::kValidation).size() > 0) validate_now();
     if (auto b = run.loader->next()) return std::move(*b);
     throw Error("the data loader produced no batch for a new epoch");
   };
