@@ -66,12 +66,12 @@ int main(int argc, char** argv) {
     for (int64_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
       const int64_t n = bytes / 4;
       auto tensor = torch::ones({n}, torch::kFloat);
-      std::vector<float> raw(static_cast<size_t>(n), 1.0f);
+      auto raw = torch::ones({n}, torch::kFloat);  // same allocator and alignment as the Communicator's
       const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / bytes, 3, 2000));
-      const double t_comm = time_collective([&] { comm->allreduce(tensor); }, iters, 5, MPI_COMM_WORLD);
       const double t_raw = time_collective(
-          [&] { MPI_Allreduce(MPI_IN_PLACE, raw.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
+          [&] { MPI_Allreduce(MPI_IN_PLACE, raw.data_ptr(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
           iters, 5, MPI_COMM_WORLD);
+      const double t_comm = time_collective([&] { comm->allreduce(tensor); }, iters, 5, MPI_COMM_WORLD);
       if (world.rank == 0) {
         std::printf("%10s %14.1f %14.3f %14.1f %14.3f %8.2f\n", human(bytes).c_str(), t_comm * 1e6,
                     factor * bytes / t_comm / 1e9, t_raw * 1e6, factor * bytes / t_raw / 1e9, t_raw / t_comm);

@@ -165,9 +165,12 @@ void DataParallel::on_gradient_ready(int slot) {
   const Slot& s = slots_[slot];
   FlatGroup& g = groups_[s.group];
   if (slot_seen_[slot]) {
+    // A second accumulation (a parameter shared by two checkpointed blocks) is harmless until its
+    // bucket has been sent; after that the sent sum would miss it.
+    if (!buckets_[s.bucket].issued) return;
     throw Error("parameter '" + g.spec.names[s.index] +
-                "' received a second gradient in one synchronised backward; run backward once per "
-                "prepare_backward(true)");
+                "' received another gradient after its bucket was all-reduced; run backward once per "
+                "prepare_backward(true), and do not share parameters between checkpointed blocks");
   }
   slot_seen_[slot] = true;
   if (stage_ < 2) adopt_gradient(g.spec.params[s.index], grad_view(g, s.index));

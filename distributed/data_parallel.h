@@ -79,7 +79,7 @@ class DataParallel {
 
   // Collective. Full-size, unpadded fp32 state: "step" (int64 scalar) and "group<i>.<name>" for
   // each state name (exp_avg, exp_avg_sq | momentum_buffer) plus "group<i>.master_weights" for
-  // bf16/fp16 groups. Identical on every rank, independent of world size and zero stage.
+  // bf16/fp16 groups; CPU tensors. Identical on every rank, independent of world size and zero stage.
   std::map<std::string, torch::Tensor> optimizer_state();
   // Accepts what optimizer_state() returned in any world size and stage; throws Error naming the
   // key when a tensor is missing or has the wrong size.

@@ -24,19 +24,18 @@ class TwoRanks : public ::testing::Test {
   }
   // Every rank starts from a different initialisation; broadcast_parameters() must fix that.
   torch::nn::Sequential trained(int stage, int micro, int steps, std::unique_ptr<DataParallel>* keep = nullptr,
-                                torch::nn::Sequential* keep_model = nullptr) {
+                                torch::nn::Sequential* keep_model = nullptr, const OptimizerOptions& o = {}) {
     auto model = make_model(100 + rank);
-    auto dp = std::make_unique<DataParallel>(comm, make_groups(model, kDecay, kBiasScale), OptimizerOptions{}, stage,
-                                             kTinyBuckets);
+    auto dp = std::make_unique<DataParallel>(comm, make_groups(model, kDecay, kBiasScale), o, stage, kTinyBuckets);
     dp->broadcast_parameters();
     for (int step = 0; step < steps; ++step) EXPECT_TRUE(dp_step(model, *dp, step, kBatch, rank, 2, micro, kMaxNorm, kLr));
     if (keep) *keep = std::move(dp);
     if (keep_model) *keep_model = model;
     return model;
   }
-  torch::nn::Sequential reference(int steps) {
+  torch::nn::Sequential reference(int steps, const OptimizerOptions& o = {}) {
     auto model = make_model(100);
-    auto opt = make_reference(model, OptimizerOptions{}, kLr, kDecay, kBiasScale);
+    auto opt = make_reference(model, o, kLr, kDecay, kBiasScale);
     for (int step = 0; step < steps; ++step) reference_step(model, *opt, step, kBatch, kMaxNorm);
     return model;
   }
@@ -50,20 +49,27 @@ class TwoRanks : public ::testing::Test {
   int rank = 0;
 };
 
+// AdamW is what the brief asks for; SGD with momentum is there because Adam is blind to a constant
+// factor in the gradient, so only SGD would notice a wrong average.
 TEST_F(TwoRanks, EveryStageMatchesOneProcessWithTheWholeBatch) {
-  const torch::Tensor expected = flat_params(reference(10));
-  torch::Tensor ddp;
-  for (int stage : {0, 1, 2}) {
-    for (int micro : {1, 2}) {
-      SCOPED_TRACE("zero_stage " + std::to_string(stage) + ", micro-steps " + std::to_string(micro));
-      const torch::Tensor got = flat_params(trained(stage, micro, 10));
-      EXPECT_LT(max_abs_diff(got, expected), 1e-5);
-      expect_same_on_all_ranks(got);
-      if (stage == 0 && micro == 1) ddp = got;
-      EXPECT_LT(max_abs_diff(got, ddp), 1e-6) << "differs from DDP";
+  OptimizerOptions sgd;
+  sgd.kind = "sgd";
+  sgd.momentum = 0.9;
+  for (const OptimizerOptions& o : {OptimizerOptions{}, sgd}) {
+    const torch::Tensor expected = flat_params(reference(10, o));
+    torch::Tensor ddp;
+    for (int stage : {0, 1, 2}) {
+      for (int micro : {1, 2}) {
+        SCOPED_TRACE(o.kind + ", zero_stage " + std::to_string(stage) + ", micro-steps " + std::to_string(micro));
+        const torch::Tensor got = flat_params(trained(stage, micro, 10, nullptr, nullptr, o));
+        EXPECT_LT(max_abs_diff(got, expected), 1e-5);
+        expect_same_on_all_ranks(got);
+        if (stage == 0 && micro == 1) ddp = got;
+        EXPECT_LT(max_abs_diff(got, ddp), 1e-6) << "differs from DDP";
+      }
     }
+    EXPECT_GT(max_abs_diff(expected, flat_params(make_model(100))), 1e-2);  // the run did move
   }
-  EXPECT_GT(max_abs_diff(expected, flat_params(make_model(100))), 1e-2);  // the run did move
 }
 
 TEST_F(TwoRanks, BucketsAreReducedDuringBackward) {
