@@ -73,7 +73,7 @@ Validation validate(Run& run, int64_t step) {
       {
         AutocastGuard guard(run.device.type(), c.train.precision == Precision::kFp16Mixed ? torch::kHalf : torch::kBFloat16,
                             autocast);
-        prediction = model.forward(batch->input.to(dtype)).to(torch::kFloat32);
+        prediction = rollout(model, batch->input.to(dtype), 1, V).select(1, 0);
       }
       const int64_t B = batch->input.size(0);
       torch::Tensor newest = batch->input.view({B, window.history, V, batch->input.size(2), batch->input.size(3)})

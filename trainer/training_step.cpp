@@ -114,7 +114,10 @@ torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor&
 torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, int64_t steps, int64_t variables) {
   std::vector<torch::Tensor> states;
   for (int64_t r = 0; r < steps; ++r) {
-    torch::Tensor next = model.forward(input);
+    // The model predicts the change from the newest state (as GraphCast does): persistence is the
+    // starting point and the network learns the tendency.
+    torch::Tensor newest = input.narrow(1, input.size(1) - variables, variables);
+    torch::Tensor next = newest.to(torch::kFloat32) + model.forward(input).to(torch::kFloat32);
     states.push_back(next);
     if (r + 1 < steps) input = torch::cat({input.narrow(1, variables, input.size(1) - variables), next.to(input.dtype())}, 1);
   }

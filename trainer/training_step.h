@@ -64,8 +64,9 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
 torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
                            const torch::Tensor& lat_weights, const torch::Tensor& mask = {});
 
-// Rolls the model forward `steps` times from input [B, V*history, lat, lon]; returns
-// [B, steps, V, lat, lon]. Each new state replaces the oldest in the input window.
+// Rolls the model forward `steps` times from input [B, V*history, lat, lon]; returns fp32
+// [B, steps, V, lat, lon]. Each step predicts newest state + model(window) (the model learns the
+// tendency) and the new state replaces the oldest in the input window.
 torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, int64_t steps, int64_t variables);
 
 class TrainingStep {

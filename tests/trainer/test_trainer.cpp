@@ -1,0 +1,173 @@
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "storm_run.h"
+#include "trainer/checkpoint_io.h"
+#include "trainer/stop_signal.h"
+#include "trainer/trainer.h"
+
+using namespace wxtrain;
+using namespace wxtrain::trainer;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/wxtrain_trainer_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+TrainSummary run(const std::string& dir, const std::string& extra = "", TrainOptions options = {},
+                 const std::vector<std::string>& overrides = {}) {
+  options.quiet = true;
+  const std::string text = testing_support::storm_run_text(dir, extra);
+  RunConfig config = parse_config(text, dir + "/run.toml", overrides);
+  config.data.lat = 33;
+  config.data.lon = 36;
+  return train(config, {text, overrides}, options);
+}
+
+TensorMap weights_at(const std::string& dir) { return load_checkpoint(dir + "/checkpoint.pt").model; }
+
+}  // namespace
+
+TEST(Trainer, ResumedRunEqualsUninterruptedRunBitForBit) {
+  const std::string straight = fresh_dir("straight"), split = fresh_dir("split");
+  TrainSummary a = run(straight);
+  EXPECT_EQ(a.last_step, 20);
+  TrainOptions first_half;
+  first_half.stop_after = 10;
+  TrainSummary b1 = run(split, "", first_half);
+  EXPECT_TRUE(b1.stopped_early);
+  EXPECT_EQ(b1.last_step, 10);
+  EXPECT_EQ(load_checkpoint(split + "/checkpoint.pt").step, 10);
+  TrainOptions resume;
+  resume.resume = true;
+  TrainSummary b2 = run(split, "", resume);
+  EXPECT_EQ(b2.first_step, 10);
+  EXPECT_EQ(b2.last_step, 20);
+  TensorMap wa = weights_at(straight), wb = weights_at(split);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) EXPECT_TRUE(torch::equal(t, wb.at(name))) << name << " differs after resume";
+  TensorMap oa = load_checkpoint(straight + "/checkpoint.pt").optimizer;
+  TensorMap ob = load_checkpoint(split + "/checkpoint.pt").optimizer;
+  for (const auto& [name, t] : oa) EXPECT_TRUE(torch::equal(t, ob.at(name))) << "optimizer " << name;
+  // metrics.csv continues across the resume: header + 20 rows.
+  std::ifstream csv(split + "/metrics.csv");
+  int lines = 0;
+  for (std::string l; std::getline(csv, l);) ++lines;
+  EXPECT_EQ(lines, 21);
+}
+
+TEST(Trainer, SigtermFinishesTheStepSavesAndStops) {
+  const std::string dir = fresh_dir("sigterm");
+  clear_stop();
+  std::thread killer([dir] {
+    // Wait for a few steps of real training, then deliver a real SIGTERM to this process.
+    for (int i = 0; i < 600; ++i) {
+      std::ifstream csv(dir + "/metrics.csv");
+      int lines = 0;
+      for (std::string l; std::getline(csv, l);) ++lines;
+      if (lines >= 4) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(getpid(), SIGTERM);
+  });
+  TrainSummary s = run(dir, "", {}, {"train.steps=2000"});
+  killer.join();
+  clear_stop();
+  EXPECT_TRUE(s.stopped_early);
+  EXPECT_LT(s.last_step, 2000);
+  Checkpoint c = load_checkpoint(dir + "/checkpoint.pt");
+  EXPECT_EQ(c.step, s.last_step);
+  EXPECT_FALSE(c.model.empty());
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint.pt.tmp"));
+}
+
+TEST(Trainer, ShortRunOnTheStormBeatsPersistence) {
+  const std::string dir = fresh_dir("skill");
+  TrainSummary s = run(dir, "", {}, {"train.steps=150", "train.warmup_steps=10"});
+  ASSERT_FALSE(s.validations.empty());
+  const Validation& v = s.validations.back();
+  ASSERT_EQ(v.names.size(), 6u);
+  double model = 0, persistence = 0;
+  for (size_t i = 0; i < v.names.size(); ++i) {
+    // Normalise by persistence so pressure (Pa) does not drown the winds (m/s).
+    model += v.model_rmse[i] / v.persistence_rmse[i];
+    persistence += 1.0;
+  }
+  EXPECT_LT(model, persistence) << "mean RMSE ratio to persistence: " << model / persistence;
+}
+
+TEST(Trainer, FineTuningLoadsWeightsAndFreezesTheEncoder) {
+  const std::string base = fresh_dir("base"), tuned = fresh_dir("tuned");
+  run(base, "", {}, {"train.steps=5"});
+  const std::string init = "init_from = \"" + base + "/checkpoint.pt\"\nfreeze = [\"encoder*\"]\n";
+  run(tuned, init, {}, {"train.steps=5"});
+  TensorMap before = weights_at(base), after = weights_at(tuned);
+  int frozen = 0, trained = 0;
+  for (const auto& [name, t] : before) {
+    if (name.rfind("encoder", 0) == 0) {
+      EXPECT_TRUE(torch::equal(t, after.at(name))) << name;
+      ++frozen;
+    } else if (!torch::equal(t, after.at(name))) {
+      ++trained;
+    }
+  }
+  EXPECT_GT(frozen, 0);
+  EXPECT_GT(trained, 0);
+}
+
+TEST(Trainer, StrictLoadingNamesWhatDoesNotMatch) {
+  const std::string base = fresh_dir("strict_base");
+  run(base, "", {}, {"train.steps=2"});
+  // A deeper U-Net: one more level than the checkpoint has.
+  const std::string model = "name = \"unet\"\nchannels = [16, 32, 64]\ngroups = 4\n";
+  const std::string text = testing_support::storm_run_text(fresh_dir("strict"), "init_from = \"" + base + "/checkpoint.pt\"\n", model);
+  RunConfig config = parse_config(text, "strict.toml", {"train.steps=1"});
+  config.data.lat = 33;
+  config.data.lon = 36;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  try {
+    train(config, {text, {}}, quiet);
+    FAIL() << "strict loading of a different architecture must fail";
+  } catch (const wxtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.pt"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, ResumeWithoutACheckpointSaysWhere) {
+  const std::string dir = fresh_dir("nothing");
+  TrainOptions resume;
+  resume.resume = true;
+  try {
+    run(dir, "", resume);
+    FAIL();
+  } catch (const wxtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/checkpoint.pt"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, TruncatedFileIsAClearError) {
+  const std::string dir = fresh_dir("truncated");
+  run(dir, "", {}, {"train.steps=1"});
+  const std::string path = dir + "/checkpoint.pt";
+  fs::resize_file(path, fs::file_size(path) / 2);
+  try {
+    load_checkpoint(path);
+    FAIL();
+  } catch (const wxtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,185 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "distributed/communicator.h"
+#include "storm_run.h"
+#include "trainer/loss_scaler.h"
+#include "trainer/training_step.h"
+
+using namespace wxtrain;
+using namespace wxtrain::trainer;
+
+namespace {
+
+std::unique_ptr<TrainingState> make_state(const RunConfig& config) {
+  auto comm = distributed::make_communicator(distributed::World{}, config.distributed, torch::kCPU);
+  return build_training_state(config, models::model_shape(config), comm, torch::kCPU);
+}
+
+std::vector<torch::Tensor> params_of(TrainingState& s) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : s.model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double max_abs_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, (a[i] - b[i]).abs().max().item<double>());
+  return m;
+}
+
+RunConfig small_config(const std::string& extra = "") {
+  return testing_support::storm_run(::testing::TempDir() + "/step", extra);
+}
+
+}  // namespace
+
+TEST(LossScaler, BacksOffOnInfAndGrowsAfterInterval) {
+  LossScaler s({true, 1024.0, 2.0, 0.5, 3});
+  EXPECT_DOUBLE_EQ(s.scale(), 1024.0);
+  EXPECT_FALSE(s.update(false));  // inf: skip and halve
+  EXPECT_DOUBLE_EQ(s.scale(), 512.0);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_TRUE(s.update(true));
+  EXPECT_DOUBLE_EQ(s.scale(), 512.0);
+  EXPECT_TRUE(s.update(true));  // third finite step in a row: grow
+  EXPECT_DOUBLE_EQ(s.scale(), 1024.0);
+  LossScaler restored({true, 1.0, 2.0, 0.5, 3});
+  restored.load_state(s.state());
+  EXPECT_DOUBLE_EQ(restored.scale(), 1024.0);
+  EXPECT_EQ(restored.skipped_steps(), 1);
+  LossScaler off({false, 1024.0, 2.0, 0.5, 3});
+  EXPECT_DOUBLE_EQ(off.scale(), 1.0);
+}
+
+TEST(TrainingStep, InfInTheBatchSkipsTheStepAndHalvesTheScale) {
+  RunConfig config = small_config();
+  auto state = make_state(config);
+  state->scaler = LossScaler({true, 4096.0, 2.0, 0.5, 2000});
+  auto batches = synthetic_micro_batches(config, models::model_shape(config), 4, 1, torch::kCPU);
+  TrainingStep step(*state);
+  auto before = params_of(*state);
+  batches[0].input[0][0][5][5] = std::numeric_limits<float>::infinity();
+  StepResult r = step.run(batches, 1e-3);
+  EXPECT_FALSE(r.applied);
+  EXPECT_DOUBLE_EQ(state->scaler.scale(), 2048.0);
+  EXPECT_EQ(max_abs_diff(before, params_of(*state)), 0.0) << "a skipped step must leave the weights alone";
+  // The next finite batch trains normally at the reduced scale.
+  auto clean = synthetic_micro_batches(config, models::model_shape(config), 4, 1, torch::kCPU);
+  StepResult r2 = step.run(clean, 1e-3);
+  EXPECT_TRUE(r2.applied);
+  EXPECT_DOUBLE_EQ(r2.loss_scale, 2048.0);
+  EXPECT_GT(max_abs_diff(before, params_of(*state)), 0.0);
+}
+
+TEST(TrainingStep, ScaledAndUnscaledStepsAgree) {
+  // Loss scaling must be invisible to the update: unscaling happens before clipping and the step.
+  RunConfig config = small_config();
+  auto plain = make_state(config);
+  auto scaled = make_state(config);
+  scaled->scaler = LossScaler({true, 1024.0, 2.0, 0.5, 2000});
+  auto batches = synthetic_micro_batches(config, models::model_shape(config), 4, 1, torch::kCPU);
+  TrainingStep(*plain).run(batches, 1e-3);
+  TrainingStep(*scaled).run(batches, 1e-3);
+  EXPECT_LT(max_abs_diff(params_of(*plain), params_of(*scaled)), 1e-6);
+}
+
+TEST(TrainingStep, CheckpointedStepEqualsPlainStep) {
+  for (const char* model : {"unet", "vit", "gnn"}) {
+    std::string m = std::string("name = \"") + model + "\"\nchannels = [8, 16]\ngroups = 4\nembed_dim = 32\n"
+                    "depth = 2\nheads = 2\npatch_size = 3\nlatent = 16\nprocessor_layers = 2\n";
+    RunConfig config = parse_config(testing_support::storm_run_text(::testing::TempDir(), "", m), "t.toml");
+    config.data.lat = 33;
+    config.data.lon = 36;
+    RunConfig ckpt = config;
+    ckpt.train.checkpointing = true;
+    auto a = make_state(config);
+    auto b = make_state(ckpt);
+    auto batches = synthetic_micro_batches(config, models::model_shape(config), 2, 1, torch::kCPU);
+    StepResult ra = TrainingStep(*a).run(batches, 1e-3);
+    StepResult rb = TrainingStep(*b).run(batches, 1e-3);
+    EXPECT_NEAR(ra.grad_norm, rb.grad_norm, 1e-5 * ra.grad_norm) << model;
+    EXPECT_LT(max_abs_diff(params_of(*a), params_of(*b)), 1e-6) << model;
+  }
+}
+
+TEST(TrainingStep, AccumulatingTwoBatchesOfFourEqualsOneBatchOfEight) {
+  RunConfig one = small_config();
+  RunConfig two = one;
+  two.train.accumulation = 2;
+  auto shape = models::model_shape(one);
+  auto big = synthetic_micro_batches(one, shape, 8, 1, torch::kCPU);
+  std::vector<MicroBatch> halves = {{big[0].input.narrow(0, 0, 4), big[0].target.narrow(0, 0, 4), {}},
+                                    {big[0].input.narrow(0, 4, 4), big[0].target.narrow(0, 4, 4), {}}};
+  auto a = make_state(one);
+  auto b = make_state(two);
+  TrainingStep sa(*a), sb(*b);
+  for (int i = 0; i < 3; ++i) {
+    StepResult ra = sa.run(big, 1e-3);
+    StepResult rb = sb.run(halves, 1e-3);
+    EXPECT_NEAR(ra.loss, rb.loss, 1e-5 * std::abs(ra.loss));
+  }
+  EXPECT_LT(max_abs_diff(params_of(*a), params_of(*b)), 1e-5);
+}
+
+TEST(TrainingStep, RolloutLossTrainsTheAutoregressiveChain) {
+  RunConfig config = small_config();
+  config.data.rollout_steps = 3;
+  auto state = make_state(config);
+  auto batches = synthetic_micro_batches(config, models::model_shape(config), 2, 1, torch::kCPU);
+  EXPECT_EQ(batches[0].target.size(1), 3);
+  torch::NoGradGuard no_grad;
+  torch::Tensor out = rollout(*state->model, batches[0].input, 3, config.num_variables());
+  EXPECT_EQ(out.sizes(), batches[0].target.sizes());
+  // Step 2 of the rollout is step 1's state plus the model applied to [newest input state, step 1].
+  const int64_t V = config.num_variables();
+  torch::Tensor second_input = torch::cat({batches[0].input.narrow(1, V, V), out.select(1, 0)}, 1);
+  EXPECT_TRUE(torch::allclose(out.select(1, 0) + state->model->forward(second_input), out.select(1, 1), 1e-5, 1e-5));
+}
+
+TEST(TrainingStep, Bf16MixedAndPureBf16Train) {
+  for (const char* precision : {"bf16-mixed", "bf16"}) {
+    RunConfig config = small_config();
+    config.train.precision = parse_precision(precision);
+    auto state = make_state(config);
+    auto batches = synthetic_micro_batches(config, models::model_shape(config), 4, 1, torch::kCPU);
+    TrainingStep step(*state);
+    StepResult first = step.run(batches, 3e-3);
+    StepResult last;
+    for (int i = 0; i < 15; ++i) last = step.run(batches, 3e-3);
+    EXPECT_TRUE(last.applied) << precision;
+    EXPECT_LT(last.loss, first.loss) << precision << ": the loss on a repeated batch must fall";
+  }
+}
+
+TEST(TrainingStep, Fp16MixedOnCpuIsAClearError) {
+  RunConfig config = small_config();
+  config.train.precision = Precision::kFp16Mixed;
+  try {
+    make_state(config);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16-mixed"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainingStep, FreezePatternsKeepWeightsFixed) {
+  RunConfig config = small_config("freeze = [\"encoder0.*\"]\n");
+  auto state = make_state(config);
+  EXPECT_FALSE(state->frozen.empty());
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& p : state->model->named_parameters()) before[p.key()] = p.value().detach().clone();
+  auto batches = synthetic_micro_batches(config, models::model_shape(config), 4, 1, torch::kCPU);
+  TrainingStep(*state).run(batches, 1e-2);
+  for (const auto& p : state->model->named_parameters()) {
+    const bool frozen = p.key().rfind("encoder0.", 0) == 0;
+    const bool same = torch::equal(before[p.key()], p.value());
+    EXPECT_EQ(same, frozen) << p.key();
+  }
+  RunConfig bad = small_config("freeze = [\"nothing.*\"]\n");
+  EXPECT_THROW(make_state(bad), ConfigError);
+}
