@@ -1,0 +1,143 @@
+// Training throughput of the real wxtrain step (TrainingStep on a world of one) for one run file
+// and precision, in samples/s. bench/peer/train_peer.py runs the same models in PyTorch's Python
+// API; bench/run_train_bench.sh alternates the two and prints the comparison.
+//
+//   train_throughput --config configs/storm_unet.toml --precision bf16-mixed
+//       [--batch 8] [--warmup 3] [--steps 10] [--reps 5]
+//   train_throughput --config configs/storm_unet.toml --describe   # shape + parameter count, JSON
+//
+// Timing: after `warmup` steps, `reps` repetitions of `steps` consecutive steps each; a
+// repetition's throughput is steps * batch / seconds, and the printed figure is the median.
+// The batches are synthetic (synthetic_micro_batches) on the storm grid: the data path is
+// measured separately by bench/prefetch_epoch.cpp.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <ATen/Parallel.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "distributed/communicator.h"
+#include "distributed/world.h"
+#include "trainer/training_step.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace wxtrain;
+
+struct Args {
+  std::string config;
+  std::string precision = "fp32";
+  int64_t batch = 8;
+  int warmup = 3;
+  int steps = 10;
+  int reps = 5;
+  bool describe = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "train_throughput: %s\nusage: train_throughput --config FILE [--precision fp32|bf16-mixed] "
+               "[--batch N] [--warmup N] [--steps N] [--reps N] [--describe]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--config") a.config = value();
+    else if (arg == "--precision") a.precision = value();
+    else if (arg == "--batch") a.batch = std::stoll(value());
+    else if (arg == "--warmup") a.warmup = std::stoi(value());
+    else if (arg == "--steps") a.steps = std::stoi(value());
+    else if (arg == "--reps") a.reps = std::stoi(value());
+    else if (arg == "--describe") a.describe = true;
+    else usage("unknown argument '" + arg + "'");
+  }
+  if (a.config.empty()) usage("--config is required");
+  if (a.batch < 1 || a.steps < 1 || a.reps < 1 || a.warmup < 0) usage("batch, steps and reps must be positive");
+  return a;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run(const Args& args) {
+  RunConfig config = load_config(args.config, {"train.precision=" + args.precision,
+                                               "train.batch_size=" + std::to_string(args.batch),
+                                               "train.accumulation=1"});
+  // The grid and latitudes come from the real data, as in training (the loss is latitude-weighted).
+  const data::Dataset dataset(config.data);
+  models::ModelShape shape = models::model_shape([&] {
+    RunConfig c = config;
+    c.data.lat = dataset.num_lat();
+    c.data.lon = dataset.num_lon();
+    return c;
+  }());
+  const std::vector<double> latitudes = dataset.has_coordinates() ? dataset.lat() : std::vector<double>{};
+
+  auto comm = distributed::make_communicator(distributed::World{}, config.distributed, torch::kCPU);
+  auto state = trainer::build_training_state(config, shape, comm, torch::kCPU, latitudes);
+  int64_t params = 0;
+  for (const auto& p : state->model->parameters()) params += p.numel();
+
+  if (args.describe) {
+    // What the Python peer needs to build the same model on the same grid.
+    std::printf("{\"model\": \"%s\", \"params\": %lld, \"threads\": %d, \"in_channels\": %lld, "
+                "\"out_channels\": %lld, \"lat\": %lld, \"lon\": %lld, \"rollout_steps\": %lld, \"latitudes\": [",
+                config.model.name.c_str(), static_cast<long long>(params), at::get_num_threads(),
+                static_cast<long long>(shape.in_channels), static_cast<long long>(shape.out_channels),
+                static_cast<long long>(shape.lat), static_cast<long long>(shape.lon),
+                static_cast<long long>(config.data.rollout_steps));
+    for (size_t i = 0; i < latitudes.size(); ++i) std::printf("%s%.17g", i ? ", " : "", latitudes[i]);
+    std::printf("]}\n");
+    return 0;
+  }
+
+  const auto batches = trainer::synthetic_micro_batches(config, shape, args.batch, 1, torch::kCPU);
+  trainer::TrainingStep step(*state);
+  const double lr = config.train.lr;
+  double last_loss = 0;
+  for (int i = 0; i < args.warmup; ++i) last_loss = step.run(batches, lr).loss;
+  std::vector<double> rates;
+  for (int r = 0; r < args.reps; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < args.steps; ++i) last_loss = step.run(batches, lr).loss;
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    rates.push_back(static_cast<double>(args.steps * args.batch) / seconds);
+  }
+  std::printf("impl=wxtrain model=%s precision=%s batch=%lld params=%lld threads=%d loss=%.5g reps=",
+              config.model.name.c_str(), args.precision.c_str(), static_cast<long long>(args.batch),
+              static_cast<long long>(params), at::get_num_threads(), last_loss);
+  for (size_t i = 0; i < rates.size(); ++i) std::printf("%s%.2f", i ? "," : "", rates[i]);
+  std::printf(" samples_per_s=%.3f\n", median(rates));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_throughput: %s\n", e.what());
+    return 1;
+  }
+}
