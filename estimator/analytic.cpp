@@ -80,9 +80,9 @@ int64_t grid_edges(int64_t lat, int64_t lon, int64_t radius) {
 // Element widths of a precision.
 
 struct Widths {
-  double low;     // conv/linear/matmul operands autocast casts (and their outputs); bf16 under autocast
-  double high;    // what autocast leaves alone: norms (run in the parameters' dtype), residuals, loss
-  bool autocast;  // operands of conv/linear are cast copies (saved), weights too
+  double low;     // conv/linear/matmul operands and outputs: bf16 under autocast and in pure bf16
+  double high;    // what autocast leaves in the parameters' dtype: norms, residual stream, loss
+  bool autocast;  // conv/linear inputs are saved as fresh bf16 copies, and so are the weights
 };
 
 Widths widths(Precision p) {
@@ -96,162 +96,172 @@ Widths widths(Precision p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// One block's memory, per sample unless named fixed. Built by the layer functions below.
+// The table. A block is its layers in forward order; per layer, per sample, in bytes:
+//   saved: what autograd keeps of it until its backward runs;
+//   grad:  the gradient it produces for its input (allocated while its output's gradient lives);
+//   temp:  what its forward allocates beyond `saved` (outputs nothing keeps, copies), alive only
+//          while it runs — matters when a checkpointed block is replayed.
+// grad < 0 marks a pure keep (a tensor held for a later block): the flowing gradient passes.
+
+struct Layer {
+  const char* kind;
+  double saved = 0;
+  double grad = 0;
+  double temp = 0;
+};
 
 struct Block {
   std::string name;
-  double saved = 0;        // bytes autograd keeps for this block's backward
-  double inputs = 0;       // bytes its checkpoint keeps instead (inputs not kept by anything else)
-  double grads = 0;        // bytes of gradients in flight at this block's worst backward moment
-  double fixed_saved = 0;  // batch-independent saved bytes (gnn edge latents of the first layer)
-  double weights = 0;      // conv/linear parameters whose low-precision copies the block saves
+  std::vector<Layer> layers;
+  double inputs = 0;       // what its checkpoint keeps: its inputs, unless another block's already
+  double carry = 0;        // gradients held during its backward (residual and skip branches)
+  double fixed_saved = 0;  // batch-independent saved bytes (the gnn's edge latents)
+  double weights = 0;      // conv/linear parameters: autocast saves their bf16 copies
+  double saved() const {
+    double s = 0;
+    for (const Layer& l : layers) s += l.saved;
+    return s;
+  }
 };
 
-// The layer kinds. `elems` is the per-sample element count of the tensor the layer saves.
-// Conv / Linear / matmul operand: the (cast) input is saved — a fresh low-precision copy under
-// autocast, so the caller says whether the input is already low precision.
-void conv_or_linear(Block& b, const Widths& w, double in_elems, double weight_params, bool input_low) {
-  b.saved += in_elems * (input_low || !w.autocast ? w.low : w.low);
-  (void)input_low;
-  b.weights += weight_params;
-}
-// GroupNorm / LayerNorm: the input, in the parameters' dtype (models cast it up under autocast).
-void norm(Block& b, const Widths& w, double elems) { b.saved += elems * w.high; }
-// SiLU / GELU: the input.
-void activation(Block& b, double elems, double width) { b.saved += elems * width; }
-// Softmax: the output.
-void softmax(Block& b, double elems, double width) { b.saved += elems * width; }
-// max_pool2d: the input (already kept as the previous block's output) and int64 indices.
-void max_pool(Block& b, double out_elems) { b.saved += out_elems * 8; }
-// A tensor kept by the next block (the block's output), in its dtype.
-void output(Block& b, double elems, double width) { b.saved += elems * width; }
-// Gradients in flight: the largest tensors whose gradients coexist during the block's backward.
-void grads_in_flight(Block& b, double elems, double width, double how_many) {
-  b.grads = std::max(b.grads, elems * width * how_many);
-}
+// The layer kinds. `in` / `out` are per-sample element counts of the layer's input / output.
+// Conv2d / Linear / the operand of a matmul: saves its input — under autocast a fresh bf16 copy.
+Layer conv_or_linear(const Widths& w, double in, double out) { return {"conv/linear", in * w.low, in * w.high, out * w.low}; }
+// GroupNorm / LayerNorm: the input (cast up to the parameters' dtype) and fp32 mean and rstd per group.
+Layer norm(const Widths& w, double in, double groups) { return {"norm", in * w.high + 8 * groups, in * w.high, in * w.high}; }
+// SiLU / GELU: the input, in the width it runs in.
+Layer activation(double in, double width) { return {"activation", in * width, in * width, in * width}; }
+// Softmax: its output.
+Layer softmax(double elems, double width) { return {"softmax", elems * width, elems * width, elems * width}; }
+// max_pool2d: int64 indices per output element (its input is the previous block's kept output).
+Layer max_pool(double in, double width) { return {"max_pool", in / 4 * 8, in * width, in / 4 * width}; }
+// A tensor the next block (or a skip connection) keeps: the block's output.
+Layer keep(double elems, double width) { return {"keep", elems * width, -1, 0}; }
+// index_select / index_add / cat / upsample / residual add: save only indices or sizes; their
+// backward allocates a gradient of the input's size.
+Layer gather(double in, double width, double out_temp = 0) { return {"gather", 0, in * width, out_temp}; }
 
 // ---------------------------------------------------------------------------------------------
-// The zoo, block by block.
+// The zoo, block by block (models/unet.cpp, vit.cpp, gnn.cpp).
 
 struct ModelMemory {
   std::vector<Block> blocks;
-  double model_input = 0;   // per sample: the model's input as the first block sees it (elements)
-  double output_elems = 0;  // per sample: one predicted state
+  double output = 0;  // per sample elements of one predicted state
 };
 
-// U-Net ConvBlock: [maxpool] conv3x3 GN SiLU conv3x3 GN SiLU. Everything after a conv is fp32 in
-// bf16-mixed (the models cast up for GroupNorm), so the conv inputs are fresh bf16 copies there.
+// U-Net ConvBlock: [maxpool] conv3x3 GN SiLU conv3x3 GN SiLU. GroupNorm runs in fp32 (the model
+// casts the bf16 conv output up), so under autocast every conv input is a fresh bf16 copy.
 Block conv_block(const std::string& name, const Widths& w, int64_t in_ch, int64_t out_ch, double pixels,
-                 bool downsample) {
+                 int64_t groups, bool downsample) {
   Block b;
   b.name = name;
-  if (downsample) max_pool(b, in_ch * pixels);
-  conv_or_linear(b, w, in_ch * pixels, static_cast<double>(conv_params(in_ch, out_ch, 3, false)), false);
-  norm(b, w, out_ch * pixels);
-  activation(b, out_ch * pixels, w.high);
-  conv_or_linear(b, w, out_ch * pixels, static_cast<double>(conv_params(out_ch, out_ch, 3, false)), false);
-  norm(b, w, out_ch * pixels);
-  activation(b, out_ch * pixels, w.high);
-  // fp32 training: the conv outputs are the norms' inputs, the SiLU outputs the convs' inputs,
-  // counted once each above. The block output, kept by the next block or as a skip:
-  output(b, out_ch * pixels, w.high);
-  grads_in_flight(b, std::max(in_ch, out_ch) * pixels, w.high, 3);
+  if (downsample) b.layers.push_back(max_pool(in_ch * pixels * 4, w.high));
+  const double out = static_cast<double>(out_ch) * pixels;
+  b.layers.push_back(conv_or_linear(w, in_ch * pixels, out));
+  b.layers.push_back(norm(w, out, static_cast<double>(groups)));
+  b.layers.push_back(activation(out, w.high));
+  b.layers.push_back(conv_or_linear(w, out, out));
+  b.layers.push_back(norm(w, out, static_cast<double>(groups)));
+  b.layers.push_back(activation(out, w.high));
+  b.weights = static_cast<double>(conv_params(in_ch, out_ch, 3, false) + conv_params(out_ch, out_ch, 3, false));
   return b;
 }
 
 ModelMemory unet_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w) {
   ModelMemory m;
   const auto& ch = c.channels;
-  const int64_t mult = int64_t{1} << (ch.size() - 1);
+  const size_t levels = ch.size();
+  const int64_t mult = int64_t{1} << (levels - 1);
   const int64_t lat = ceil_div(s.lat, mult) * mult, lon = ceil_div(s.lon, mult) * mult;
   auto pixels = [&](size_t level) { return static_cast<double>((lat >> level) * (lon >> level)); };
-  for (size_t i = 0; i < ch.size(); ++i) {
+  auto cat_grad = [&](size_t i) { return (ch[i + 1] + ch[i]) * pixels(i) * w.high; };
+  for (size_t i = 0; i < levels; ++i) {
     const int64_t in = i == 0 ? s.in_channels : ch[i - 1];
-    Block b = conv_block("encoder" + std::to_string(i), w, in, ch[i], pixels(i), i > 0);
-    // A checkpoint keeps the block's input: the (unpadded) model input, or the previous output.
-    b.inputs = i == 0 ? 0 : 0;
-    if (i + 1 == ch.size()) b.saved -= ch[i] * pixels(i) * w.high;  // the deepest output feeds only the upsample
+    Block b = conv_block("encoder" + std::to_string(i), w, in, ch[i], pixels(i), c.groups, i > 0);
+    if (i == 0) b.layers.front().temp += in * pixels(0) * w.high;  // the padded input (or its cast)
+    // Kept for the next encoder's max_pool and the decoder's cat (the deepest feeds only the upsample).
+    if (i + 1 < levels) b.layers.push_back(keep(ch[i] * pixels(i), w.high));
+    b.inputs = i == 0 ? 0 : ch[i - 1] * pixels(i - 1) * w.high;  // the model input is a batch tensor
+    // The skip gradients of all decoders wait for their encoders.
+    for (size_t j = i; j + 1 < levels; ++j) b.carry += cat_grad(j);
     m.blocks.push_back(b);
   }
-  for (size_t i = ch.size() - 1; i-- > 0;) {
-    // upsample + cat (nothing saved) then a ConvBlock on the concatenation.
-    Block b = conv_block("decoder" + std::to_string(i), w, ch[i + 1] + ch[i], ch[i], pixels(i), false);
-    b.saved -= ch[i] * pixels(i) * w.high;  // the output feeds the next upsample (nothing saved) or the head
-    b.inputs = ch[i + 1] * pixels(i + 1) * w.high;  // the coarse input (the skip is an encoder's output)
+  for (size_t i = levels - 1; i-- > 0;) {
+    Block b = conv_block("decoder" + std::to_string(i), w, ch[i + 1] + ch[i], ch[i], pixels(i), c.groups, false);
+    // upsample + cat: the upsampled copy lives through the block's forward.
+    b.layers.insert(b.layers.begin(), gather(ch[i + 1] * pixels(i + 1), w.high, ch[i + 1] * pixels(i) * w.high));
+    b.inputs = i + 2 == levels ? ch[i + 1] * pixels(i + 1) * w.high : 0;  // coarse input: the deepest encoder's
+    for (size_t j = 0; j < i; ++j) b.carry += cat_grad(j);
     m.blocks.push_back(b);
   }
   Block head;
   head.name = "head";
-  conv_or_linear(head, w, ch[0] * pixels(0), static_cast<double>(conv_params(ch[0], s.out_channels, 1, true)), false);
+  head.layers.push_back(keep(ch[0] * pixels(0), w.high));  // decoder0's output, the head conv's input
+  head.layers.push_back(conv_or_linear(w, ch[0] * pixels(0), s.out_channels * pixels(0)));
   head.inputs = ch[0] * pixels(0) * w.high;
-  grads_in_flight(head, ch[0] * pixels(0), w.high, 1);
+  if (levels > 1) m.blocks[levels].inputs += ch[0] * pixels(0) * w.high;  // decoder0's skip... counted at encoder1
+  head.weights = static_cast<double>(conv_params(ch[0], s.out_channels, 1, true));
   m.blocks.push_back(head);
-  // Encoder outputs are checkpoint inputs of the next encoder and their decoder: counted once.
-  for (size_t i = 0; i + 1 < ch.size(); ++i) m.blocks[i].inputs = ch[i] * pixels(i) * w.high;
-  m.model_input = static_cast<double>(s.in_channels) * lat * lon;
-  m.output_elems = static_cast<double>(s.out_channels) * s.lat * s.lon;
+  m.output = static_cast<double>(s.out_channels) * s.lat * s.lon;
   return m;
 }
 
 ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w) {
   ModelMemory m;
-  const int64_t p = c.patch_size, D = c.embed_dim, heads = c.heads, hidden = mlp_hidden(c);
+  const int64_t p = c.patch_size, D = c.embed_dim, hidden = mlp_hidden(c);
   const double N = static_cast<double>(ceil_div(s.lat, p) * ceil_div(s.lon, p));
-  const double padded = N * p * p;
-  // The residual stream: fp32 under autocast (tokens + fp32 pos_embed promote).
+  const double ND = N * D, NH = N * hidden, scores = static_cast<double>(c.heads) * N * N;
+  // The residual stream is fp32 under autocast: the bf16 patch tokens plus the fp32 pos_embed promote.
   const double stream = w.high;
 
   Block embed;
   embed.name = "embed";
-  conv_or_linear(embed, w, s.in_channels * padded, static_cast<double>(conv_params(s.in_channels, D, p, true)), false);
-  output(embed, N * D, stream);
-  grads_in_flight(embed, N * D, stream, 2);
+  embed.layers.push_back(conv_or_linear(w, static_cast<double>(s.in_channels) * N * p * p, ND));
+  embed.layers.back().temp += s.in_channels * N * p * p * w.high;  // the padded input
+  embed.layers.push_back(keep(ND, stream));
+  embed.weights = static_cast<double>(conv_params(s.in_channels, D, p, true));
   m.blocks.push_back(embed);
 
   for (int64_t i = 0; i < c.depth; ++i) {
     Block b;
     b.name = "block" + std::to_string(i);
-    // x + attn(norm1(x))
-    norm(b, w, 0);  // norm1's input is the block input, kept by the previous block
-    conv_or_linear(b, w, N * D, static_cast<double>(linear_params(D, 3 * D)), false);  // qkv
-    b.saved += 2 * N * D * w.low;  // q and k: contiguous copies saved by the scores' bmm
-    softmax(b, heads * N * N, w.low);
-    b.saved += N * D * w.low;      // v: a contiguous copy saved by attn @ v
-    conv_or_linear(b, w, N * D, static_cast<double>(linear_params(D, D)), true);  // proj on the merged heads
-    // x + fc2(gelu(fc1(norm2(x))))
-    norm(b, w, N * D);  // norm2's input: the first residual sum
-    conv_or_linear(b, w, N * D, static_cast<double>(linear_params(D, hidden)), false);  // fc1
-    activation(b, N * hidden, w.low);                                                   // gelu input
-    conv_or_linear(b, w, N * hidden, static_cast<double>(linear_params(hidden, D)), true);  // fc2: gelu output
-    output(b, N * D, stream);
-    b.inputs = N * D * stream;
-    // Backward of the attention: the scores' gradient next to the probabilities'.
-    grads_in_flight(b, heads * N * N, w.low, 2);
-    grads_in_flight(b, N * hidden, w.low, 2);
+    // x + proj(softmax(q k^T) v), q k v from qkv(norm1(x)); norm1's input is the block input.
+    b.layers.push_back({"norm", 8 * N, ND * stream, ND * stream});
+    b.layers.push_back(conv_or_linear(w, ND, 3 * ND));                   // qkv
+    b.layers.push_back({"matmul q k", 2 * ND * w.low, 3 * ND * w.low, scores * w.low});  // contiguous q, k copies
+    b.layers.push_back(softmax(scores, w.low));
+    b.layers.push_back({"matmul attn v", ND * w.low, scores * w.low, ND * w.low});  // the v copy
+    b.layers.push_back(conv_or_linear(w, ND, ND));                        // proj on the merged heads (a copy)
+    // x + fc2(gelu(fc1(norm2(x)))): norm2 keeps the first residual sum.
+    b.layers.push_back(norm(w, ND, N));
+    b.layers.push_back(conv_or_linear(w, ND, NH));                        // fc1
+    b.layers.push_back(activation(NH, w.low));                            // gelu
+    b.layers.push_back(conv_or_linear(w, NH, ND));                        // fc2
+    b.layers.push_back(keep(ND, stream));                                 // the block output
+    b.inputs = ND * stream;
+    b.carry = ND * stream;  // the residual branch's gradient
+    b.weights = static_cast<double>(linear_params(D, 3 * D) + linear_params(D, D) + linear_params(D, hidden) +
+                                    linear_params(hidden, D));
     m.blocks.push_back(b);
   }
 
   Block head;
   head.name = "head";
-  norm(head, w, 0);
-  conv_or_linear(head, w, N * D, static_cast<double>(linear_params(D, p * p * s.out_channels)), false);
-  head.inputs = 0;  // the last block's output, counted there
-  grads_in_flight(head, N * D, stream, 2);
+  head.layers.push_back(norm(w, 0, N));
+  head.layers.push_back(conv_or_linear(w, ND, N * p * p * s.out_channels));
+  head.weights = static_cast<double>(linear_params(D, p * p * s.out_channels));
   m.blocks.push_back(head);
-  m.model_input = static_cast<double>(s.in_channels) * padded;
-  m.output_elems = static_cast<double>(s.out_channels) * s.lat * s.lon;
+  m.output = static_cast<double>(s.out_channels) * s.lat * s.lon;
   return m;
 }
 
-// GraphMLP finish: (layers - 1) x [SiLU, Linear] then LayerNorm — each SiLU saves its input, each
-// Linear its input (the SiLU output), the norm its input.
-void graph_mlp_finish(Block& b, const Widths& w, double elems, double out_elems, int64_t layers, bool layer_norm) {
+// GraphMLP: the summed input projections, then (layers - 1) x [SiLU, Linear], then LayerNorm.
+void graph_mlp(Block& b, const Widths& w, double rows, double hidden, double out, int64_t layers, bool layer_norm) {
   for (int64_t i = 1; i < layers; ++i) {
-    const double width = i == 1 ? w.low : w.low;
-    activation(b, elems, width);
-    conv_or_linear(b, w, elems, 0, true);
+    b.layers.push_back(activation(rows * hidden, w.low));
+    b.layers.push_back(conv_or_linear(w, rows * hidden, rows * (i + 1 == layers ? out : hidden)));
   }
-  if (layer_norm) norm(b, w, out_elems);
+  if (layer_norm) b.layers.push_back(norm(w, rows * out, rows));
 }
 
 ModelMemory gnn_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w) {
@@ -263,47 +273,44 @@ ModelMemory gnn_memory(const ModelConfig& c, const models::ModelShape& s, const 
 
   Block enc;
   enc.name = "encoder";
-  conv_or_linear(enc, w, N * s.in_channels, 0, false);  // the transposed input's contiguous copy
-  graph_mlp_finish(enc, w, N * L, N * L, layers, true);
-  output(enc, N * L, w.high);
-  // The edge MLP reads the batch-independent edge features: fixed.
+  enc.layers.push_back(conv_or_linear(w, N * s.in_channels, N * L));  // the transposed input's contiguous copy
+  graph_mlp(enc, w, N, L, L, layers, true);
+  enc.layers.push_back(keep(N * L, w.high));
+  // The edge MLP reads the batch-independent edge features: its activations are fixed.
   Block edges;
-  graph_mlp_finish(edges, w, E * L, E * L, layers, true);
-  enc.fixed_saved = edges.saved + E * L * w.high;
+  edges.layers.push_back({"linear", 0, 0, 0});
+  graph_mlp(edges, w, E, L, L, layers, true);
+  enc.fixed_saved = edges.saved() + E * L * w.high;
   enc.weights = static_cast<double>(graph_mlp_params({s.in_channels, 2}, c.latent, c.latent, layers, true) +
                                     graph_mlp_params({3}, c.latent, c.latent, layers, true));
-  grads_in_flight(enc, N * L, w.high, 3);
   m.blocks.push_back(enc);
 
   for (int64_t i = 0; i < c.processor_layers; ++i) {
     Block b;
     b.name = "processor" + std::to_string(i);
-    // Edge update: gathered sender/receiver projections + edge projection, the MLP, the residual.
-    graph_mlp_finish(b, w, E * L, E * L, layers, true);
-    activation(b, E * L, 0);
-    b.saved += E * L * w.low;  // the MLP's first activation input (the summed projections)
-    output(b, E * L, w.high);  // e_new, kept by the next layer's edge projection
-    // Aggregation: the receivers' sums, saved by the node MLP's projection.
-    b.saved += N * L * w.high;
-    graph_mlp_finish(b, w, N * L, N * L, layers, true);
-    b.saved += N * L * w.low;
-    output(b, N * L, w.high);
+    // Edge update: sender and receiver projections gathered onto the edges, plus the edge projection.
+    b.layers.push_back(gather(N * L, w.high, 2 * E * L * w.low + N * L * w.low));
+    graph_mlp(b, w, E, L, L, layers, true);
+    b.layers.push_back(keep(E * L, w.high));  // e_new: the residual sum
+    // Aggregation into the receivers (index_add), saved by the node MLP's projection.
+    b.layers.push_back(gather(E * L, w.high));
+    b.layers.push_back(keep(N * L, w.low));
+    graph_mlp(b, w, N, L, L, layers, true);
+    b.layers.push_back(keep(N * L, w.high));  // h_new
     b.inputs = N * L * w.high + (i == 0 ? 0 : E * L * w.high);
+    b.carry = E * L * w.high + N * L * w.high;  // the residual branches' gradients
     b.weights = static_cast<double>(graph_mlp_params({c.latent, c.latent, c.latent}, c.latent, c.latent, layers, true) +
                                     graph_mlp_params({c.latent, c.latent}, c.latent, c.latent, layers, true));
-    grads_in_flight(b, E * L, w.high, 3);
     m.blocks.push_back(b);
   }
 
   Block dec;
   dec.name = "decoder";
-  graph_mlp_finish(dec, w, N * L, N * s.out_channels, layers, false);
-  dec.saved += N * L * w.low;
-  dec.inputs = 0;
-  grads_in_flight(dec, N * L, w.high, 2);
+  dec.layers.push_back(conv_or_linear(w, 0, N * L));  // its input is the last processor's h_new
+  graph_mlp(dec, w, N, L, static_cast<double>(s.out_channels), layers, false);
+  dec.weights = static_cast<double>(graph_mlp_params({c.latent}, c.latent, s.out_channels, layers, false));
   m.blocks.push_back(dec);
-  m.model_input = static_cast<double>(s.in_channels) * N;
-  m.output_elems = static_cast<double>(s.out_channels) * N;
+  m.output = static_cast<double>(s.out_channels) * N;
   return m;
 }
 
@@ -312,6 +319,29 @@ ModelMemory model_memory(const ModelConfig& c, const models::ModelShape& s, cons
   if (c.name == "vit") return vit_memory(c, s, w);
   if (c.name == "gnn") return gnn_memory(c, s, w);
   throw ConfigError("model.name: unknown model '" + c.name + "' (expected unet, vit or gnn)");
+}
+
+// Backward through `b` with `below` bytes saved by everything that runs before it and `flowing`
+// bytes of gradient arriving at its output: the highest live total while its layers run.
+double backward_peak(const Block& b, double below, double& flowing) {
+  double remaining = below + b.saved(), peak = 0;
+  for (auto l = b.layers.rbegin(); l != b.layers.rend(); ++l) {
+    const double grad = l->grad < 0 ? 0 : l->grad;
+    peak = std::max(peak, remaining + b.carry + flowing + grad);
+    remaining -= l->saved;
+    if (l->grad >= 0) flowing = l->grad;
+  }
+  return peak;
+}
+
+// A checkpointed block's replay: its forward again (saving this time), with its temporaries.
+double replay_peak(const Block& b, double below) {
+  double saved = 0, peak = 0;
+  for (const Layer& l : b.layers) {
+    peak = std::max(peak, below + saved + l.temp);
+    saved += l.saved;
+  }
+  return peak;
 }
 
 }  // namespace
@@ -329,42 +359,68 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   ActivationFit fit;
   fit.num_params = analytic_param_count(config.model, shape);
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
-  fit.traced_states = fit.num_params * (mode == Mode::kTrain ? 2 * layout.param_bytes + layout.optimizer_bytes
-                                                             : layout.param_bytes);
+  // What the trace counts as states: parameters, their flat gradients and optimizer state, the
+  // latitude weights, and the gnn's graph (int64 senders and receivers, fp32 edge features and
+  // node positions).
+  double buffers = 4.0 * static_cast<double>(shape.lat);
+  if (config.model.name == "gnn") {
+    const double E = static_cast<double>(grid_edges(shape.lat, shape.lon, config.model.neighbourhood));
+    buffers += E * (8 + 8 + 3 * layout.param_bytes) + 2.0 * layout.param_bytes * shape.lat * shape.lon;
+  }
+  const double per_param = mode == Mode::kTrain ? 2 * layout.param_bytes + layout.optimizer_bytes : layout.param_bytes;
+  fit.traced_states = static_cast<int64_t>(static_cast<double>(fit.num_params) * per_param + buffers);
 
   const double rollout = static_cast<double>(std::max<int64_t>(1, config.data.rollout_steps));
   const double accumulation = static_cast<double>(std::max<int64_t>(1, config.train.accumulation));
   const double in_elems = static_cast<double>(shape.in_channels) * shape.lat * shape.lon;
-  // The micro-batches' input and target tensors (fp32), all of the step's micro-batches at once.
-  const double batch_tensors = accumulation * 4 * (in_elems + rollout * m.output_elems);
+  // The step's micro-batches (fp32 input and target), all alive for the whole step.
+  const double batch_tensors = accumulation * 4 * (in_elems + rollout * m.output);
 
-  double saved = 0, inputs = 0, fixed_saved = 0, weights = 0, worst_block = 0, worst_grads = 0, worst_weights = 0;
+  double saved = 0, inputs = 0, fixed_saved = 0, weights = 0, worst_weights = 0;
   for (const Block& b : m.blocks) {
-    saved += b.saved;
+    saved += b.saved();
     inputs += b.inputs;
     fixed_saved += b.fixed_saved;
     weights += b.weights;
-    worst_grads = std::max(worst_grads, b.grads);
-    worst_block = std::max(worst_block, b.saved + b.grads);
     worst_weights = std::max(worst_weights, b.weights);
   }
-  // The loss: the stacked prediction cast to fp32, the difference saved by square().
-  const double loss = rollout * m.output_elems * (4 + 4 + w.low);
 
   if (mode == Mode::kInference) {
-    fit.forward_backward.per_sample = 4 * in_elems + worst_block;
+    // No graph: the largest block's forward temporaries on top of its input and output.
+    double peak = 0;
+    for (const Block& b : m.blocks) peak = std::max(peak, replay_peak(b, 0));
+    fit.forward_backward.per_sample = 4 * in_elems + peak;
     fit.forward_backward.fixed = fixed_saved;
     return fit;
   }
-  const double cast_weights = w.autocast ? 2 : 0;
+
+  // The residual prediction and loss: the fp32 states, their stack, and the difference square() saves.
+  const double loss_saved = rollout * m.output * 4;
+  double flowing = m.output * 4;  // the gradient of the last predicted state
+  double peak = 0;
   if (config.train.checkpointing) {
-    fit.forward_backward.per_sample = batch_tensors + rollout * inputs + worst_block + loss;
-    fit.forward_backward.fixed = fixed_saved + cast_weights * worst_weights;
+    // Forward keeps each block's inputs (every rollout step); backward replays one block at a time.
+    double below = rollout * inputs + loss_saved;
+    for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
+      below -= b->inputs;
+      peak = std::max(peak, replay_peak(*b, below + b->inputs + flowing));
+      peak = std::max(peak, backward_peak(*b, below + b->inputs, flowing));
+    }
   } else {
-    fit.forward_backward.per_sample = batch_tensors + rollout * saved + worst_grads + loss;
-    fit.forward_backward.fixed = fixed_saved + cast_weights * weights;
+    // Forward keeps everything (every rollout step); backward frees block by block.
+    double below = rollout * saved + loss_saved;
+    for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
+      below -= b->saved();
+      peak = std::max(peak, backward_peak(*b, below, flowing));
+    }
   }
-  // Optimizer phase: the batch tensors are still alive; pure bf16 updates fp32 copies of the grads.
+  fit.forward_backward.per_sample = batch_tensors + peak;
+  // Autocast's bf16 weight copies: cached and saved for the whole step, or (checkpointed, cache
+  // off) one block's at a time during its replay.
+  const double cast_weights = w.autocast ? 2 : 0;
+  fit.forward_backward.fixed =
+      fixed_saved + cast_weights * (config.train.checkpointing ? worst_weights : weights);
+  // Optimizer phase: the batch tensors are still alive; pure bf16 updates an fp32 copy of the grads.
   fit.optimizer.per_sample = batch_tensors;
   fit.optimizer.fixed = config.train.precision == Precision::kBf16 ? 4.0 * static_cast<double>(fit.num_params) : 0.0;
   return fit;

@@ -61,3 +61,32 @@ TEST(AnalyticProbe, Print) {
 
 }  // namespace
 }  // namespace wxtrain::estimator
+namespace wxtrain::estimator {
+namespace {
+TEST(AnalyticProbe, Saved) {
+  MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
+  for (std::string name : {"unet", "vit", "gnn"}) {
+    for (bool ck : {false, true}) {
+    auto model = models::build_model(small(name), storm_shape());
+    model->set_checkpointing(ck);
+    double s[2], pk[2], after[2];
+    int64_t bs[2] = {4, 8};
+    for (int i = 0; i < 2; ++i) {
+      torch::Tensor x = torch::randn({bs[i], 12, 33, 36});
+      int64_t base = meter.snapshot().allocated;
+      meter.reset_peak();
+      torch::Tensor y = model->forward(x);
+      s[i] = meter.snapshot().allocated - base;
+      double fpk = meter.snapshot().peak - base;
+      meter.reset_peak();
+      y.sum().backward();
+      pk[i] = meter.snapshot().peak - base;
+      after[i] = fpk;
+    }
+    std::printf("%s ck=%d saved/sample %.0f fwdpeak/sample %.0f bwdpeak/sample %.0f (fixed saved %.0f)\n", name.c_str(), ck,
+                (s[1] - s[0]) / 4, (after[1] - after[0]) / 4, (pk[1] - pk[0]) / 4, s[0] - 4 * (s[1] - s[0]) / 4);
+    }
+  }
+}
+}  // namespace
+}  // namespace wxtrain::estimator
