@@ -1,5 +1,6 @@
 #include "distributed/data_parallel.h"
 
+#include <chrono>
 #include <cmath>
 #include <set>
 
@@ -246,6 +247,7 @@ bool DataParallel::finish_backward(double grad_multiplier) {
       for (size_t i = 0; i < g.spec.params.size(); ++i) adopt_gradient(g.spec.params[i], grad_view(g, static_cast<int>(i)));
     }
   } else {
+    const auto wait_start = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!armed_) next_bucket_ = 0;  // no hooks counted: everything goes now
@@ -270,6 +272,7 @@ bool DataParallel::finish_backward(double grad_multiplier) {
       b.work.reset();
       b.staging = torch::Tensor();
     }
+    last_backward_.wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   }
   const double scale = grad_multiplier / world_;
   bool finite = true;

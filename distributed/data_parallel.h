@@ -46,6 +46,8 @@ struct ParamGroup {
 struct BackwardStats {
   int64_t buckets = 0;                  // buckets reduced
   int64_t issued_during_backward = 0;   // of those, issued by hooks before finish_backward()
+  double wait_seconds = 0;              // finish_backward()'s time issuing the rest and waiting for all:
+                                        // the communication backward did not hide
 };
 
 class DataParallel {
