@@ -116,7 +116,12 @@ struct Block {
   double inputs = 0;       // what its checkpoint keeps: its inputs, unless another block's already
   double carry = 0;        // gradients held during its backward (residual and skip branches)
   double fixed_saved = 0;  // batch-independent saved bytes (the gnn's edge latents)
+  double fixed_kept = 0;   // of those, what its checkpoint keeps (its batch-independent outputs)
+  double forward_temp = 0; // alive through its whole forward (a local the block's layers run under)
   double weights = 0;      // conv/linear parameters: autocast saves their bf16 copies
+  double output = 0;       // bytes it returns that none of its layers keeps (held by a replay)
+  double output_grad = 0;  // bytes of the gradients arriving at its outputs
+  double replay_grads = 0; // measured extra gradients in flight when it runs as a checkpoint replay
   double saved() const {
     double s = 0;
     for (const Layer& l : layers) s += l.saved;
@@ -181,6 +186,8 @@ ModelMemory unet_memory(const ModelConfig& c, const models::ModelShape& s, const
     if (i == 0) b.layers.front().temp += in * pixels(0) * w.high;  // the padded input (or its cast)
     // Kept for the next encoder's max_pool and the decoder's cat (the deepest feeds only the upsample).
     if (i + 1 < levels) b.layers.push_back(keep(ch[i] * pixels(i), w.high));
+    else b.output = ch[i] * pixels(i) * w.high;
+    b.output_grad = ch[i] * pixels(i) * w.high;
     b.inputs = i == 0 ? 0 : ch[i - 1] * pixels(i - 1) * w.high;  // the model input is a batch tensor
     // The skip gradients of all decoders wait for their encoders.
     for (size_t j = i; j + 1 < levels; ++j) b.carry += cat_grad(j);
@@ -190,8 +197,10 @@ ModelMemory unet_memory(const ModelConfig& c, const models::ModelShape& s, const
     Block b = conv_block("decoder" + std::to_string(i), w, ch[i + 1] + ch[i], ch[i], pixels(i), c.groups, false);
     // upsample + cat: the upsampled copy lives through the block's forward.
     b.layers.insert(b.layers.begin(), gather(ch[i + 1] * pixels(i + 1), w.high, ch[i + 1] * pixels(i) * w.high));
-    b.inputs = i + 2 == levels ? ch[i + 1] * pixels(i + 1) * w.high : 0;  // coarse input: the deepest encoder's
+    b.inputs = ch[i + 1] * pixels(i + 1) * w.high;  // the coarse input; the skip is counted at its encoder
+    b.forward_temp = ch[i + 1] * pixels(i) * w.high;  // the upsampled copy lives until the ConvBlock returns
     for (size_t j = 0; j < i; ++j) b.carry += cat_grad(j);
+    b.output = b.output_grad = ch[i] * pixels(i) * w.high;
     m.blocks.push_back(b);
   }
   Block head;
@@ -199,7 +208,8 @@ ModelMemory unet_memory(const ModelConfig& c, const models::ModelShape& s, const
   head.layers.push_back(keep(ch[0] * pixels(0), w.high));  // decoder0's output, the head conv's input
   head.layers.push_back(conv_or_linear(w, ch[0] * pixels(0), s.out_channels * pixels(0)));
   head.inputs = ch[0] * pixels(0) * w.high;
-  if (levels > 1) m.blocks[levels].inputs += ch[0] * pixels(0) * w.high;  // decoder0's skip... counted at encoder1
+  head.output = s.out_channels * pixels(0) * w.low;
+  head.output_grad = s.out_channels * pixels(0) * w.high;
   head.weights = static_cast<double>(conv_params(ch[0], s.out_channels, 1, true));
   m.blocks.push_back(head);
   m.output = static_cast<double>(s.out_channels) * s.lat * s.lon;
@@ -219,6 +229,7 @@ ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const 
   embed.layers.push_back(conv_or_linear(w, static_cast<double>(s.in_channels) * N * p * p, ND));
   embed.layers.back().temp += s.in_channels * N * p * p * w.high;  // the padded input
   embed.layers.push_back(keep(ND, stream));
+  embed.output_grad = ND * stream;
   embed.weights = static_cast<double>(conv_params(s.in_channels, D, p, true));
   m.blocks.push_back(embed);
 
@@ -240,6 +251,7 @@ ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const 
     b.layers.push_back(keep(ND, stream));                                 // the block output
     b.inputs = ND * stream;
     b.carry = ND * stream;  // the residual branch's gradient
+    b.output_grad = ND * stream;
     b.weights = static_cast<double>(linear_params(D, 3 * D) + linear_params(D, D) + linear_params(D, hidden) +
                                     linear_params(hidden, D));
     m.blocks.push_back(b);
@@ -250,6 +262,7 @@ ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const 
   head.layers.push_back(norm(w, 0, N));
   head.layers.push_back(conv_or_linear(w, ND, N * p * p * s.out_channels));
   head.weights = static_cast<double>(linear_params(D, p * p * s.out_channels));
+  head.output = head.output_grad = N * p * p * s.out_channels * w.low;
   m.blocks.push_back(head);
   m.output = static_cast<double>(s.out_channels) * s.lat * s.lon;
   return m;
@@ -276,11 +289,13 @@ ModelMemory gnn_memory(const ModelConfig& c, const models::ModelShape& s, const 
   enc.layers.push_back(conv_or_linear(w, N * s.in_channels, N * L));  // the transposed input's contiguous copy
   graph_mlp(enc, w, N, L, L, layers, true);
   enc.layers.push_back(keep(N * L, w.high));
+  enc.output_grad = N * L * w.high;
   // The edge MLP reads the batch-independent edge features: its activations are fixed.
   Block edges;
   edges.layers.push_back({"linear", 0, 0, 0});
   graph_mlp(edges, w, E, L, L, layers, true);
   enc.fixed_saved = edges.saved() + E * L * w.high;
+  enc.fixed_kept = E * L * w.high;
   enc.weights = static_cast<double>(graph_mlp_params({s.in_channels, 2}, c.latent, c.latent, layers, true) +
                                     graph_mlp_params({3}, c.latent, c.latent, layers, true));
   m.blocks.push_back(enc);
@@ -298,7 +313,12 @@ ModelMemory gnn_memory(const ModelConfig& c, const models::ModelShape& s, const 
     graph_mlp(b, w, N, L, L, layers, true);
     b.layers.push_back(keep(N * L, w.high));  // h_new
     b.inputs = N * L * w.high + (i == 0 ? 0 : E * L * w.high);
-    b.carry = E * L * w.high + N * L * w.high;  // the residual branches' gradients
+    b.carry = N * L * w.high;  // the node residual's gradient, waiting for the edge path's
+    // The decoder reads only the nodes: the last layer's edges get no gradient from above.
+    b.output_grad = N * L * w.high + (i + 1 == c.processor_layers ? 0 : E * L * w.high);
+    // Measured, not derived (tests/estimator): replayed under a checkpoint, the edge path's backward
+    // holds about two more edge-sized gradients than the same layer without checkpointing.
+    b.replay_grads = 2 * E * L * w.high;
     b.weights = static_cast<double>(graph_mlp_params({c.latent, c.latent, c.latent}, c.latent, c.latent, layers, true) +
                                     graph_mlp_params({c.latent, c.latent}, c.latent, c.latent, layers, true));
     m.blocks.push_back(b);
@@ -309,6 +329,8 @@ ModelMemory gnn_memory(const ModelConfig& c, const models::ModelShape& s, const 
   dec.layers.push_back(conv_or_linear(w, 0, N * L));  // its input is the last processor's h_new
   graph_mlp(dec, w, N, L, static_cast<double>(s.out_channels), layers, false);
   dec.weights = static_cast<double>(graph_mlp_params({c.latent}, c.latent, s.out_channels, layers, false));
+  dec.inputs = N * L * w.high;  // the last processor's nodes
+  dec.output = dec.output_grad = N * s.out_channels * w.low;
   m.blocks.push_back(dec);
   m.output = static_cast<double>(s.out_channels) * N;
   return m;
@@ -338,7 +360,7 @@ double backward_peak(const Block& b, double below, double& flowing) {
 double replay_peak(const Block& b, double below) {
   double saved = 0, peak = 0;
   for (const Layer& l : b.layers) {
-    peak = std::max(peak, below + saved + l.temp);
+    peak = std::max(peak, below + b.forward_temp + saved + l.temp);
     saved += l.saved;
   }
   return peak;
@@ -376,11 +398,12 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   // The step's micro-batches (fp32 input and target), all alive for the whole step.
   const double batch_tensors = accumulation * 4 * (in_elems + rollout * m.output);
 
-  double saved = 0, inputs = 0, fixed_saved = 0, weights = 0, worst_weights = 0;
+  double saved = 0, inputs = 0, fixed_saved = 0, fixed_kept = 0, weights = 0, worst_weights = 0;
   for (const Block& b : m.blocks) {
     saved += b.saved();
     inputs += b.inputs;
     fixed_saved += b.fixed_saved;
+    fixed_kept += b.fixed_kept;
     weights += b.weights;
     worst_weights = std::max(worst_weights, b.weights);
   }
@@ -403,8 +426,12 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
     double below = rollout * inputs + loss_saved;
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->inputs;
-      peak = std::max(peak, replay_peak(*b, below + b->inputs + flowing));
-      peak = std::max(peak, backward_peak(*b, below + b->inputs, flowing));
+      // The replay's outputs and the gradients that arrived for them are held until it is done.
+      const double held = below + b->inputs + b->output + b->output_grad + b->replay_grads;
+      peak = std::max(peak, replay_peak(*b, held));
+      double first = 0;
+      peak = std::max(peak, backward_peak(*b, held, first));
+      flowing = first;
     }
   } else {
     // Forward keeps everything (every rollout step); backward frees block by block.
@@ -418,8 +445,8 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   // Autocast's bf16 weight copies: cached and saved for the whole step, or (checkpointed, cache
   // off) one block's at a time during its replay.
   const double cast_weights = w.autocast ? 2 : 0;
-  fit.forward_backward.fixed =
-      fixed_saved + cast_weights * (config.train.checkpointing ? worst_weights : weights);
+  fit.forward_backward.fixed = config.train.checkpointing ? fixed_kept + cast_weights * worst_weights
+                                                          : fixed_saved + cast_weights * weights;
   // Optimizer phase: the batch tensors are still alive; pure bf16 updates an fp32 copy of the grads.
   fit.optimizer.per_sample = batch_tensors;
   fit.optimizer.fixed = config.train.precision == Precision::kBf16 ? 4.0 * static_cast<double>(fit.num_params) : 0.0;

@@ -49,7 +49,7 @@ TEST(AnalyticProbe, Print) {
     for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
       for (bool ck : {false, true}) {
         RunConfig r = run(name, p, ck);
-        ActivationFit t = trace_activations(r, storm_shape(), Mode::kTrain, 4, 16);
+        ActivationFit t = trace_activations(r, storm_shape(), Mode::kTrain, {4, 16});
         ActivationFit a = analytic_activations(r, storm_shape(), Mode::kTrain);
         std::printf("%s %s ck=%d | fb traced %.0f + %.0f b | analytic %.0f + %.0f b | opt traced %.0f + %.0f | an %.0f + %.0f | states %ld vs %ld | err4 %.3f err16 %.3f\n",
                     name.c_str(), to_string(p).c_str(), ck, t.forward_backward.fixed, t.forward_backward.per_sample,
@@ -86,6 +86,33 @@ TEST(AnalyticProbe, Saved) {
     std::printf("%s ck=%d saved/sample %.0f fwdpeak/sample %.0f bwdpeak/sample %.0f (fixed saved %.0f)\n", name.c_str(), ck,
                 (s[1] - s[0]) / 4, (after[1] - after[0]) / 4, (pk[1] - pk[0]) / 4, s[0] - 4 * (s[1] - s[0]) / 4);
     }
+  }
+}
+}  // namespace
+}  // namespace wxtrain::estimator
+namespace wxtrain::estimator {
+namespace {
+TEST(AnalyticProbe, GnnDepth) {
+  MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
+  for (int64_t layers : {1, 2, 3}) for (int64_t mlp : {1, 2}) {
+    ModelConfig c = small("gnn");
+    c.processor_layers = layers;
+    c.mlp_layers = mlp;
+    auto model = models::build_model(c, storm_shape());
+    model->set_checkpointing(true);
+    double pk[2], fw[2];
+    int64_t bs[2] = {4, 8};
+    for (int i = 0; i < 2; ++i) {
+      torch::Tensor x = torch::randn({bs[i], 12, 33, 36});
+      int64_t base = meter.snapshot().allocated;
+      meter.reset_peak();
+      torch::Tensor y = model->forward(x);
+      fw[i] = meter.snapshot().peak - base;
+      meter.reset_peak();
+      y.sum().backward();
+      pk[i] = meter.snapshot().peak - base;
+    }
+    std::printf("gnn ckpt layers=%ld mlp=%ld fwd peak/sample %.0f bwd peak/sample %.0f\n", (long)layers, (long)mlp, (fw[1] - fw[0]) / 4, (pk[1] - pk[0]) / 4);
   }
 }
 }  // namespace
