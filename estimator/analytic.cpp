@@ -382,9 +382,9 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   fit.num_params = analytic_param_count(config.model, shape);
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
   // What the trace counts as states: parameters, their flat gradients and optimizer state, the
-  // latitude weights, and the gnn's graph (int64 senders and receivers, fp32 edge features and
+  // latitude weights (training only), and the gnn's graph (int64 senders and receivers, fp32 edge features and
   // node positions).
-  double buffers = 4.0 * static_cast<double>(shape.lat);
+  double buffers = mode == Mode::kTrain ? 4.0 * static_cast<double>(shape.lat) : 0.0;
   if (config.model.name == "gnn") {
     const double E = static_cast<double>(grid_edges(shape.lat, shape.lon, config.model.neighbourhood));
     buffers += E * (8 + 8 + 3 * layout.param_bytes) + 2.0 * layout.param_bytes * shape.lat * shape.lon;
