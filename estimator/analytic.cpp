@@ -292,7 +292,6 @@ ModelMemory gnn_memory(const ModelConfig& c, const models::ModelShape& s, const 
   enc.output_grad = N * L * w.high;
   // The edge MLP reads the batch-independent edge features: its activations are fixed.
   Block edges;
-  edges.layers.push_back({"linear", 0, 0, 0});
   graph_mlp(edges, w, E, L, L, layers, true);
   enc.fixed_saved = edges.saved() + E * L * w.high;
   enc.fixed_kept = E * L * w.high;
