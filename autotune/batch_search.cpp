@@ -49,8 +49,16 @@ std::optional<double> predict(const std::vector<Probe>& probes, const SearchOpti
     }
   }
   if (o.slope > 0) {
-    const Probe* from = !exact.empty() ? exact[0] : (!probes.empty() ? &probes.back() : nullptr);
-    if (from) return static_cast<double>(from->batch) + (target - static_cast<double>(from->peak)) / o.slope;
+    if (!exact.empty())
+      return static_cast<double>(exact[0]->batch) + (target - static_cast<double>(exact[0]->peak)) / o.slope;
+    if (!probes.empty()) {
+      // Only OOMs so far: the smallest one needed more than the budget (what the meter saw before
+      // the failed allocation says little), so its line runs through the budget at the least.
+      const Probe* oom = &*std::min_element(probes.begin(), probes.end(),
+                                            [](const Probe& a, const Probe& b) { return a.batch < b.batch; });
+      const double need = std::max(static_cast<double>(oom->peak), static_cast<double>(o.budget));
+      return static_cast<double>(oom->batch) + (target - need) / o.slope;
+    }
   }
   return std::nullopt;
 }
@@ -66,14 +74,22 @@ SearchResult secant_search(const SearchOptions& o, const ProbeFn& probe) {
   bool failed = false;
   SearchResult result;
   int64_t k = o.start > 0 ? std::clamp<int64_t>(o.start / m, 1, kmax) : 1;
-  int streak = 0;          // consecutive probes with the same outcome
+  // Probes in a row with the same outcome (run), and how many of those measured their peak
+  // (streak): an OOM probe carries little information, so it does not count as the line failing.
+  int run = 0, streak = 0;
   bool last_passed = false;
 
   while (true) {
     k = std::clamp<int64_t>(k, lo + 1, hi - 1);
     Probe p = probe(k * m);
     result.probes.push_back(p);
-    streak = (result.probes.size() > 1 && p.passed == last_passed) ? streak + 1 : 1;
+    if (result.probes.size() > 1 && p.passed == last_passed) {
+      ++run;
+      streak += p.oom ? 0 : 1;
+    } else {
+      run = 1;
+      streak = p.oom ? 0 : 1;
+    }
     last_passed = p.passed;
     if (p.passed) {
       lo = k;
@@ -86,15 +102,19 @@ SearchResult secant_search(const SearchOptions& o, const ProbeFn& probe) {
     // A safeguarded step: doubling while nothing has failed, bisection once bracketed.
     auto safeguard = [&] { return failed ? lo + (hi - lo) / 2 : std::max<int64_t>(2 * lo, lo + 1); };
     const std::optional<double> b = predict(result.probes, o);
-    if (!b || streak >= 3) {
+    if (!b) {
       k = safeguard();
       continue;
     }
     const double kp_real = std::floor(*b / static_cast<double>(m));
     const int64_t kp = kp_real < 0 ? 0 : kp_real > static_cast<double>(kmax + 1) ? kmax + 1 : static_cast<int64_t>(kp_real);
-    if (kp <= lo) k = lo + 1;        // the line says lo is the answer: confirm with the failure above it
-    else if (kp >= hi) k = hi - 1;   // the line says hi - 1 passes: confirm it
-    else if (streak >= 2) k = safeguard();  // interior, but the last two landed on one side: stalling
+    // The line says lo is the answer: confirm with the batch above it (or says hi - 1 passes:
+    // confirm that). Interior predictions follow the line unless three measured probes in a row
+    // landed on one side, the mark of a secant that stalls on a curved or stepped memory profile.
+    const bool trusted = streak < 4 && run < 6;
+    if (kp <= lo && trusted) k = lo + 1;
+    else if (kp >= hi && trusted) k = hi - 1;
+    else if (streak >= 3 || run >= 6) k = safeguard();
     else k = kp;
   }
   result.batch = lo * m;
@@ -213,6 +233,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
 
   SearchOptions so;
   so.target = report.target;
+  so.budget = report.budget;
   so.multiple_of = mem.multiple_of;
   so.max_batch = mem.max_batch;
   so.start = std::min(report.estimated_batch, mem.max_batch);

@@ -4,12 +4,13 @@
 // TrainingStep at one batch size under the memory meter with the budget set; it passes when
 // nothing runs out of memory and the measured peak stays under (1 - margin) x budget.
 //
-// The search (BatchSearch) starts at the estimator's prediction and uses the measured peaks:
+// The search (secant_search) starts at the estimator's prediction and uses the measured peaks:
 // memory is close to linear in the batch size, so the next candidate is where the line through
 // the measurements (the estimator's slope at first, then the secant of two probes) reaches the
-// target. Each probe lands strictly inside the bracket [largest pass, smallest fail], and a
-// candidate that does not halve the bracket twice in a row is replaced by bisection (or doubling
-// while no probe has failed), so the search always ends with the exact answer.
+// target. Each probe lands strictly inside the bracket [largest pass, smallest fail]; when three
+// measured probes in a row land on the same side of the answer (a secant stalling on curved or stepped
+// memory), the next candidate is a bisection (or a doubling while nothing has failed), so the
+// search always ends with the exact answer.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,6 +41,7 @@ using ProbeFn = std::function<Probe(int64_t batch)>;
 
 struct SearchOptions {
   int64_t target = 0;           // bytes a passing probe's peak stays under
+  int64_t budget = 0;           // bytes past which allocations fail (an OOM probe needed more); 0 = unknown
   int64_t multiple_of = 1;      // candidates are multiples of this
   int64_t max_batch = 4096;     // never probe above (rounded down to multiple_of)
   int64_t start = 0;            // predicted largest batch (the estimator's); 0 = unknown, start at multiple_of

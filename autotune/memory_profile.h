@@ -4,6 +4,7 @@
 // step, the peak of each phase, and a sampled timeline of one step with its phase boundaries.
 // Lives next to the tuner because both measure the real step under the meter; the CLI only
 // formats what this returns.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>

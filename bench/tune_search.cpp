@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
 
       autotune::SearchOptions so;
       so.target = r.target;
+      so.budget = r.budget;
       so.multiple_of = config.memory.multiple_of;
       so.max_batch = config.memory.max_batch;
       autotune::BatchProber prober(config, shape, cpu, comm, budget, r.target);

@@ -83,7 +83,7 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
   j["estimated_bytes_per_sample"] = r.estimated_slope;
   j["probes"] = nlohmann::json::array();
   for (const auto& p : r.probes)
-    j["probes"].push_back({{"batch", p.batch}, {"peak_bytes", p.peak}, {"budget_bytes", r.budget},
+    j["probes"].push_back({{"batch", p.batch}, {"peak_bytes", p.peak},  // on OOM: what was in use when it failed {"budget_bytes", r.budget},
                            {"result", p.passed ? "pass" : p.oom ? "oom" : "over margin"}, {"seconds", p.seconds},
                            {"leaked_bytes", p.leaked}});
   j["batch"] = r.batch;
@@ -113,9 +113,10 @@ int run_tune(const TuneArgs& args) {
     autotune::TuneOptions options;
     if (lead && !args.json)
       options.on_probe = [](const autotune::Probe& p) {
-        std::cout << "  probe batch " << p.batch << ": peak " << gib(static_cast<double>(p.peak)) << " GiB, "
-                  << (p.passed ? "pass" : p.oom ? "out of memory" : "over the margin") << " (" << secs(p.seconds)
-                  << " s)\n"
+        std::cout << "  probe batch " << p.batch << ": "
+                  << (p.oom ? std::string("out of memory")
+                            : "peak " + gib(static_cast<double>(p.peak)) + " GiB, " + (p.passed ? "pass" : "over the margin"))
+                  << " (" << secs(p.seconds) << " s)\n"
                   << std::flush;
       };
     const autotune::TuneReport r = autotune::tune_batch_report(config, device, nullptr, options);
@@ -136,7 +137,8 @@ int run_tune(const TuneArgs& args) {
     Table t({"probe", "batch", "peak GiB", "budget GiB", "result", "seconds"}, {true, true, true, true, false, true});
     for (size_t i = 0; i < r.probes.size(); ++i) {
       const auto& p = r.probes[i];
-      t.add({std::to_string(i + 1), std::to_string(p.batch), gib(static_cast<double>(p.peak)),
+      t.add({std::to_string(i + 1), std::to_string(p.batch),
+             p.oom ? "> " + gib(static_cast<double>(r.budget)) : gib(static_cast<double>(p.peak)),
              gib(static_cast<double>(r.budget)), p.passed ? "pass" : p.oom ? "OOM" : "over margin", secs(p.seconds)});
     }
     std::cout << t.str() << "\n";

@@ -53,6 +53,7 @@ SearchOptions options_for(const ModelDevice& d, int64_t start, double slope, int
                           int64_t max_batch = 4096) {
   SearchOptions o;
   o.target = d.target;
+  o.budget = d.budget;
   o.start = start;
   o.slope = slope;
   o.multiple_of = multiple_of;
