@@ -5,6 +5,7 @@
 //   train_throughput --config configs/storm_unet.toml --precision bf16-mixed
 //       [--batch 8] [--warmup 3] [--steps 10] [--reps 5]
 //   train_throughput --config configs/storm_unet.toml --describe   # shape + parameter count, JSON
+//   train_throughput --config ... --precision ... --profile trace.json  # op trace of `steps` steps
 //
 // Timing: after `warmup` steps, `reps` repetitions of `steps` consecutive steps each; a
 // repetition's throughput is steps * batch / seconds, and the printed figure is the median.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -40,12 +42,13 @@ struct Args {
   int steps = 10;
   int reps = 5;
   bool describe = false;
+  std::string profile;  // chrome trace of `steps` steps after warm-up, instead of the timing
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "train_throughput: %s\nusage: train_throughput --config FILE [--precision fp32|bf16-mixed] "
-               "[--batch N] [--warmup N] [--steps N] [--reps N] [--describe]\n",
+               "[--batch N] [--warmup N] [--steps N] [--reps N] [--describe] [--profile TRACE.json]\n",
                why.c_str());
   std::exit(2);
 }
@@ -65,6 +68,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--steps") a.steps = std::stoi(value());
     else if (arg == "--reps") a.reps = std::stoi(value());
     else if (arg == "--describe") a.describe = true;
+    else if (arg == "--profile") a.profile = value();
     else usage("unknown argument '" + arg + "'");
   }
   if (a.config.empty()) usage("--config is required");
@@ -115,6 +119,11 @@ int run(const Args& args) {
   const double lr = config.train.lr;
   double last_loss = 0;
   for (int i = 0; i < args.warmup; ++i) last_loss = step.run(batches, lr).loss;
+  if (!args.profile.empty()) {
+    torch::autograd::profiler::RecordProfile guard(args.profile);
+    for (int i = 0; i < args.steps; ++i) step.run(batches, lr);
+    return 0;
+  }
   std::vector<double> rates;
   for (int r = 0; r < args.reps; ++r) {
     const auto start = Clock::now();

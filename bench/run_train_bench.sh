@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Training throughput of wxtrain (bench/train_throughput.cpp) against PyTorch's Python API
+# (bench/peer/train_peer.py) on the storm configs, at fp32 and bf16-mixed, batch 8.
+#
+#   bench/run_train_bench.sh [build-dir]          (default build-perf; ROUNDS=3 REPS=5 BATCH=8)
+#
+# The machine is shared and noisy, so every figure is a ratio of runs taken side by side: each
+# round runs every (model, precision) pair as wxtrain then PyTorch, or PyTorch then wxtrain on odd
+# rounds, so drift and ordering hit both sides alike. A run's figure is the median samples/s of
+# REPS repetitions after warm-up; a table cell is the median over ROUNDS runs, and the ratio column
+# is the median of the per-round ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build-perf}
+ROUNDS=${ROUNDS:-3}
+REPS=${REPS:-5}
+BATCH=${BATCH:-8}
+PY=/usr/bin/python3  # Debian's python3-torch: the same ATen build as the LibTorch we link
+MODELS=(unet vit gnn)
+PRECISIONS=(fp32 bf16-mixed)
+
+# Steps per repetition, so that one repetition takes roughly a second or more on this CPU.
+steps_for() { case "$1" in gnn) echo 3 ;; *) echo 10 ;; esac; }
+
+cmake -S . -B "$BUILD" -G Ninja -DWXTRAIN_TEST_COMPONENTS=models >/dev/null
+ninja -C "$BUILD" -j2 train_throughput >/dev/null
+
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+for m in "${MODELS[@]}"; do
+  "$BUILD/bench/train_throughput" --config "configs/storm_$m.toml" --describe >"$OUT/$m.json"
+done
+
+run_cpp() {
+  "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
+    --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
+}
+run_py() {
+  "$PY" bench/peer/train_peer.py --config "configs/storm_$1.toml" --shape "$OUT/$1.json" --precision "$2" \
+    --batch "$BATCH" --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
+}
+
+RESULTS="$OUT/results.txt"
+for ((r = 0; r < ROUNDS; ++r)); do
+  for m in "${MODELS[@]}"; do
+    for p in "${PRECISIONS[@]}"; do
+      if ((r % 2 == 0)); then
+        run_cpp "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
+        run_py "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
+      else
+        run_py "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
+        run_cpp "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
+      fi
+    done
+  done
+done
+
+"$PY" - "$RESULTS" <<'EOF'
+import collections, statistics, sys
+runs = collections.defaultdict(dict)  # (model, precision) -> {(impl, round): samples/s}
+threads = set()
+for line in open(sys.argv[1]):
+    kv = dict(field.split("=", 1) for field in line.split())
+    runs[kv["model"], kv["precision"]][kv["impl"], int(kv["round"])] = float(kv["samples_per_s"])
+    threads.add(kv["threads"])
+rounds = sorted({r for d in runs.values() for _, r in d})
+med = statistics.median
+
+print(f"\nTraining throughput, batch 8, samples/s (median of {len(rounds)} alternating rounds; "
+      f"intra-op threads: {', '.join(sorted(threads))})\n")
+print("| model | precision | wxtrain samples/s | PyTorch samples/s | wxtrain / PyTorch |")
+print("|---|---|---|---|---|")
+for (m, p), d in runs.items():
+    w = [d["wxtrain", r] for r in rounds]
+    t = [d["pytorch", r] for r in rounds]
+    print(f"| {m} | {p} | {med(w):.1f} | {med(t):.1f} | {med([a / b for a, b in zip(w, t)]):.2f}x |")
+
+print("\nbf16-mixed vs fp32 (same rounds)\n")
+print("| model | wxtrain bf16-mixed / fp32 | PyTorch bf16-mixed / fp32 |")
+print("|---|---|---|")
+for m in dict.fromkeys(m for m, _ in runs):
+    f, b = runs[m, "fp32"], runs[m, "bf16-mixed"]
+    ratio = lambda impl: med([b[impl, r] / f[impl, r] for r in rounds])
+    print(f"| {m} | {ratio('wxtrain'):.2f}x | {ratio('pytorch'):.2f}x |")
+EOF
