@@ -3,7 +3,8 @@
 //   (a) no loading delay                                      (prefetch = 0: loading inline)
 //   (b) load_delay_ms = 80% of the step time, prefetch = 0    (the delay adds to every step)
 //   (c) the same delay, prefetch = 2                           (workers build batches ahead)
-// Target: (c) within 10% of (a).
+// Target: (c) within 10% of (a). The table also gives each epoch without its first batch's wait:
+// the loader's workers start at the epoch's first next(), so nothing can hide that one.
 //
 //   prefetch_epoch [--config configs/storm_unet.toml] [--rounds 5] [--delay-fraction 0.8]
 //
@@ -159,10 +160,19 @@ int main(int argc, char** argv) {
       for (int r = 0; r < rounds; ++r) v.push_back(x.seconds[r] / y.seconds[r]);
       return median(v);
     };
-    std::printf("\n| case | epoch (ms) | first batch wait (ms) | vs (a) |\n|---|---|---|---|\n");
+    // The loader starts its workers at an epoch's first next(), so that batch's delay is never
+    // hidden; the last column leaves it out to show what the workers hide in steady state.
+    auto after_first = [&](const Case& x, const Case& y) {
+      std::vector<double> v;
+      for (int r = 0; r < rounds; ++r)
+        v.push_back((x.seconds[r] - x.first_wait[r]) / (y.seconds[r] - y.first_wait[r]));
+      return median(v);
+    };
+    std::printf("\n| case | epoch (ms) | first batch wait (ms) | epoch vs (a) | after the first batch vs (a) |\n"
+                "|---|---|---|---|---|\n");
     for (const auto& c : cases)
-      std::printf("| %s | %.1f | %.1f | %.3f |\n", c.name, 1e3 * median(c.seconds), 1e3 * median(c.first_wait),
-                  ratio(c, cases[0]));
+      std::printf("| %s | %.1f | %.1f | %.3f | %.3f |\n", c.name, 1e3 * median(c.seconds),
+                  1e3 * median(c.first_wait), ratio(c, cases[0]), after_first(c, cases[0]));
     std::printf("\n(b)/(a) = %.3f   (c)/(a) = %.3f   (target: (c)/(a) <= 1.10)   (b)/(c) = %.3f   [median of %d rounds]\n",
                 ratio(cases[1], cases[0]), ratio(cases[2], cases[0]), ratio(cases[1], cases[2]), rounds);
     return 0;
