@@ -1,6 +1,6 @@
 // tune-batch's search against Lightning's (BatchSizeFinder "binsearch": 1, 2, 4, ... until the
 // first failure, then bisection) on the same real probes: for each zoo model at its storm-config
-// size and several CPU budgets, the answer, the number of probes and the wall time of each.
+// size and several round CPU budgets, the answer, the number of probes and the wall time of each.
 // wxtrain's time includes the estimator's trace that picks its first candidate.
 //
 //   build/bench/bench_tune_search [--quick]     prints a markdown table
@@ -51,14 +51,11 @@ int main(int argc, char** argv) {
     RunConfig config = storm_config(model);
     auto comm = distributed::make_communicator(distributed::World{}, config.distributed, cpu);
     const auto shape = models::model_shape(config);
-    // Budgets from the memory at batch 1 and 2: room for about 6, 20 and 60 samples.
-    autotune::BatchProber unlimited(config, shape, cpu, comm, 0, INT64_MAX);
-    const autotune::Probe p1 = unlimited(1), p2 = unlimited(2);
-    const double per = static_cast<double>(p2.peak - p1.peak);
-    std::vector<int64_t> sizes = quick ? std::vector<int64_t>{6, 20} : std::vector<int64_t>{6, 20, 60};
-    for (int64_t n : sizes) {
-      const double target = static_cast<double>(p1.peak) + per * (static_cast<double>(n) - 0.6);
-      const int64_t budget = static_cast<int64_t>(std::ceil(target / 0.9 / kMiB)) * static_cast<int64_t>(kMiB);
+    // Round budgets (what a user types), sized per model for answers from a few to ~60 samples.
+    std::vector<int64_t> mib = model == "gnn" ? std::vector<int64_t>{320, 768} : std::vector<int64_t>{48, 128, 320};
+    if (quick) mib.resize(1);
+    for (int64_t m : mib) {
+      const int64_t budget = m * static_cast<int64_t>(kMiB);
       config.memory.limit = budget;
 
       auto t0 = std::chrono::steady_clock::now();
