@@ -1,6 +1,7 @@
 #include "estimator/activation_trace.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/autocast.h"
 #include "core/memory_meter.h"
@@ -63,26 +64,40 @@ StepMemory measure_step(const RunConfig& config, const models::ModelShape& shape
 }
 
 double ActivationFit::at(double batch) const {
-  return std::max(forward_backward.at(batch), optimizer.at(batch));
+  double peak = std::max(forward_backward.at(batch), optimizer.at(batch));
+  for (const Line& l : small_batch) peak = std::max(peak, l.at(batch));
+  return peak;
 }
 
+double ActivationFit::per_sample() const { return std::max(forward_backward.per_sample, optimizer.per_sample); }
+
 ActivationFit trace_activations(const RunConfig& config, const models::ModelShape& shape, Mode mode,
-                                int64_t b1, int64_t b2) {
-  const StepMemory m1 = measure_step(config, shape, b1, mode);
-  const StepMemory m2 = measure_step(config, shape, b2, mode);
-  auto fit = [&](double y1, double y2) {
-    Line l;
-    l.per_sample = std::max(0.0, (y2 - y1) / static_cast<double>(b2 - b1));
-    l.fixed = y1 - l.per_sample * static_cast<double>(b1);
-    return l;
-  };
+                                const std::vector<int64_t>& batches) {
+  if (batches.size() < 2) throw std::invalid_argument("trace_activations needs at least two batch sizes");
+  std::vector<StepMemory> traces;
+  for (int64_t b : batches) traces.push_back(measure_step(config, shape, b, mode));
   ActivationFit f;
-  f.traced_states = m1.states;
-  f.num_params = m1.num_params;
-  f.forward_backward = fit(static_cast<double>(m1.peak_forward_backward - m1.states),
-                           static_cast<double>(m2.peak_forward_backward - m2.states));
-  f.optimizer = fit(static_cast<double>(m1.peak_optimizer - m1.states),
-                    static_cast<double>(m2.peak_optimizer - m2.states));
+  f.traced_states = traces.front().states;
+  f.num_params = traces.front().num_params;
+  for (size_t i = 0; i + 1 < traces.size(); ++i) {
+    const StepMemory& a = traces[i];
+    const StepMemory& b = traces[i + 1];
+    auto fit = [&](int64_t ya, int64_t yb) {
+      Line l;
+      l.per_sample = std::max(0.0, static_cast<double>(yb - ya) / static_cast<double>(b.batch - a.batch));
+      l.fixed = static_cast<double>(ya) - l.per_sample * static_cast<double>(a.batch);
+      return l;
+    };
+    const Line fb = fit(a.peak_forward_backward - a.states, b.peak_forward_backward - b.states);
+    const Line opt = fit(a.peak_optimizer - a.states, b.peak_optimizer - b.states);
+    if (i + 2 == traces.size()) {
+      f.forward_backward = fb;
+      f.optimizer = opt;
+    } else {
+      f.small_batch.push_back(fb);
+      f.small_batch.push_back(opt);
+    }
+  }
   return f;
 }
 

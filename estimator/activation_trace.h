@@ -1,10 +1,13 @@
 #pragma once
 // Activations measured, not guessed: the real training step (trainer::TrainingStep) runs on the
-// CPU under the counting allocator at two small batch sizes; the peak of each phase (forward +
-// backward, optimizer update) is a straight line in the batch size, and the run's peak is the
-// higher of the two lines. Precision, checkpointing, accumulation and rollout are those of the
+// CPU under the counting allocator at batch 1, 2 and 4. The peak of each phase (forward + backward,
+// optimizer update) is piecewise linear in the batch size: a kernel may take another path at batch
+// 1, and the moment of the peak can move as the batch grows, which only ever makes the curve bend
+// upwards past the trace points. So each phase gets two lines (through batches 1-2 and 2-4) and
+// the prediction is the highest of the four: exact at the traced batches, never below a bend. Precision, checkpointing, accumulation and rollout are those of the
 // config because the step is the trainer's own.
 #include <cstdint>
+#include <vector>
 
 #include "core/config.h"
 #include "models/weather_model.h"
@@ -36,16 +39,23 @@ StepMemory measure_step(const RunConfig& config, const models::ModelShape& shape
                         int64_t steps = 2);
 
 struct ActivationFit {
-  Line forward_backward;  // peak bytes of the forward/backward phase minus the states
-  Line optimizer;         // peak bytes of the optimizer phase minus the states
+  // Peak bytes minus the states of the forward/backward and the optimizer phase, through the two
+  // largest traced batches: how memory grows from there on.
+  Line forward_backward;
+  Line optimizer;
+  // Lines through the smaller traced batches, which bound the curve below its bend (empty for the
+  // analytic estimate).
+  std::vector<Line> small_batch;
   int64_t traced_states = 0;
   int64_t num_params = 0;
   double at(double batch) const;  // activation bytes (incl. workspaces and inputs) at `batch`
+
+  double per_sample() const;    // the steepest slope: bytes each extra sample costs
 };
 
-// Traces at batches b1 < b2 and fits the two lines.
+// Traces at each of `batches` (ascending, at least two) and fits a line per consecutive pair.
 ActivationFit trace_activations(const RunConfig& config, const models::ModelShape& shape, Mode mode,
-                                int64_t b1 = 1, int64_t b2 = 2);
+                                const std::vector<int64_t>& batches = {1, 2, 4});
 
 // The configuration the CPU trace actually runs for `config`: fp16-mixed (CUDA only) traces as
 // bf16-mixed (same width), accumulation beyond 2 traces as 2 (memory is periodic after that),

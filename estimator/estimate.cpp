@@ -63,8 +63,21 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   } else {
     e.activations = trace_activations(config, shape, options.mode);
   }
+  if (!options.analytic && config.train.accumulation > trace_config(config).train.accumulation) {
+    // The trainer holds all of a step's micro-batches at once; the trace ran fewer of them.
+    const int64_t extra = config.train.accumulation - trace_config(config).train.accumulation;
+    const double sample_bytes =
+        4.0 * static_cast<double>(shape.lat * shape.lon) *
+        static_cast<double>(shape.in_channels + 2 * config.data.rollout_steps * shape.out_channels);  // input, target, mask
+    for (Line* l : {&e.activations.forward_backward, &e.activations.optimizer}) l->per_sample += extra * sample_bytes;
+    for (Line& l : e.activations.small_batch) l.per_sample += extra * sample_bytes;
+  }
   const int64_t world = options.world_size < 1 ? 1 : options.world_size;
   e.states = model_states(e.activations.num_params, layout, config.distributed.zero_stage, world);
+  // Registered buffers (the gnn's graph, normalisation constants) and the optimizer's padding are in
+  // the traced states but not in the per-parameter formula; every rank holds them whole.
+  const double unaccounted = static_cast<double>(e.activations.traced_states) - model_states(e.activations.num_params, layout, 0, 1).total();
+  if (unaccounted > 0) e.states.params += unaccounted;
   return e;
 }
 

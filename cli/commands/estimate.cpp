@@ -120,7 +120,7 @@ int run_estimate(const EstimateArgs& args) {
     j["zero_stage"] = config.distributed.zero_stage;
     j["world_size"] = options.world_size;
     j["cpu"] = breakdown_json(cpu);
-    j["activation_bytes_per_sample"] = std::max(e.activations.forward_backward.per_sample, e.activations.optimizer.per_sample);
+    j["activation_bytes_per_sample"] = e.activations.per_sample();
     for (const auto& f : fits)
       j["gpus"].push_back({{"name", f.gpu.name}, {"label", f.gpu.label}, {"memory_bytes", f.gpu.memory_bytes},
                            {"fits", f.fits}, {"max_batch", f.max_batch}, {"at_batch", breakdown_json(f.at_batch)}});
