@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every argument error exits 2, as a bad run file does.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
   // Under mpirun every rank runs the same command; an error on any rank ends the whole job with its
   // message (run_or_abort) instead of leaving the others blocked in a collective.

@@ -147,21 +147,8 @@ TEST(Loader, PrefetchingYieldsExactlyTheInlineBatches) {
   }
 }
 
-TEST(Loader, PrefetchHidesLoadDelay) {
-  Storm storm;
-  auto time_epoch = [&](int64_t prefetch) {
-    LoaderOptions options = options_with(4, prefetch);
-    options.load_delay_ms = 20;
-    Loader loader(storm.dataset, storm.norm, storm.train, options);
-    const auto start = std::chrono::steady_clock::now();
-    whole_epoch(loader);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  const double serial = time_epoch(0);     // 12 batches x 20 ms
-  const double parallel = time_epoch(4);   // four delays overlap
-  EXPECT_GT(serial, 0.24);
-  EXPECT_LT(parallel, 0.75 * serial) << "serial " << serial << " s, prefetch=4 " << parallel << " s";
-}
+// How much of a loading delay prefetching hides is a performance figure, measured side by side in
+// bench/prefetch_epoch.cpp (docs/benchmarks.md), not asserted on wall time here.
 
 TEST(Loader, WorkerErrorReachesTheConsumer) {
   TempDir dir;
