@@ -273,6 +273,9 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
     const double lr = learning_rate(t, step);
     meter.reset_peak();
     StepResult r = step_runner.run(micro, lr);
+    // Each rank's loss is over its own shard: log the mean over ranks, the loss of the whole
+    // effective batch (what one process with that batch reports).
+    if (run.world.size > 1) r.loss = run.state->comm->sum(r.loss) / run.world.size;
     if (!r.applied && !run.state->scaler.enabled()) {
       // The step was not applied, so the weights are still the last good ones: keep them.
       save(run, step, source);

@@ -142,6 +142,23 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
   parallel.zero_grad();
   double loss_sum = 0;
   const auto n = static_cast<int64_t>(micro_batches.size());
+  // A masked loss is a mean over the valid points of its micro-batch, so averaging micro-batch (and
+  // rank) losses would weight a point by 1 / (valid points of its micro-batch). Weight each
+  // micro-batch by its share of the valid points of the whole effective batch instead: the step is
+  // then that of one process on the whole batch (at the price of one scalar allreduce).
+  std::vector<double> weights(static_cast<size_t>(n), 1.0);
+  if (n > 0 && micro_batches[0].target_mask.defined()) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor w = state_.lat_weights.view({1, 1, -1, 1});
+    double local = 0;
+    for (int64_t m = 0; m < n; ++m) {
+      weights[m] = (micro_batches[m].target_mask.to(torch::kFloat32) * w).sum().item<double>();
+      local += weights[m];
+    }
+    const int world = state_.comm ? state_.comm->size() : 1;
+    const double total = world > 1 ? state_.comm->sum(local) : local;
+    for (double& v : weights) v = total > 0 ? v * static_cast<double>(n * world) / total : 1.0;
+  }
   for (int64_t m = 0; m < n; ++m) {
     const MicroBatch& mb = micro_batches[m];
     parallel.prepare_backward(/*sync=*/m == n - 1);
@@ -151,8 +168,8 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
       torch::Tensor prediction = rollout(model, mb.input.to(input_dtype), rollout_steps, variables);
       loss = weighted_mse(prediction, mb.target, state_.lat_weights, mb.target_mask);
     }
-    loss_sum += loss.item<double>();
-    (loss * (scale / static_cast<double>(n))).backward();
+    loss_sum += loss.item<double>() * weights[m];
+    (loss * (scale * weights[m] / static_cast<double>(n))).backward();
   }
   const bool finite = parallel.finish_backward(1.0 / scale);
   result.loss = loss_sum / static_cast<double>(n);

@@ -293,10 +293,14 @@ std::unique_ptr<Process> start_long_run(const std::string& dir, pid_t* mpirun_pi
   return p;
 }
 
-void expect_saved_and_stopped(Process& p, const std::string& dir) {
+// `exit_zero`: the job's exit status must be 0. Open MPI's mpirun, itself sent SIGTERM, forwards it
+// to the ranks and then reports the job as signalled (exit status 1) even though every rank saved
+// and returned 0; there only the ranks' behaviour is ours to check.
+void expect_saved_and_stopped(Process& p, const std::string& dir, bool exit_zero) {
   const int code = p.wait_for(60);
   const std::string out = p.output();
-  EXPECT_EQ(code, 0) << out;
+  ASSERT_NE(code, -1) << "the job did not stop within 60 s:\n" << out;
+  if (exit_zero) EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("stopped at step"), std::string::npos) << out;
   const Checkpoint c = checkpoint_in(dir);
   EXPECT_GE(c.step, 3);
@@ -314,7 +318,7 @@ TEST(TrainMpi, SigtermToOneRankStopsBothRanksWithACheckpoint) {
   const auto ranks = rank_pids(mpirun);
   ASSERT_EQ(ranks.size(), 2u) << p->output();
   ASSERT_EQ(::kill(ranks.back(), SIGTERM), 0);
-  expect_saved_and_stopped(*p, dir);
+  expect_saved_and_stopped(*p, dir, /*exit_zero=*/true);
 }
 
 TEST(TrainMpi, SigtermToMpirunStopsBothRanksWithACheckpoint) {
@@ -323,7 +327,9 @@ TEST(TrainMpi, SigtermToMpirunStopsBothRanksWithACheckpoint) {
   auto p = start_long_run(dir, &mpirun);
   ASSERT_EQ(rank_pids(mpirun).size(), 2u) << p->output();
   ASSERT_EQ(::kill(mpirun, SIGTERM), 0);
-  expect_saved_and_stopped(*p, dir);
+  expect_saved_and_stopped(*p, dir, /*exit_zero=*/false);
+  // No rank was killed before it finished saving: both returned from train() (one summary line).
+  EXPECT_NE(p->output().find("stopped at step"), std::string::npos);
 }
 
 TEST(TrainMpi, AFailingRankTakesTheJobDownWithItsMessage) {
