@@ -128,9 +128,8 @@ Batch Loader::build_batch(int64_t epoch, int64_t k) const {
 
 void Loader::start_workers() {
   stop_workers();
-  pipeline_epoch_ = position_.epoch;
-  next_to_build_ = position_.batch_index;
-  next_to_consume_ = position_.batch_index;
+  next_to_build_ = sequence_index(position_);
+  next_to_consume_ = next_to_build_;
   ready_.clear();
   stopping_ = false;
   running_ = true;
@@ -154,16 +153,15 @@ void Loader::work() {
     int64_t k = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] {
-        return stopping_ || next_to_build_ >= batches_per_epoch_ ||
-               next_to_build_ < next_to_consume_ + options_.queue_depth;
-      });
-      if (stopping_ || next_to_build_ >= batches_per_epoch_) return;
+      changed_.wait(lock, [&] { return stopping_ || next_to_build_ < next_to_consume_ + options_.queue_depth; });
+      if (stopping_) return;
       k = next_to_build_++;
     }
     Built built;
     try {
-      built.batch = build_batch(pipeline_epoch_, k);
+      // The pipeline runs on across epoch boundaries, so the next epoch's first batches are ready
+      // when the consumer gets there.
+      built.batch = build_batch(k / batches_per_epoch_, k % batches_per_epoch_);
     } catch (...) {
       built.error = std::current_exception();
     }
@@ -177,23 +175,23 @@ void Loader::work() {
 
 std::optional<Batch> Loader::next() {
   if (position_.batch_index >= batches_per_epoch_) {
-    stop_workers();
     position_ = {position_.epoch + 1, 0};
     return std::nullopt;
   }
   const int64_t k = position_.batch_index;
+  const int64_t g = sequence_index(position_);
   Batch batch;
   if (options_.prefetch == 0) {
     ++position_.batch_index;
     batch = build_batch(position_.epoch, k);
   } else {
-    if (!running_ || pipeline_epoch_ != position_.epoch || next_to_consume_ != k) start_workers();
+    if (!running_ || next_to_consume_ != g) start_workers();
     Built built;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return ready_.count(k) > 0; });
-      built = std::move(ready_[k]);
-      ready_.erase(k);
+      changed_.wait(lock, [&] { return ready_.count(g) > 0; });
+      built = std::move(ready_[g]);
+      ready_.erase(g);
       ++next_to_consume_;
     }
     changed_.notify_all();

@@ -90,6 +90,8 @@ class Loader {
 
   Batch build_batch(int64_t epoch, int64_t k) const;
   std::vector<int64_t> shard(int64_t epoch) const;  // this rank's sample times, in epoch order
+  // Position in the endless sequence of batches (epoch after epoch) the workers build from.
+  int64_t sequence_index(const LoaderState& s) const { return s.epoch * batches_per_epoch_ + s.batch_index; }
   void start_workers();
   void stop_workers();
   void work();
@@ -102,14 +104,13 @@ class Loader {
   int64_t batches_per_epoch_ = 0;
   LoaderState position_;
 
-  // Worker pipeline for one epoch: workers claim batch numbers in order and publish them into
-  // `ready_`; the consumer takes them in order.
+  // Worker pipeline: workers claim sequence indices (across epochs) in order and publish them into
+  // `ready_`, at most queue_depth ahead of the consumer, who takes them in order.
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable changed_;
   bool stopping_ = false;
   bool running_ = false;
-  int64_t pipeline_epoch_ = 0;
   int64_t next_to_build_ = 0;
   int64_t next_to_consume_ = 0;
   std::map<int64_t, Built> ready_;

@@ -269,9 +269,10 @@ ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const 
 }
 
 // GraphMLP: the summed input projections, then (layers - 1) x [SiLU, Linear], then LayerNorm.
+// The SiLU runs in fp32 even under autocast (models/gnn.cpp: LibTorch 1.13's bf16 SiLU is slow).
 void graph_mlp(Block& b, const Widths& w, double rows, double hidden, double out, int64_t layers, bool layer_norm) {
   for (int64_t i = 1; i < layers; ++i) {
-    b.layers.push_back(activation(rows * hidden, w.low));
+    b.layers.push_back(activation(rows * hidden, w.high));
     b.layers.push_back(conv_or_linear(w, rows * hidden, rows * (i + 1 == layers ? out : hidden)));
   }
   if (layer_norm) b.layers.push_back(norm(w, rows * out, rows));

@@ -1,5 +1,7 @@
 #include "estimator/estimate.h"
 
+#include <cstdio>
+
 #include "estimator/analytic.h"
 
 namespace wxtrain::estimator {
@@ -60,8 +62,20 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
   if (options.analytic) {
     e.activations = analytic_activations(config, shape, options.mode);
+    e.method = "analytic formulas";
   } else {
-    e.activations = trace_activations(config, shape, options.mode);
+    ActivationFit formula = analytic_activations(config, shape, options.mode);
+    const double trace_bytes = static_cast<double>(formula.traced_states) + formula.at(4.0);
+    if (!options.force_trace && trace_bytes > options.max_trace_bytes) {
+      e.activations = formula;
+      char why[160];
+      std::snprintf(why, sizeof why, "analytic formulas (tracing would need ~%.1f GiB here; --trace forces it)",
+                    trace_bytes / (1024.0 * 1024 * 1024));
+      e.method = why;
+    } else {
+      e.activations = trace_activations(config, shape, options.mode);
+      e.method = "training step traced on the CPU (counting allocator)";
+    }
   }
   if (!options.analytic && config.train.accumulation > trace_config(config).train.accumulation) {
     // The trainer holds all of a step's micro-batches at once; the trace ran fewer of them.

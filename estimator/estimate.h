@@ -19,6 +19,10 @@ namespace wxtrain::estimator {
 struct EstimateOptions {
   Mode mode = Mode::kTrain;
   bool analytic = false;
+  // Tracing runs the real step at batch 4; a run whose trace would need more than this (by the
+  // analytic formulas) is estimated analytically instead, unless force_trace.
+  bool force_trace = false;
+  double max_trace_bytes = 4.0 * 1024 * 1024 * 1024;
   int64_t world_size = 1;  // ranks sharing the ZeRO shards
   std::optional<int64_t> batch;  // micro-batch to report at (default train.batch_size)
 };
@@ -44,6 +48,7 @@ struct Estimate {
   models::ModelShape shape;
   EstimateOptions options;
   bool uses_convolutions = false;
+  std::string method;      // how activations were obtained, for the report
   ModelStates states;      // per rank, with ZeRO over options.world_size
   ActivationFit activations;
   Breakdown breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const;

@@ -22,6 +22,7 @@ struct EstimateArgs {
   std::string mode = "train";
   std::string svg;
   bool analytic = false;
+  bool trace = false;
   bool json = false;
   int64_t batch = 0;
   int64_t world_size = 0;
@@ -73,6 +74,8 @@ int run_estimate(const EstimateArgs& args) {
     throw ConfigError("--mode " + args.mode + ": expected train or inference");
   options.mode = args.mode == "train" ? estimator::Mode::kTrain : estimator::Mode::kInference;
   options.analytic = args.analytic;
+  options.force_trace = args.trace;
+  if (args.analytic && args.trace) throw ConfigError("--analytic and --trace: choose one");
   options.world_size = args.world_size > 0 ? args.world_size
                        : config.distributed.world_size > 0 ? config.distributed.world_size : 1;
   if (args.batch > 0) options.batch = args.batch;
@@ -111,7 +114,7 @@ int run_estimate(const EstimateArgs& args) {
     j["model"] = config.model.name;
     j["parameters"] = e.states.num_params;
     j["mode"] = args.mode;
-    j["method"] = args.analytic ? "analytic" : "traced";
+    j["method"] = e.method;
     j["precision"] = to_string(config.train.precision);
     j["checkpointing"] = config.train.checkpointing;
     j["batch"] = batch;
@@ -135,8 +138,7 @@ int run_estimate(const EstimateArgs& args) {
               << (config.train.checkpointing ? "on" : "off") << ", micro-batch " << batch << " x accumulation "
               << config.train.accumulation << ", rollout " << config.data.rollout_steps << ", ZeRO-"
               << config.distributed.zero_stage << " over " << options.world_size << " rank(s)\n"
-              << "method     " << (args.analytic ? "analytic formulas" : "training step traced on the CPU (counting allocator)")
-              << ", " << std::fixed;
+              << "method     " << e.method << ", " << std::fixed;
     std::printf("%.2f s\n\n", seconds);
     std::cout.flush();
     Table t({"memory per rank", "CPU (traced)", "GPU (with overhead)"}, {false, true, true});
@@ -177,6 +179,7 @@ Action add_estimate_command(CLI::App& app) {
   cmd->add_option("--batch", args->batch, "micro-batch to report (default train.batch_size)");
   cmd->add_option("--world-size", args->world_size, "ranks for ZeRO sharding (default distributed.world_size or 1)");
   cmd->add_flag("--analytic", args->analytic, "formulas instead of tracing (for models too large to trace here)");
+  cmd->add_flag("--trace", args->trace, "trace the real step even when it is large (slow)");
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->add_option("--svg", args->svg, "write a plot of memory against batch size to this SVG file");
   return [args]() { return run_estimate(*args); };
