@@ -67,7 +67,7 @@ if [ "${SKIP_BW:-0}" != 1 ]; then
   done
   echo "comm_bandwidth, median of $bw_rounds runs (each itself a median over repetitions):"
   echo
-  echo "| size | Communicator (us) | Communicator GB/s | raw MPI (us) | raw MPI GB/s | Communicator / raw time |"
+  echo "| size | Communicator (us) | Communicator GB/s | raw MPI (us) | raw MPI GB/s | busbw Communicator / raw (>1: Communicator faster) |"
   echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
   awk '{print $1" "$2}' "$tmp/bw.txt" | sort -u -k2,2 -k1,1n | while read -r n unit; do
     rows=$(awk -v n="$n" -v u="$unit" '$1==n && $2==u' "$tmp/bw.txt")
