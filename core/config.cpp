@@ -88,7 +88,7 @@ class SectionReader {
   }
 
   const toml::node* node(const std::string& key) {
-    known_.push_back(key);
+    if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
     return table_ ? table_->get(key) : nullptr;
   }
 

@@ -60,12 +60,15 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, Normalization normalizati
     throw DataError("normalisation statistics cover " + std::to_string(normalization_.num_variables()) +
                     " variables but the dataset has " + std::to_string(dataset_->num_variables()));
   }
-  // Every rank gets the same number of samples (the remainder is dropped), so collectives in the
-  // training step never wait on a rank that has run out of batches.
-  per_rank_ = num_samples() / options_.world_size;
+  // Training (drop_last): every rank gets the same number of samples (the remainder is dropped),
+  // so collectives in the training step never wait on a rank that has run out of batches.
+  // Evaluation (!drop_last): every sample is seen exactly once over the ranks, so a metric summed
+  // over ranks is the same for any world size; ranks may then differ by one sample.
+  const int64_t n = num_samples(), W = options_.world_size;
+  per_rank_ = options_.drop_last ? n / W : (n - options_.rank + W - 1) / W;
   batches_per_epoch_ = options_.drop_last ? per_rank_ / options_.batch_size
                                           : (per_rank_ + options_.batch_size - 1) / options_.batch_size;
-  if (batches_per_epoch_ == 0) {
+  if (batches_per_epoch_ == 0 && options_.drop_last) {
     throw DataError("the split has " + std::to_string(num_samples()) + " samples: too few for one batch of " +
                     std::to_string(options_.batch_size) + " on each of " + std::to_string(options_.world_size) +
                     " rank(s); lower train.batch_size or data.val_fraction");
@@ -82,8 +85,7 @@ std::vector<int64_t> Loader::shard(int64_t epoch) const {
   } else {
     std::iota(order.begin(), order.end(), 0);
   }
-  // Strided like torch's DistributedSampler: rank r takes positions r, r + W, ... of the first
-  // per_rank * W entries.
+  // Strided like torch's DistributedSampler: rank r takes positions r, r + W, ...
   std::vector<int64_t> mine;
   for (int64_t i = 0; i < per_rank_; ++i) {
     mine.push_back(sample_times_[order[i * options_.world_size + options_.rank]]);
