@@ -35,7 +35,7 @@ class AutocastGuard {
   }
   // Autocast to `dtype` on `device` (disabled when `enabled` is false).
   AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool enabled)
-      : AutocastGuard(make(device, dtype, enabled)) {}
+      : AutocastGuard(with(device, dtype, enabled)) {}
   ~AutocastGuard() {
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     previous_.apply();
@@ -43,8 +43,8 @@ class AutocastGuard {
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
- private:
-  static AutocastState make(c10::DeviceType device, c10::ScalarType dtype, bool enabled) {
+  // The current state with autocast for `device` set to (enabled, dtype).
+  static AutocastState with(c10::DeviceType device, c10::ScalarType dtype, bool enabled) {
     AutocastState s = AutocastState::current();
     if (device == c10::DeviceType::CUDA) {
       s.cuda_enabled = enabled;
@@ -55,6 +55,8 @@ class AutocastGuard {
     }
     return s;
   }
+
+ private:
   AutocastState previous_;
 };
 

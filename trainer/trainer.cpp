@@ -66,13 +66,12 @@ Validation validate(Run& run, int64_t step) {
   model.eval();
   {
     torch::NoGradGuard no_grad;
-    const bool autocast = c.train.precision == Precision::kBf16Mixed || c.train.precision == Precision::kFp16Mixed;
+    const AutocastState autocast = autocast_for(c.train.precision, run.device);
     const auto dtype = c.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
     while (auto batch = loader.next()) {
       torch::Tensor prediction;
       {
-        AutocastGuard guard(run.device.type(), c.train.precision == Precision::kFp16Mixed ? torch::kHalf : torch::kBFloat16,
-                            autocast);
+        AutocastGuard guard(autocast);
         prediction = rollout(model, batch->input.to(dtype), 1, V).select(1, 0);
       }
       const int64_t B = batch->input.size(0);

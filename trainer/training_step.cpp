@@ -17,21 +17,12 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
   return false;
 }
 
-AutocastState autocast_for(Precision precision, const torch::Device& device) {
-  AutocastState s = AutocastState::current();
-  const bool on = precision == Precision::kBf16Mixed || precision == Precision::kFp16Mixed;
-  const c10::ScalarType dtype = precision == Precision::kFp16Mixed ? c10::kHalf : c10::kBFloat16;
-  if (device.is_cuda()) {
-    s.cuda_enabled = on;
-    s.cuda_dtype = dtype;
-  } else {
-    s.cpu_enabled = on;
-    s.cpu_dtype = dtype;
-  }
-  return s;
-}
-
 }  // namespace
+
+AutocastState autocast_for(Precision precision, const torch::Device& device) {
+  const bool on = precision == Precision::kBf16Mixed || precision == Precision::kFp16Mixed;
+  return AutocastGuard::with(device.type(), precision == Precision::kFp16Mixed ? c10::kHalf : c10::kBFloat16, on);
+}
 
 std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, const models::ModelShape& shape,
                                                      std::shared_ptr<distributed::Communicator> comm,

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "core/autocast.h"
 #include "core/config.h"
 #include "core/memory_meter.h"
 #include "distributed/data_parallel.h"
@@ -58,6 +59,9 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
                                                      std::shared_ptr<distributed::Communicator> comm,
                                                      torch::Device device, const std::vector<double>& latitudes = {},
                                                      const ModelInit& init = {});
+
+// The autocast state a precision runs under on `device` (on for the *-mixed precisions).
+AutocastState autocast_for(Precision precision, const torch::Device& device);
 
 // Latitude-weighted MSE of prediction [B, V, lat, lon] against target (same shape), with an
 // optional validity mask; computed in fp32.
