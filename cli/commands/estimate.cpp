@@ -141,7 +141,7 @@ int run_estimate(const EstimateArgs& args) {
               << "method     " << e.method << ", " << std::fixed;
     std::printf("%.2f s\n\n", seconds);
     std::cout.flush();
-    Table t({"memory per rank", "CPU (traced)", "GPU (with overhead)"}, {false, true, true});
+    Table t({"memory per rank", "CPU", "GPU (with overhead)"}, {false, true, true});
     t.add({"parameters", format_bytes(cpu.params), format_bytes(gpu.params)});
     t.add({"gradients", format_bytes(cpu.grads), format_bytes(gpu.grads)});
     t.add({"optimizer state", format_bytes(cpu.optimizer), format_bytes(gpu.optimizer)});
