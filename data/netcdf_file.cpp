@@ -1,5 +1,7 @@
 #include "data/netcdf_file.h"
 
+#include <cerrno>
+
 #include <netcdf.h>
 #include <netcdf_meta.h>
 
@@ -83,6 +85,10 @@ NetcdfFile NetcdfFile::open(const std::string& path) {
   {
     Lock lock(netcdf_mutex());
     status = nc_open(path.c_str(), NC_NOWRITE, &ncid);
+  }
+  if (status == ENOENT) {
+    // Removed between the check above and the open (a worker reading lazily): the same message.
+    throw DataError("data file not found: " + path);
   }
   if (status == NC_ENOTNC || status == NC_ENOTBUILT || status == NC_EHDFERR) {
     throw DataError(path + " is not a readable NetCDF file (corrupt or another format): " +
