@@ -1,5 +1,6 @@
 #include "distributed/mpi_communicator.h"
 
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <deque>
@@ -104,6 +105,20 @@ void check_mpi(int code, const char* what) {
   throw Error(std::string("MPI ") + what + " failed: " + std::string(text, length));
 }
 
+// Completes a nonblocking collective on the progress thread without spinning for its whole
+// duration: Open MPI's blocking collectives busy-poll, and a polling progress thread takes a core
+// from the backward pass it is meant to overlap (with one rank per core, that is most of the
+// machine). Short collectives finish in the spinning phase; longer ones are polled every ~50 us.
+void complete(MPI_Request& request, const char* what) {
+  int done = 0;
+  for (int spins = 0; !done; ++spins) {
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    if (done) break;
+    if (spins < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 int to_int_count(int64_t count, const char* op) {
   if (count > INT_MAX) {
     throw Error(std::string(op) + ": " + std::to_string(count) + " elements exceed MPI's int count limit");
@@ -201,8 +216,11 @@ WorkHandle MpiCommunicator::allreduce_async(torch::Tensor tensor) {
   MPI_Comm comm = comm_;
   return detail::run_on_progress_thread([tensor, count, comm] {
     torch::Tensor work = summable(tensor);
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, work.data_ptr(), count, transport_type(work.scalar_type()), MPI_SUM, comm),
-              "Allreduce");
+    MPI_Request request;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, work.data_ptr(), count, transport_type(work.scalar_type()), MPI_SUM, comm,
+                             &request),
+              "Iallreduce");
+    complete(request, "Iallreduce");
     if (!work.is_same(tensor)) tensor.copy_(work);
   });
 }
@@ -220,9 +238,11 @@ WorkHandle MpiCommunicator::reduce_scatter_async(torch::Tensor input, torch::Ten
   return detail::run_on_progress_thread([input, output, int_counts, comm] {
     torch::Tensor send = summable(input);
     torch::Tensor receive = is_16bit_float(output) ? torch::empty({output.numel()}, send.options()) : output;
-    check_mpi(MPI_Reduce_scatter(send.data_ptr(), receive.data_ptr(), int_counts.data(),
-                                 transport_type(send.scalar_type()), MPI_SUM, comm),
-              "Reduce_scatter");
+    MPI_Request request;
+    check_mpi(MPI_Ireduce_scatter(send.data_ptr(), receive.data_ptr(), int_counts.data(),
+                                  transport_type(send.scalar_type()), MPI_SUM, comm, &request),
+              "Ireduce_scatter");
+    complete(request, "Ireduce_scatter");
     if (!receive.is_same(output)) output.view(-1).copy_(receive);
   });
 }
@@ -244,8 +264,11 @@ WorkHandle MpiCommunicator::allgather_async(torch::Tensor input, torch::Tensor o
     const MPI_Datatype type = transport_type(output.scalar_type());
     const void* send = in_place ? MPI_IN_PLACE : input.data_ptr();
     const int rank_count = in_place ? 0 : static_cast<int>(input.numel());
-    check_mpi(MPI_Allgatherv(send, rank_count, type, output.data_ptr(), int_counts.data(), displs.data(), type, comm),
-              "Allgatherv");
+    MPI_Request request;
+    check_mpi(MPI_Iallgatherv(send, rank_count, type, output.data_ptr(), int_counts.data(), displs.data(), type, comm,
+                              &request),
+              "Iallgatherv");
+    complete(request, "Iallgatherv");
   });
 }
 
@@ -257,14 +280,20 @@ WorkHandle MpiCommunicator::broadcast_async(torch::Tensor tensor, int root) {
   const int count = to_int_count(tensor.numel(), "broadcast");
   MPI_Comm comm = comm_;
   return detail::run_on_progress_thread([tensor, count, root, comm] {
-    check_mpi(MPI_Bcast(tensor.data_ptr(), count, transport_type(tensor.scalar_type()), root, comm), "Bcast");
+    MPI_Request request;
+    check_mpi(MPI_Ibcast(tensor.data_ptr(), count, transport_type(tensor.scalar_type()), root, comm, &request), "Ibcast");
+    complete(request, "Ibcast");
   });
 }
 
 void MpiCommunicator::barrier() {
   record(0);
   MPI_Comm comm = comm_;
-  detail::run_on_progress_thread([comm] { check_mpi(MPI_Barrier(comm), "Barrier"); })->wait();
+  detail::run_on_progress_thread([comm] {
+    MPI_Request request;
+    check_mpi(MPI_Ibarrier(comm, &request), "Ibarrier");
+    complete(request, "Ibarrier");
+  })->wait();
 }
 
 double MpiCommunicator::scalar_allreduce(double value, MPI_Op op) {
@@ -272,7 +301,9 @@ double MpiCommunicator::scalar_allreduce(double value, MPI_Op op) {
   double result = value;
   MPI_Comm comm = comm_;
   detail::run_on_progress_thread([&result, op, comm] {
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &result, 1, MPI_DOUBLE, op, comm), "Allreduce");
+    MPI_Request request;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, &result, 1, MPI_DOUBLE, op, comm, &request), "Iallreduce");
+    complete(request, "Iallreduce");
   })->wait();
   return result;
 }
