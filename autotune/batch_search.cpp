@@ -156,7 +156,11 @@ Probe BatchProber::operator()(int64_t batch) {
   const auto t0 = std::chrono::steady_clock::now();
   Probe p;
   p.batch = batch;
-  meter.set_limit(budget_);
+  // With several ranks an out-of-memory error on one rank mid-step would leave the others inside a
+  // collective it never joins. On the CPU the budget is emulated, so under MPI it is not enforced
+  // by throwing: every rank runs the probe to the end and the agreed peak decides.
+  const bool lockstep = comm_ && comm_->size() > 1;
+  meter.set_limit(lockstep && device_.is_cpu() ? 0 : budget_);
   meter.reset_peak();
   try {
     // Everything the probe allocates lives in this scope and is gone when it ends (or unwinds).
@@ -181,6 +185,7 @@ Probe BatchProber::operator()(int64_t batch) {
     p.peak = static_cast<int64_t>(comm_->max(static_cast<double>(p.peak)));
     p.leaked = static_cast<int64_t>(comm_->max(static_cast<double>(p.leaked)));
   }
+  if (lockstep && p.peak > budget_) p.oom = true;  // what the emulated budget would have raised
   p.passed = !p.oom && p.peak <= target_;
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;

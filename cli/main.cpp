@@ -39,26 +39,24 @@ int main(int argc, char** argv) {
   }
   // Under mpirun every rank runs the same command; an error on any rank ends the whole job with its
   // message (run_or_abort) instead of leaving the others blocked in a collective.
-  wxtrain::distributed::init_world();
+  int code = 0;
   try {
+    wxtrain::distributed::init_world();
     for (auto& [cmd, action] : actions)
-      if (cmd->parsed()) {
-        const int code = wxtrain::distributed::run_or_abort(action);
-        wxtrain::distributed::finalize_world();
-        return code;
-      }
+      if (cmd->parsed()) code = wxtrain::distributed::run_or_abort(action);
   } catch (const wxtrain::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return 2;
+    code = 2;
   } catch (const wxtrain::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    code = 1;
   } catch (const c10::Error& e) {
     std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    return 1;
+    code = 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    code = 1;
   }
-  return 0;
+  wxtrain::distributed::finalize_world();  // also after an error: MPI wants every process to finalise
+  return code;
 }

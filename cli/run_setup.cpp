@@ -19,7 +19,9 @@ RunConfig load_run(const RunOptions& options) {
   RunConfig config = load_config(options.config_path, options.overrides);
   if (!config.data.sources.empty() && (config.data.lat == 0 || config.data.lon == 0)) {
     // Opening validates every source (files, variables, grids) and reads only headers for large data.
-    data::Dataset dataset(config.data);
+    data::DatasetOptions headers_only;
+    headers_only.preload_max_bytes = 0;
+    data::Dataset dataset(config.data, headers_only);
     config.data.lat = dataset.num_lat();
     config.data.lon = dataset.num_lon();
   }

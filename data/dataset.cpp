@@ -135,6 +135,7 @@ void Dataset::inspect_source(size_t index, const DataSource& source) {
     has_coordinates_ = lat_found && lon_found;
     time_dimension_ = time_dim.name;
     times_ = coordinate_or_indices(file, time_dim, &time_found);
+    has_time_coordinates_ = time_found;
     time_units_ = time_found ? file.text_attribute(time_dim.name, "units").value_or("") : "";
   } else {
     const DataSource& first = sources_.front();
@@ -162,6 +163,21 @@ void Dataset::inspect_source(size_t index, const DataSource& source) {
       throw DataError("time axis mismatch: " + where(source) + " has " +
                       std::to_string(time_dim.length) + " times but " + where(first) + " has " +
                       std::to_string(num_times_));
+    }
+    // Same length is not enough: channels merged on misaligned dates would train on nonsense.
+    std::vector<double> times = coordinate_or_indices(file, time_dim, &time_found);
+    if (has_time_coordinates_ && time_found) {
+      const std::string units = file.text_attribute(time_dim.name, "units").value_or("");
+      if (!units.empty() && !time_units_.empty() && units != time_units_)
+        throw DataError("time axis mismatch: " + where(source) + " counts time in '" + units + "' but " +
+                        where(first) + " in '" + time_units_ + "'");
+      const int64_t i = first_difference(times, times_);
+      if (i >= 0) {
+        std::ostringstream message;
+        message << "time axis mismatch: " << where(source) << " and " << where(first) << " differ at time index "
+                << i << " (" << times[i] << " vs " << times_[i] << ")";
+        throw DataError(message.str());
+      }
     }
   }
   variables_.push_back(std::move(info));

@@ -91,6 +91,7 @@ class Dataset {
   std::vector<double> lat_, lon_, times_;
   std::string time_units_, time_dimension_;
   bool has_coordinates_ = true;
+  bool has_time_coordinates_ = false;
   bool has_fill_values_ = false;
   int64_t num_times_ = 0;
   DatasetOptions options_;

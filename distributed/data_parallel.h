@@ -20,6 +20,9 @@
 // back into the parameters. Stage 1 all-reduces the gradients; stage 2 reduce-scatters each bucket
 // so every rank receives only the sums of the elements it owns, and keeps only those: parameters'
 // .grad tensors are released as soon as their bucket is packed, and gradient_bytes() is the shard.
+// With gradient accumulation the non-final micro-batches do not communicate, so full-size .grad
+// tensors build up locally until the final one: stage 2 saves gradient memory only between steps
+// and with accumulation = 1 (the estimator counts it that way).
 // A world of one runs every stage as stage 0: a plain optimizer with no hooks and no communication.
 #include <cstdint>
 #include <map>

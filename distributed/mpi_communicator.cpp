@@ -56,6 +56,30 @@ class ProgressThread {
     return work;
   }
 
+  // Runs fn on the calling thread when nothing is queued or running (so the order of collectives
+  // and MPI_THREAD_SERIALIZED both hold) and returns true; false when the thread is busy. Small
+  // collectives take this path: the hand-off to the thread costs more than they do.
+  bool try_run_inline(const std::function<void()>& fn) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_ || busy_ || !queue_.empty()) return false;
+      busy_ = true;
+    }
+    std::exception_ptr error;
+    try {
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+    }
+    cv_.notify_one();
+    if (error) std::rethrow_exception(error);
+    return true;
+  }
+
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -71,16 +95,21 @@ class ProgressThread {
       std::pair<std::function<void()>, std::shared_ptr<QueuedWork>> item;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        cv_.wait(lock, [this] { return !busy_ && (stopping_ || !queue_.empty()); });
         if (queue_.empty()) return;  // stopping, and everything queued has run
         item = std::move(queue_.front());
         queue_.pop_front();
+        busy_ = true;
       }
       std::exception_ptr error;
       try {
         item.first();
       } catch (...) {
         error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        busy_ = false;
       }
       item.second->finish(error);
     }
@@ -90,6 +119,7 @@ class ProgressThread {
   std::condition_variable cv_;
   std::deque<std::pair<std::function<void()>, std::shared_ptr<QueuedWork>>> queue_;
   bool stopping_ = false;
+  bool busy_ = false;  // an item runs (on this thread, or inline on a caller's)
   std::thread thread_;
 };
 
@@ -163,6 +193,21 @@ WorkHandle run_on_progress_thread(std::function<void()> fn) {
   return g_progress->submit(std::move(fn));
 }
 
+WorkHandle run_soon(std::function<void()> fn, int64_t bytes) {
+  // Below this size a collective costs less than handing it to the progress thread; gradient
+  // buckets (MBs) stay asynchronous so they overlap backward.
+  constexpr int64_t kInlineBytes = 512 * 1024;
+  if (bytes < kInlineBytes) {
+    std::unique_lock<std::mutex> lock(g_progress_mutex);
+    if (g_progress_stopped) throw Error("MPI collective issued after finalize_world()");
+    if (!g_progress) g_progress = std::make_unique<ProgressThread>();
+    ProgressThread* thread = g_progress.get();
+    lock.unlock();
+    if (thread->try_run_inline(fn)) return completed_work();
+  }
+  return run_on_progress_thread(std::move(fn));
+}
+
 void stop_progress_thread() {
   std::lock_guard<std::mutex> lock(g_progress_mutex);
   if (g_progress) g_progress->stop();
@@ -214,7 +259,7 @@ WorkHandle MpiCommunicator::allreduce_async(torch::Tensor tensor) {
   if (tensor.numel() == 0) return completed_work();
   const int count = to_int_count(tensor.numel(), "allreduce");
   MPI_Comm comm = comm_;
-  return detail::run_on_progress_thread([tensor, count, comm] {
+  return detail::run_soon([tensor, count, comm] {
     torch::Tensor work = summable(tensor);
     MPI_Request request;
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, work.data_ptr(), count, transport_type(work.scalar_type()), MPI_SUM, comm,
@@ -222,7 +267,7 @@ WorkHandle MpiCommunicator::allreduce_async(torch::Tensor tensor) {
               "Iallreduce");
     complete(request, "Iallreduce");
     if (!work.is_same(tensor)) tensor.copy_(work);
-  });
+  }, tensor.nbytes());
 }
 
 WorkHandle MpiCommunicator::reduce_scatter_async(torch::Tensor input, torch::Tensor output,
@@ -235,7 +280,7 @@ WorkHandle MpiCommunicator::reduce_scatter_async(torch::Tensor input, torch::Ten
   std::vector<int> int_counts;
   for (int64_t c : counts) int_counts.push_back(to_int_count(c, "reduce_scatter"));
   MPI_Comm comm = comm_;
-  return detail::run_on_progress_thread([input, output, int_counts, comm] {
+  return detail::run_soon([input, output, int_counts, comm] {
     torch::Tensor send = summable(input);
     torch::Tensor receive = is_16bit_float(output) ? torch::empty({output.numel()}, send.options()) : output;
     MPI_Request request;
@@ -244,7 +289,7 @@ WorkHandle MpiCommunicator::reduce_scatter_async(torch::Tensor input, torch::Ten
               "Ireduce_scatter");
     complete(request, "Ireduce_scatter");
     if (!receive.is_same(output)) output.view(-1).copy_(receive);
-  });
+  }, input.nbytes());
 }
 
 WorkHandle MpiCommunicator::allgather_async(torch::Tensor input, torch::Tensor output, std::vector<int64_t> counts) {
@@ -260,7 +305,7 @@ WorkHandle MpiCommunicator::allgather_async(torch::Tensor input, torch::Tensor o
                           static_cast<int64_t>(displs[rank_]) * output.element_size();
   const bool in_place = input.data_ptr() == own_piece;
   MPI_Comm comm = comm_;
-  return detail::run_on_progress_thread([input, output, int_counts, displs, in_place, comm] {
+  return detail::run_soon([input, output, int_counts, displs, in_place, comm] {
     const MPI_Datatype type = transport_type(output.scalar_type());
     const void* send = in_place ? MPI_IN_PLACE : input.data_ptr();
     const int rank_count = in_place ? 0 : static_cast<int>(input.numel());
@@ -269,7 +314,7 @@ WorkHandle MpiCommunicator::allgather_async(torch::Tensor input, torch::Tensor o
                               &request),
               "Iallgatherv");
     complete(request, "Iallgatherv");
-  });
+  }, output.nbytes());
 }
 
 WorkHandle MpiCommunicator::broadcast_async(torch::Tensor tensor, int root) {
@@ -279,32 +324,32 @@ WorkHandle MpiCommunicator::broadcast_async(torch::Tensor tensor, int root) {
   if (tensor.numel() == 0) return completed_work();
   const int count = to_int_count(tensor.numel(), "broadcast");
   MPI_Comm comm = comm_;
-  return detail::run_on_progress_thread([tensor, count, root, comm] {
+  return detail::run_soon([tensor, count, root, comm] {
     MPI_Request request;
     check_mpi(MPI_Ibcast(tensor.data_ptr(), count, transport_type(tensor.scalar_type()), root, comm, &request), "Ibcast");
     complete(request, "Ibcast");
-  });
+  }, tensor.nbytes());
 }
 
 void MpiCommunicator::barrier() {
   record(0);
   MPI_Comm comm = comm_;
-  detail::run_on_progress_thread([comm] {
+  detail::run_soon([comm] {
     MPI_Request request;
     check_mpi(MPI_Ibarrier(comm, &request), "Ibarrier");
     complete(request, "Ibarrier");
-  })->wait();
+  }, 0)->wait();
 }
 
 double MpiCommunicator::scalar_allreduce(double value, MPI_Op op) {
   record(sizeof(double));
   double result = value;
   MPI_Comm comm = comm_;
-  detail::run_on_progress_thread([&result, op, comm] {
+  detail::run_soon([&result, op, comm] {
     MPI_Request request;
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, &result, 1, MPI_DOUBLE, op, comm, &request), "Iallreduce");
     complete(request, "Iallreduce");
-  })->wait();
+  }, sizeof(double))->wait();
   return result;
 }
 

@@ -56,6 +56,9 @@ class MpiCommunicator final : public Communicator {
 namespace detail {
 // Queues `fn` on the process's MPI progress thread (started on first use).
 WorkHandle run_on_progress_thread(std::function<void()> fn);
+// As run_on_progress_thread, but a collective of fewer than 512 KiB runs at once on the calling
+// thread when the progress thread is idle (returning completed work).
+WorkHandle run_soon(std::function<void()> fn, int64_t bytes);
 // Drains the queue and joins the thread; finalize_world() calls it before MPI_Finalize.
 void stop_progress_thread();
 }  // namespace detail

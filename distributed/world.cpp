@@ -78,7 +78,7 @@ void finalize_world() {
 
 void abort_world(const std::string& message) {
   std::fflush(stdout);
-  std::fprintf(stderr, "rank %d: %s\n", g_world.rank, message.c_str());
+  std::fprintf(stderr, "error: rank %d: %s\n", g_world.rank, message.c_str());
   std::fflush(stderr);
   if (g_world.mpi && mpi_running()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);

@@ -15,6 +15,7 @@ RunConfig trace_config(const RunConfig& config) {
   if (c.train.precision == Precision::kFp16Mixed) c.train.precision = Precision::kBf16Mixed;
   c.train.accumulation = std::min<int64_t>(c.train.accumulation, 2);
   c.distributed.zero_stage = 0;
+  c.distributed.backend = "auto";  // a run file written for NCCL still traces on a CPU-only laptop
   c.train.device = "cpu";
   c.train.freeze.clear();  // frozen parameters need no gradients: traced as trainable (safe side)
   return c;

@@ -87,23 +87,21 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (!archive.try_read("format", v) || !v.isString() || v.toStringRef() != "wxtrain-checkpoint-1")
     throw Error(path + ": not a wxtrain checkpoint (no 'format' = wxtrain-checkpoint-1 entry)");
   Checkpoint c;
-  archive.read("step", v);
-  c.step = v.toInt();
-  archive.read("loader_epoch", v);
-  c.loader.epoch = v.toInt();
-  archive.read("loader_batch", v);
-  c.loader.batch_index = v.toInt();
-  archive.read("config_text", v);
-  c.config_text = v.toStringRef();
+  auto required = [&](const char* key) {
+    if (!archive.try_read(key, v)) throw Error(path + ": not a complete wxtrain checkpoint: it lacks '" + key + "'");
+    return v;
+  };
+  c.step = required("step").toInt();
+  c.loader.epoch = required("loader_epoch").toInt();
+  c.loader.batch_index = required("loader_batch").toInt();
+  c.config_text = required("config_text").toStringRef();
   if (archive.try_read("config_overrides", v)) {
     std::istringstream lines(v.toStringRef());
     for (std::string line; std::getline(lines, line);)
       if (!line.empty()) c.overrides.push_back(line);
   }
-  archive.read("model_name", v);
-  c.model_name = v.toStringRef();
-  archive.read("world_size", v);
-  c.world_size = v.toInt();
+  c.model_name = required("model_name").toStringRef();
+  c.world_size = required("world_size").toInt();
   torch::Tensor rng;
   if (archive.try_read("rng_state", rng)) c.rng_state = rng;
   c.model = read_map(archive, "model");

@@ -89,7 +89,9 @@ Validation validate(Run& run, int64_t step) {
     }
   }
   model.train();
-  run.state->comm->allreduce(sums);
+  torch::Tensor on_device = sums.to(run.device);  // NCCL reduces device tensors only
+  run.state->comm->allreduce(on_device);
+  sums = on_device.cpu();
   Validation v;
   v.step = step;
   v.names = run.normalization.names();
@@ -115,10 +117,12 @@ void print_validation(const Validation& v) {
   std::cerr << out.str();
 }
 
-void append_validation_csv(const RunConfig& c, const Validation& v) {
+void append_validation_csv(const RunConfig& c, const Validation& v, bool& started) {
   const auto path = std::filesystem::path(c.train.out_dir) / "validation.csv";
-  const bool fresh = !std::filesystem::exists(path);
-  std::ofstream out(path, std::ios::app);
+  // A new run starts the file afresh; a resumed run (started already set) appends.
+  const bool fresh = !started || !std::filesystem::exists(path);
+  std::ofstream out(path, fresh ? std::ios::trunc : std::ios::app);
+  started = true;
   if (fresh) out << "step,variable,model_rmse,persistence_rmse\n";
   for (size_t i = 0; i < v.names.size(); ++i)
     out << v.step << "," << v.names[i] << "," << v.model_rmse[i] << "," << v.persistence_rmse[i] << "\n";
@@ -173,9 +177,15 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   const Checkpoint* pretrained = resume_from ? &*resume_from : init_from ? &*init_from : nullptr;
   if (pretrained && !pretrained->normalization.empty()) {
     run.normalization = data::Normalization::from_map(pretrained->normalization);
-    if (run.normalization.names() != run.dataset->variable_names())
-      throw ConfigError(config.path + ": the checkpoint was trained on variables that differ from [data]'s "
-                        "(names and order must match)");
+    if (run.normalization.names() != run.dataset->variable_names()) {
+      auto join = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
+        return s;
+      };
+      throw ConfigError(config.path + ": the checkpoint was trained on variables [" + join(run.normalization.names()) +
+                        "] but [data] has [" + join(run.dataset->variable_names()) + "] (names and order must match)");
+    }
   } else {
     run.normalization = data::Normalization::compute(*run.dataset, run.split->begin(data::Split::kTrain),
                                                      run.split->end(data::Split::kTrain));
@@ -217,9 +227,6 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   lo.device = run.device;
   run.loader = std::make_unique<data::Loader>(run.dataset, run.normalization,
                                               run.split->sample_times(data::Split::kTrain), lo);
-  if (run.loader->batches_per_epoch() == 0)
-    throw ConfigError(config.path + ": the training split has " + std::to_string(run.loader->num_samples()) +
-                      " samples on this rank, fewer than train.batch_size = " + std::to_string(t.batch_size));
   if (resume_from) run.loader->set_state(resume_from->loader);
 
   const int64_t first_step = resume_from ? resume_from->step : 0;
@@ -246,12 +253,13 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   summary.checkpoint = ckpt_path;
   int64_t step = first_step;
   int64_t samples_seen = 0;
+  bool validation_csv_started = options.resume;
   const auto run_start = Clock::now();
   auto validate_now = [&]() {
     Validation v = validate(run, step);
     if (run.is_root()) {
       print_validation(v);
-      append_validation_csv(config, v);
+      append_validation_csv(config, v, validation_csv_started);
     }
     summary.validations.push_back(v);
   };
@@ -320,7 +328,8 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
     }
   }
   if (run.is_root() && !options.quiet) progress.finish();
-  if (!summary.stopped_early && step == t.steps && step > first_step) validate_now();
+  const bool validated_last_step = t.val_every > 0 && step % t.val_every == 0;
+  if (!summary.stopped_early && step == t.steps && step > first_step && !validated_last_step) validate_now();
   summary.last_step = step;
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
   summary.samples_per_s = total > 0 ? static_cast<double>(samples_seen) / total : 0.0;

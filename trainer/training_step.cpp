@@ -131,7 +131,7 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
 
   if (meter_) meter_->reset_peak();
   parallel.zero_grad();
-  double loss_sum = 0;
+  torch::Tensor loss_sum;  // read once after backward: no host sync between micro-batches on CUDA
   const auto n = static_cast<int64_t>(micro_batches.size());
   // A masked loss is a mean over the valid points of its micro-batch, so averaging micro-batch (and
   // rank) losses would weight a point by 1 / (valid points of its micro-batch). Weight each
@@ -159,11 +159,12 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
       torch::Tensor prediction = rollout(model, mb.input.to(input_dtype), rollout_steps, variables);
       loss = weighted_mse(prediction, mb.target, state_.lat_weights, mb.target_mask);
     }
-    loss_sum += loss.item<double>() * weights[m];
+    const torch::Tensor weighted = loss.detach() * weights[m];
+    loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
     (loss * (scale * weights[m] / static_cast<double>(n))).backward();
   }
   const bool finite = parallel.finish_backward(1.0 / scale);
-  result.loss = loss_sum / static_cast<double>(n);
+  result.loss = loss_sum.item<double>() / static_cast<double>(n);
   if (meter_) {
     result.peak_forward_backward = meter_->snapshot().peak;
     meter_->reset_peak();

@@ -26,8 +26,8 @@ int run_forecast(const ForecastArgs& args) {
   trainer::Checkpoint ckpt = trainer::load_checkpoint(args.checkpoint);
   RunConfig config = parse_config(ckpt.config_text, args.checkpoint + " (embedded run file)", ckpt.overrides);
   if (args.steps <= 0) throw ConfigError("--steps " + std::to_string(args.steps) + ": expected a positive number of steps");
-  if (args.precision != "fp32" && args.precision != "bf16" && args.precision != "fp16")
-    throw ConfigError("--precision " + args.precision + ": expected fp32, bf16 or fp16");
+  if (args.precision != "fp32" && args.precision != "bf16")
+    throw ConfigError("--precision " + args.precision + ": expected fp32 or bf16 (forecasts run on the CPU)");
   auto dataset = std::make_shared<data::Dataset>(config.data);
   const int64_t history = config.data.history;
   const int64_t start = args.start >= 0 ? args.start : dataset->num_times() - 1;
@@ -43,12 +43,10 @@ int run_forecast(const ForecastArgs& args) {
   auto model = models::build_model(config.model, models::model_shape(config));
   trainer::load_weights(*model, ckpt.model, /*strict=*/true, args.checkpoint);
   model->eval();
-  if (args.precision == "fp16" && !torch::cuda::is_available())
-    throw ConfigError("--precision fp16 needs a CUDA device; use bf16 on the CPU");
 
   std::vector<torch::Tensor> window;
   for (int64_t t = start - history + 1; t <= start; ++t)
-    window.push_back(torch::nan_to_num(norm.normalize(dataset->state(t)), 0.0));
+    window.push_back(norm.normalize(dataset->state(t)));  // fill values become 0 (the mean)
   torch::Tensor input = torch::cat(window, 0).unsqueeze(0);
   torch::Tensor states;
   {
@@ -76,7 +74,7 @@ Action add_forecast_command(CLI::App& app) {
   cmd->add_option("-o,--output", args->output, "NetCDF file to write")->required();
   cmd->add_option("--steps", args->steps, "forecast steps (default 4)");
   cmd->add_option("--start", args->start, "time index of the newest initial state (default: the last)");
-  cmd->add_option("--precision", args->precision, "fp32 (default), bf16 (autocast) or fp16 (CUDA)");
+  cmd->add_option("--precision", args->precision, "fp32 (default) or bf16 (autocast on the CPU)");
   return [args]() { return run_forecast(*args); };
 }
 

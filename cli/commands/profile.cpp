@@ -74,7 +74,7 @@ int run_profile(const ProfileArgs& args) {
   const int64_t threshold = args.threshold.empty() ? 0 : autotune::parse_size_argument("--threshold", args.threshold);
   if (args.steps <= 0)
     throw ConfigError("--steps " + std::to_string(args.steps) + ": expected a positive number of steps");
-  const distributed::World world = distributed::init_world();
+  const distributed::World& world = distributed::current_world();  // main() initialised it
   return distributed::run_or_abort([&] {
     RunConfig config = load_run(args.run);
     const torch::Device device = resolve_device(config.train.device, world.local_rank);

@@ -50,7 +50,7 @@ void apply_flags(const TuneArgs& args, RunConfig& config) {
     config.memory.limit = *bytes;
   }
   if (args.margin >= 0) {
-    if (args.margin >= 0.9) throw ConfigError("--margin " + std::to_string(args.margin) + ": expected 0 to 0.9 (0.1 = keep 10% free)");
+    if (args.margin > 0.9) throw ConfigError("--margin " + std::to_string(args.margin) + ": expected 0 to 0.9 (0.1 = keep 10% free)");
     config.memory.margin = args.margin;
   }
   if (args.multiple_of != 0) {
@@ -83,7 +83,8 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
   j["estimated_bytes_per_sample"] = r.estimated_slope;
   j["probes"] = nlohmann::json::array();
   for (const auto& p : r.probes)
-    j["probes"].push_back({{"batch", p.batch}, {"peak_bytes", p.peak},  // on OOM: what was in use when it failed {"budget_bytes", r.budget},
+    // peak_bytes on OOM: what was in use when it failed.
+    j["probes"].push_back({{"batch", p.batch}, {"peak_bytes", p.peak}, {"budget_bytes", r.budget},
                            {"result", p.passed ? "pass" : p.oom ? "oom" : "over margin"}, {"seconds", p.seconds},
                            {"leaked_bytes", p.leaked}});
   j["batch"] = r.batch;
@@ -96,7 +97,7 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
 }
 
 int run_tune(const TuneArgs& args) {
-  const distributed::World world = distributed::init_world();
+  const distributed::World& world = distributed::current_world();  // main() initialised it
   return distributed::run_or_abort([&] {
     RunConfig config = load_run(args.run);
     apply_flags(args, config);
