@@ -1,6 +1,5 @@
 #include "distributed/mpi_communicator.h"
 
-#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <deque>
@@ -135,20 +134,6 @@ void check_mpi(int code, const char* what) {
   throw Error(std::string("MPI ") + what + " failed: " + std::string(text, length));
 }
 
-// Completes a nonblocking collective on the progress thread without spinning for its whole
-// duration: Open MPI's blocking collectives busy-poll, and a polling progress thread takes a core
-// from the backward pass it is meant to overlap (with one rank per core, that is most of the
-// machine). Short collectives finish in the spinning phase; longer ones are polled every ~50 us.
-void complete(MPI_Request& request, const char* what) {
-  int done = 0;
-  for (int spins = 0; !done; ++spins) {
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
-    if (done) break;
-    if (spins < 64) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
 int to_int_count(int64_t count, const char* op) {
   if (count > INT_MAX) {
     throw Error(std::string(op) + ": " + std::to_string(count) + " elements exceed MPI's int count limit");
@@ -261,11 +246,8 @@ WorkHandle MpiCommunicator::allreduce_async(torch::Tensor tensor) {
   MPI_Comm comm = comm_;
   return detail::run_soon([tensor, count, comm] {
     torch::Tensor work = summable(tensor);
-    MPI_Request request;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, work.data_ptr(), count, transport_type(work.scalar_type()), MPI_SUM, comm,
-                             &request),
-              "Iallreduce");
-    complete(request, "Iallreduce");
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, work.data_ptr(), count, transport_type(work.scalar_type()), MPI_SUM, comm),
+              "Allreduce");
     if (!work.is_same(tensor)) tensor.copy_(work);
   }, tensor.nbytes());
 }
@@ -283,11 +265,9 @@ WorkHandle MpiCommunicator::reduce_scatter_async(torch::Tensor input, torch::Ten
   return detail::run_soon([input, output, int_counts, comm] {
     torch::Tensor send = summable(input);
     torch::Tensor receive = is_16bit_float(output) ? torch::empty({output.numel()}, send.options()) : output;
-    MPI_Request request;
-    check_mpi(MPI_Ireduce_scatter(send.data_ptr(), receive.data_ptr(), int_counts.data(),
-                                  transport_type(send.scalar_type()), MPI_SUM, comm, &request),
-              "Ireduce_scatter");
-    complete(request, "Ireduce_scatter");
+    check_mpi(MPI_Reduce_scatter(send.data_ptr(), receive.data_ptr(), int_counts.data(),
+                                 transport_type(send.scalar_type()), MPI_SUM, comm),
+              "Reduce_scatter");
     if (!receive.is_same(output)) output.view(-1).copy_(receive);
   }, input.nbytes());
 }
@@ -309,11 +289,8 @@ WorkHandle MpiCommunicator::allgather_async(torch::Tensor input, torch::Tensor o
     const MPI_Datatype type = transport_type(output.scalar_type());
     const void* send = in_place ? MPI_IN_PLACE : input.data_ptr();
     const int rank_count = in_place ? 0 : static_cast<int>(input.numel());
-    MPI_Request request;
-    check_mpi(MPI_Iallgatherv(send, rank_count, type, output.data_ptr(), int_counts.data(), displs.data(), type, comm,
-                              &request),
-              "Iallgatherv");
-    complete(request, "Iallgatherv");
+    check_mpi(MPI_Allgatherv(send, rank_count, type, output.data_ptr(), int_counts.data(), displs.data(), type, comm),
+              "Allgatherv");
   }, output.nbytes());
 }
 
@@ -325,9 +302,7 @@ WorkHandle MpiCommunicator::broadcast_async(torch::Tensor tensor, int root) {
   const int count = to_int_count(tensor.numel(), "broadcast");
   MPI_Comm comm = comm_;
   return detail::run_soon([tensor, count, root, comm] {
-    MPI_Request request;
-    check_mpi(MPI_Ibcast(tensor.data_ptr(), count, transport_type(tensor.scalar_type()), root, comm, &request), "Ibcast");
-    complete(request, "Ibcast");
+    check_mpi(MPI_Bcast(tensor.data_ptr(), count, transport_type(tensor.scalar_type()), root, comm), "Bcast");
   }, tensor.nbytes());
 }
 
@@ -335,9 +310,7 @@ void MpiCommunicator::barrier() {
   record(0);
   MPI_Comm comm = comm_;
   detail::run_soon([comm] {
-    MPI_Request request;
-    check_mpi(MPI_Ibarrier(comm, &request), "Ibarrier");
-    complete(request, "Ibarrier");
+    check_mpi(MPI_Barrier(comm), "Barrier");
   }, 0)->wait();
 }
 
@@ -346,9 +319,7 @@ double MpiCommunicator::scalar_allreduce(double value, MPI_Op op) {
   double result = value;
   MPI_Comm comm = comm_;
   detail::run_soon([&result, op, comm] {
-    MPI_Request request;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, &result, 1, MPI_DOUBLE, op, comm, &request), "Iallreduce");
-    complete(request, "Iallreduce");
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &result, 1, MPI_DOUBLE, op, comm), "Allreduce");
   }, sizeof(double))->wait();
   return result;
 }
