@@ -1,5 +1,7 @@
 #include "distributed/data_parallel.h"
 
+#include <algorithm>
+
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -275,12 +277,28 @@ bool DataParallel::finish_backward(double grad_multiplier) {
     last_backward_.wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   }
   const double scale = grad_multiplier / world_;
-  bool finite = true;
+  std::vector<torch::Tensor> owned;
   for (FlatGroup& g : groups_) {
     torch::Tensor grads = owned_grads(g);
-    if (grads.numel() == 0) continue;
-    if (scale != 1.0) grads.mul_(scale);
-    finite = finite && std::isfinite(grads.sum().item<double>());
+    if (grads.numel() > 0) owned.push_back(grads);
+  }
+  bool finite = true;
+  const bool fused = !owned.empty() && owned.front().is_cuda() &&
+                     std::none_of(owned.begin(), owned.end(), [](const torch::Tensor& t) {
+                       return t.scalar_type() == torch::kBFloat16;  // the fused op takes fp32/fp16
+                     });
+  if (fused) {
+    // CUDA: PyTorch's fused unscale-and-check (as GradScaler uses), one kernel and one sync.
+    torch::Tensor found_inf = torch::zeros({1}, owned.front().options().dtype(torch::kFloat32));
+    torch::Tensor inv_scale = torch::full({1}, scale, found_inf.options());
+    at::_amp_foreach_non_finite_check_and_unscale_(owned, found_inf, inv_scale);
+    finite = found_inf.item<float>() == 0.0f;
+  } else {
+    // CPU: LibTorch 1.13 has the fused _amp ops for CUDA only.
+    for (torch::Tensor& grads : owned) {
+      if (scale != 1.0) grads.mul_(scale);
+      finite = finite && std::isfinite(grads.sum().item<double>());
+    }
   }
   return world_ > 1 ? !comm_->any(!finite) : finite;
 }
