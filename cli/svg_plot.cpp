@@ -43,7 +43,8 @@ std::vector<double> ticks(double lo, double hi, int target = 6) {
 
 std::string num(double v) {
   char buf[32];
-  if (std::fabs(v) >= 1000 || (std::fabs(v) < 0.01 && v != 0)) std::snprintf(buf, sizeof buf, "%.3g", v);
+  if (std::fabs(v) >= 1000 && std::fabs(v) < 1e7 && v == std::round(v)) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else if (std::fabs(v) >= 1e7 || (std::fabs(v) < 0.01 && v != 0)) std::snprintf(buf, sizeof buf, "%.3g", v);
   else std::snprintf(buf, sizeof buf, "%g", std::round(v * 1000) / 1000);
   return buf;
 }
