@@ -70,11 +70,13 @@ class ProgressThread {
     } catch (...) {
       error = std::current_exception();
     }
+    bool queued = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       busy_ = false;
+      queued = !queue_.empty() || stopping_;
     }
-    cv_.notify_one();
+    if (queued) cv_.notify_one();  // waking an idle thread for nothing costs more than the collective
     if (error) std::rethrow_exception(error);
     return true;
   }
