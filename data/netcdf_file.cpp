@@ -171,13 +171,18 @@ bool NetcdfFile::has_variable(const std::string& variable) const {
   return nc_inq_varid(ncid_, variable.c_str(), &id) == NC_NOERR;
 }
 
-std::vector<NcDimension> NetcdfFile::dimensions_of(const std::string& variable) const {
-  Lock lock(netcdf_mutex());
-  const int varid = variable_id(variable);
+std::vector<int> NetcdfFile::dimension_ids(int varid, const std::string& variable) const {
   int ndims = 0;
   check(nc_inq_varndims(ncid_, varid, &ndims), path_, variable, "reading the number of dimensions");
   std::vector<int> dimids(static_cast<size_t>(ndims));
   check(nc_inq_vardimid(ncid_, varid, dimids.data()), path_, variable, "reading dimensions");
+  return dimids;
+}
+
+std::vector<NcDimension> NetcdfFile::dimensions_of(const std::string& variable) const {
+  Lock lock(netcdf_mutex());
+  const int varid = variable_id(variable);
+  const std::vector<int> dimids = dimension_ids(varid, variable);
   int nunlimited = 0;
   check(nc_inq_unlimdims(ncid_, &nunlimited, nullptr), path_, variable, "reading unlimited dimensions");
   std::vector<int> unlimited(static_cast<size_t>(nunlimited));
@@ -228,10 +233,7 @@ std::optional<double> NetcdfFile::number_attribute(const std::string& variable,
 std::vector<double> NetcdfFile::read_doubles(const std::string& variable) const {
   Lock lock(netcdf_mutex());
   const int varid = variable_id(variable);
-  int ndims = 0;
-  check(nc_inq_varndims(ncid_, varid, &ndims), path_, variable, "reading the number of dimensions");
-  std::vector<int> dimids(static_cast<size_t>(ndims));
-  check(nc_inq_vardimid(ncid_, varid, dimids.data()), path_, variable, "reading dimensions");
+  const std::vector<int> dimids = dimension_ids(varid, variable);
   size_t total = 1;
   for (int dimid : dimids) {
     size_t length = 0;

@@ -78,6 +78,7 @@ class NetcdfFile {
  private:
   NetcdfFile(std::string path, int ncid) : path_(std::move(path)), ncid_(ncid) {}
   int variable_id(const std::string& variable) const;  // lock must be held
+  std::vector<int> dimension_ids(int varid, const std::string& variable) const;  // lock must be held
   int dimension_id(const std::string& name) const;      // lock must be held
 
   std::string path_;
