@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "cli/commands.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
 #include "distributed/world.h"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   int code = 0;
   try {
     wxtrain::distributed::init_world();
+    wxtrain::configure_cpu_threads();
     for (auto& [cmd, action] : actions)
       if (cmd->parsed()) code = wxtrain::distributed::run_or_abort(action);
   } catch (const wxtrain::ConfigError& e) {

@@ -1,8 +1,10 @@
 #include "core/device.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <link.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include <torch/torch.h>
@@ -46,6 +48,23 @@ std::string blas_library() {
 }
 
 }  // namespace
+
+int configure_cpu_threads() {
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && *omp) return at::get_num_threads();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  int ranks_here = 1;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* v = std::getenv(name); v && std::atoi(v) > 0) {
+      ranks_here = std::atoi(v);
+      break;
+    }
+  }
+  const int threads = std::max(1, cpus / ranks_here);
+  at::set_num_threads(threads);
+  return threads;
+}
 
 BuildInfo build_info() {
   BuildInfo b;
