@@ -32,63 +32,35 @@
 #include "distributed/communicator.h"
 #include "distributed/world.h"
 #include "trainer/training_step.h"
+#include "step_bench_args.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace wxtrain;
 
-struct Args {
-  std::string config;
-  std::string precision = "fp32";
-  int64_t batch = 8;
-  int warmup = 3;
-  int steps = 10;
-  int reps = 5;
+struct Args : bench::StepBenchArgs {
   double bucket_mb = 0;  // 0: the run file's distributed.bucket_mb
   int overlap_steps = 0;
-  bool describe = false;  // print the shape, parameter count and latitudes as JSON for the peer
 };
-
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "ddp_step: %s\nusage: mpirun -np 2 ddp_step --config FILE [--precision fp32|bf16-mixed] [--batch N] "
-               "[--warmup N] [--steps N] [--reps N] [--bucket-mb MB] [--overlap-steps N] [--describe]\n",
-               why.c_str());
-  std::exit(2);
-}
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--config") a.config = value();
-    else if (arg == "--precision") a.precision = value();
-    else if (arg == "--batch") a.batch = std::stoll(value());
-    else if (arg == "--warmup") a.warmup = std::stoi(value());
-    else if (arg == "--steps") a.steps = std::stoi(value());
-    else if (arg == "--reps") a.reps = std::stoi(value());
-    else if (arg == "--bucket-mb") a.bucket_mb = std::stod(value());
-    else if (arg == "--overlap-steps") a.overlap_steps = std::stoi(value());
-    else if (arg == "--describe") a.describe = true;
-    else usage("unknown argument '" + arg + "'");
-  }
-  if (a.config.empty()) usage("--config is required");
-  if (a.batch < 1 || a.steps < 1 || a.reps < 1 || a.warmup < 0 || a.overlap_steps < 0)
-    usage("batch, steps and reps must be positive");
+  const std::string usage =
+      "mpirun -np 2 ddp_step --config FILE [--precision fp32|bf16-mixed] [--batch N] [--warmup N] [--steps N] "
+      "[--reps N] [--bucket-mb MB] [--overlap-steps N] [--describe]";
+  static_cast<bench::StepBenchArgs&>(a) = bench::parse_step_bench_args(
+      argc, argv, usage, [&](const std::string& arg, const std::function<std::string()>& value) {
+        if (arg == "--bucket-mb") a.bucket_mb = std::stod(value());
+        else if (arg == "--overlap-steps") a.overlap_steps = std::stoi(value());
+        else return false;
+        return true;
+      });
+  if (a.overlap_steps < 0) bench::bench_usage(usage, "--overlap-steps must not be negative");
   return a;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
 
 // TrainingStep::run with one micro-batch, except that backward runs without prepare_backward(true):
 // no bucket is sent during backward, finish_backward() sends them all and waits.

@@ -28,59 +28,32 @@
 #include "distributed/communicator.h"
 #include "distributed/world.h"
 #include "trainer/training_step.h"
+#include "step_bench_args.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace wxtrain;
 
-struct Args {
-  std::string config;
-  std::string precision = "fp32";
-  int64_t batch = 8;
-  int warmup = 3;
-  int steps = 10;
-  int reps = 5;
-  bool describe = false;
+struct Args : bench::StepBenchArgs {
   std::string profile;  // chrome trace of `steps` steps after warm-up, instead of the timing
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "train_throughput: %s\nusage: train_throughput --config FILE [--precision fp32|bf16-mixed] "
-               "[--batch N] [--warmup N] [--steps N] [--reps N] [--describe] [--profile TRACE.json]\n",
-               why.c_str());
-  std::exit(2);
-}
-
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--config") a.config = value();
-    else if (arg == "--precision") a.precision = value();
-    else if (arg == "--batch") a.batch = std::stoll(value());
-    else if (arg == "--warmup") a.warmup = std::stoi(value());
-    else if (arg == "--steps") a.steps = std::stoi(value());
-    else if (arg == "--reps") a.reps = std::stoi(value());
-    else if (arg == "--describe") a.describe = true;
-    else if (arg == "--profile") a.profile = value();
-    else usage("unknown argument '" + arg + "'");
-  }
-  if (a.config.empty()) usage("--config is required");
-  if (a.batch < 1 || a.steps < 1 || a.reps < 1 || a.warmup < 0) usage("batch, steps and reps must be positive");
+  static_cast<bench::StepBenchArgs&>(a) = bench::parse_step_bench_args(
+      argc, argv,
+      "train_throughput --config FILE [--precision fp32|bf16-mixed] [--batch N] [--warmup N] [--steps N] "
+      "[--reps N] [--describe] [--profile TRACE.json]",
+      [&](const std::string& arg, const std::function<std::string()>& value) {
+        if (arg != "--profile") return false;
+        a.profile = value();
+        return true;
+      });
   return a;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
 
 int run(const Args& args) {
   RunConfig config = load_config(args.config, {"train.precision=" + args.precision,

@@ -201,14 +201,21 @@ std::vector<NcDimension> NetcdfFile::dimensions_of(const std::string& variable) 
   return dims;
 }
 
+std::optional<NetcdfFile::AttributeInfo> NetcdfFile::attribute(const std::string& variable,
+                                                              const std::string& name) const {
+  AttributeInfo info;
+  info.varid = variable.empty() ? NC_GLOBAL : variable_id(variable);
+  if (nc_inq_att(ncid_, info.varid, name.c_str(), &info.type, &info.length) != NC_NOERR) return std::nullopt;
+  return info;
+}
+
 std::optional<std::string> NetcdfFile::text_attribute(const std::string& variable,
                                                       const std::string& name) const {
   Lock lock(netcdf_mutex());
-  const int varid = variable.empty() ? NC_GLOBAL : variable_id(variable);
-  nc_type type = NC_NAT;
-  size_t length = 0;
-  if (nc_inq_att(ncid_, varid, name.c_str(), &type, &length) != NC_NOERR) return std::nullopt;
-  if (type != NC_CHAR) return std::nullopt;
+  const auto att = attribute(variable, name);
+  if (!att || att->type != NC_CHAR) return std::nullopt;
+  const int varid = att->varid;
+  const size_t length = att->length;
   std::string value(length, '\0');
   check(nc_get_att_text(ncid_, varid, name.c_str(), value.data()), path_, variable,
         "reading attribute '" + name + "'");
@@ -219,11 +226,10 @@ std::optional<std::string> NetcdfFile::text_attribute(const std::string& variabl
 std::optional<double> NetcdfFile::number_attribute(const std::string& variable,
                                                    const std::string& name) const {
   Lock lock(netcdf_mutex());
-  const int varid = variable.empty() ? NC_GLOBAL : variable_id(variable);
-  nc_type type = NC_NAT;
-  size_t length = 0;
-  if (nc_inq_att(ncid_, varid, name.c_str(), &type, &length) != NC_NOERR) return std::nullopt;
-  if (type == NC_CHAR || type == NC_STRING || length == 0) return std::nullopt;
+  const auto att = attribute(variable, name);
+  if (!att || att->type == NC_CHAR || att->type == NC_STRING || att->length == 0) return std::nullopt;
+  const int varid = att->varid;
+  const size_t length = att->length;
   std::vector<double> values(length);
   check(nc_get_att_double(ncid_, varid, name.c_str(), values.data()), path_, variable,
         "reading attribute '" + name + "'");

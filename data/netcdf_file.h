@@ -79,6 +79,13 @@ class NetcdfFile {
   NetcdfFile(std::string path, int ncid) : path_(std::move(path)), ncid_(ncid) {}
   int variable_id(const std::string& variable) const;  // lock must be held
   std::vector<int> dimension_ids(int varid, const std::string& variable) const;  // lock must be held
+  struct AttributeInfo {
+    int varid = 0;
+    int type = 0;  // nc_type
+    size_t length = 0;
+  };
+  // Where an attribute is and what it holds; nullopt when the variable (or file, for "") lacks it.
+  std::optional<AttributeInfo> attribute(const std::string& variable, const std::string& name) const;  // lock held
   int dimension_id(const std::string& name) const;      // lock must be held
 
   std::string path_;

@@ -10,16 +10,11 @@ namespace wxtrain::models {
 namespace {
 
 void validate(const ModelConfig& config, const ModelShape& shape) {
-  auto positive = [](int64_t v, const char* key) {
-    if (v <= 0) throw ConfigError(std::string(key) + " must be positive (got " + std::to_string(v) + ")");
-  };
+  const auto positive = &require_positive;
   positive(config.latent, "model.latent");
   positive(config.processor_layers, "model.processor_layers");
   positive(config.neighbourhood, "model.neighbourhood");
   positive(config.mlp_layers, "model.mlp_layers");
-  TORCH_CHECK(shape.in_channels > 0 && shape.out_channels > 0 && shape.lat > 0 && shape.lon > 0,
-              "gnn: model shape needs channels and a grid, got ", shape.in_channels, " -> ", shape.out_channels,
-              " on ", shape.lat, " x ", shape.lon);
 }
 
 // SiLU between the MLP's Linears. Under CPU autocast their output is bf16, and LibTorch 1.13's bf16

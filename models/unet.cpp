@@ -11,16 +11,14 @@ namespace F = torch::nn::functional;
 
 void validate(const ModelConfig& config, const ModelShape& shape) {
   if (config.channels.empty()) throw ConfigError("model.channels must list at least one level width (e.g. [32, 64, 128])");
-  if (config.groups <= 0) throw ConfigError("model.groups must be positive (got " + std::to_string(config.groups) + ")");
+  require_positive(config.groups, "model.groups");
   for (int64_t c : config.channels) {
-    if (c <= 0) throw ConfigError("model.channels entries must be positive (got " + std::to_string(c) + ")");
+    require_positive(c, "model.channels entries");
     if (c % config.groups != 0)
       throw ConfigError("model.groups = " + std::to_string(config.groups) + " must divide every model.channels entry (got " +
                         std::to_string(c) + ")");
   }
   if (config.channels.size() > 16) throw ConfigError("model.channels: at most 16 levels are supported");
-  TORCH_CHECK(shape.in_channels > 0 && shape.out_channels > 0, "unet: model shape needs in/out channels, got ",
-              shape.in_channels, " -> ", shape.out_channels);
 }
 
 torch::nn::Conv2d conv3x3(int64_t in, int64_t out) {

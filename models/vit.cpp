@@ -11,9 +11,7 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void validate(const ModelConfig& config, const ModelShape& shape) {
-  auto positive = [](int64_t v, const char* key) {
-    if (v <= 0) throw ConfigError(std::string(key) + " must be positive (got " + std::to_string(v) + ")");
-  };
+  const auto positive = &require_positive;
   positive(config.patch_size, "model.patch_size");
   positive(config.embed_dim, "model.embed_dim");
   positive(config.depth, "model.depth");
@@ -23,9 +21,6 @@ void validate(const ModelConfig& config, const ModelShape& shape) {
                       std::to_string(config.embed_dim));
   if (!(config.mlp_ratio > 0))
     throw ConfigError("model.mlp_ratio must be positive (got " + std::to_string(config.mlp_ratio) + ")");
-  TORCH_CHECK(shape.in_channels > 0 && shape.out_channels > 0 && shape.lat > 0 && shape.lon > 0,
-              "vit: model shape needs channels and a grid, got ", shape.in_channels, " -> ", shape.out_channels,
-              " on ", shape.lat, " x ", shape.lon);
 }
 
 }  // namespace

@@ -18,6 +18,16 @@ ModelShape model_shape(const RunConfig& config) {
   return s;
 }
 
+WeatherModelImpl::WeatherModelImpl(const ModelShape& shape) : shape_(shape) {
+  TORCH_CHECK(shape.in_channels > 0 && shape.out_channels > 0 && shape.lat > 0 && shape.lon > 0,
+              "model shape needs channels and a grid, got ", shape.in_channels, " -> ", shape.out_channels, " on ",
+              shape.lat, " x ", shape.lon);
+}
+
+void require_positive(int64_t value, const char* key) {
+  if (value <= 0) throw ConfigError(std::string(key) + " must be positive (got " + std::to_string(value) + ")");
+}
+
 std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const BlockFn& fn,
                                                        const std::vector<torch::Tensor>& inputs) const {
   if (!checkpointing_ || !torch::GradMode::is_enabled()) return fn(inputs);

@@ -33,7 +33,8 @@ class WeatherModelImpl : public torch::nn::Module {
   bool checkpointing() const { return checkpointing_; }
 
  protected:
-  explicit WeatherModelImpl(const ModelShape& shape) : shape_(shape) {}
+  // Checks the shape every zoo model needs (channels and a grid) once, for all of them.
+  explicit WeatherModelImpl(const ModelShape& shape);
 
   // Registers a block: a submodule that run_block will run (and checkpoint) as a unit.
   template <typename ModuleHolder>
@@ -58,6 +59,9 @@ class WeatherModelImpl : public torch::nn::Module {
 };
 
 using WeatherModel = std::shared_ptr<WeatherModelImpl>;
+
+// Throws ConfigError "<key> must be positive (got v)" — for the [model] sizes each model reads.
+void require_positive(int64_t value, const char* key);
 
 // Builds the zoo model `config.model.name` for `shape`; an unknown name is a ConfigError listing
 // the accepted ones.
