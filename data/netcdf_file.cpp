@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/classic_header.h"
 
 namespace wxtrain::data {
 namespace {
@@ -95,7 +96,26 @@ NetcdfFile NetcdfFile::open(const std::string& path) {
                     nc_strerror(status));
   }
   check(status, path, "", "opening");
-  return NetcdfFile(path, ncid);
+  NetcdfFile file(path, ncid);
+  file.check_not_truncated();
+  return file;
+}
+
+void NetcdfFile::check_not_truncated() const {
+  int format = 0;
+  {
+    Lock lock(netcdf_mutex());
+    check(nc_inq_format(ncid_, &format), path_, "", "reading the file format");
+  }
+  // NetCDF-4 (HDF5) files carry their own checks; the classic formats are read blindly (see
+  // data/classic_header.h).
+  if (format != NC_FORMAT_CLASSIC && format != NC_FORMAT_64BIT_OFFSET && format != NC_FORMAT_CDF5) return;
+  const uint64_t needed = classic_data_end(path_);
+  const uint64_t size = std::filesystem::file_size(path_);
+  if (size < needed) {
+    throw DataError(path_ + " is truncated: its header places data up to byte " + std::to_string(needed) +
+                    " but the file has " + std::to_string(size) + " bytes (an interrupted copy or download?)");
+  }
 }
 
 NetcdfFile NetcdfFile::create(const std::string& path) {

@@ -77,6 +77,7 @@ class NetcdfFile {
 
  private:
   NetcdfFile(std::string path, int ncid) : path_(std::move(path)), ncid_(ncid) {}
+  void check_not_truncated() const;  // classic formats: the data the header promises is all there
   int variable_id(const std::string& variable) const;  // lock must be held
   std::vector<int> dimension_ids(int varid, const std::string& variable) const;  // lock must be held
   struct AttributeInfo {

@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "core/error.h"
+#include "models/linear.h"
 
 namespace wxtrain::models {
 namespace {
@@ -50,11 +51,11 @@ GraphMLPImpl::GraphMLPImpl(const GraphMLPOptions& options_) : options(options_) 
 
 torch::Tensor GraphMLPImpl::project(size_t k, const torch::Tensor& x) {
   TORCH_CHECK(k < first_linears.size(), "GraphMLP: input ", k, " of ", first_linears.size());
-  return first_linears[k]->forward(x);
+  return apply_linear(first_linears[k], x);
 }
 
 torch::Tensor GraphMLPImpl::finish(torch::Tensor x) {
-  for (auto& layer : layers) x = layer->forward(silu_between_linears(x));
+  for (auto& layer : layers) x = apply_linear(layer, silu_between_linears(x));
   if (!norm) return x;
   // LayerNorm in LibTorch 1.13 needs input and affine parameters of one dtype, and CPU autocast
   // hands it the bf16 Linear output: normalise in the parameters' dtype (fp32 statistics).

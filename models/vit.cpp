@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/linear.h"
 
 namespace wxtrain::models {
 namespace {
@@ -34,7 +35,7 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t embed_dim, int64_t heads_) : heads(
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), hd = D / heads;
   // [B, N, 3D] -> 3 x [B, heads, N, hd]
-  auto qkv_split = qkv(x).view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto qkv_split = apply_linear(qkv, x).view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
   const torch::Tensor& q = qkv_split[0];
   const torch::Tensor& k = qkv_split[1];
   const torch::Tensor& v = qkv_split[2];
@@ -42,7 +43,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
   torch::Tensor attn = torch::softmax(scores, -1);
   torch::Tensor out = torch::matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
-  return proj(out.transpose(1, 2).reshape({B, N, D}));
+  return apply_linear(proj, out.transpose(1, 2).reshape({B, N, D}));
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockOptions& options_) : options(options_) {
@@ -58,7 +59,7 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockOptions& option
 
 torch::Tensor TransformerBlockImpl::forward(torch::Tensor x) {
   x = x + attn(norm1(x));
-  return x + fc2(torch::gelu(fc1(norm2(x))));
+  return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(x))));
 }
 
 PatchEmbedImpl::PatchEmbedImpl(int64_t in_channels, int64_t embed_dim, int64_t patch_size, int64_t num_patches) {
@@ -79,7 +80,7 @@ PatchHeadImpl::PatchHeadImpl(int64_t embed_dim, int64_t patch_size, int64_t out_
   proj = register_module("proj", torch::nn::Linear(embed_dim, patch_size * patch_size * out_channels));
 }
 
-torch::Tensor PatchHeadImpl::forward(const torch::Tensor& x) { return proj(norm(x)); }
+torch::Tensor PatchHeadImpl::forward(const torch::Tensor& x) { return apply_linear(proj, norm(x)); }
 
 ViTImpl::ViTImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
   validate(config, shape);

@@ -269,6 +269,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--profile", help="write a chrome trace of `steps` steps after warm-up instead of timing")
     args = ap.parse_args()
 
     with open(args.config, "rb") as f:
@@ -313,6 +314,12 @@ def main():
     loss = 0.0
     for _ in range(args.warmup):
         loss = step()
+    if args.profile:
+        with torch.autograd.profiler.profile() as prof:
+            for _ in range(args.steps):
+                step()
+        prof.export_chrome_trace(args.profile)
+        return
     rates = []
     for _ in range(args.reps):
         start = time.perf_counter()

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "data/classic_header.h"
 #include "data/dataset.h"
 #include "data/netcdf_file.h"
 #include "data/normalization.h"
@@ -195,6 +196,67 @@ TEST(DatasetErrors, CorruptFileNamesThePath) {
   const std::string message = data_error([&] { Dataset dataset({{path, "p", "p"}}); });
   EXPECT_NE(message.find(path), std::string::npos) << message;
   EXPECT_NE(message.find("not a readable NetCDF file"), std::string::npos) << message;
+}
+
+namespace {
+// The first `bytes` of `from`, as an interrupted copy leaves them.
+void copy_prefix(const std::string& from, const std::string& to, std::streamsize bytes) {
+  std::ifstream in(from, std::ios::binary);
+  std::vector<char> buffer(static_cast<size_t>(bytes));
+  in.read(buffer.data(), bytes);
+  ASSERT_EQ(in.gcount(), bytes) << from;
+  std::ofstream(to, std::ios::binary).write(buffer.data(), bytes);
+}
+}  // namespace
+
+// netCDF-C reads the missing part of a short classic file as zeros without an error; the storm
+// grid would then load as zeros and be reported as a grid mismatch.
+TEST(DatasetErrors, TruncatedClassicFileIsNamedAsTruncated) {
+  const std::string original = kStormDir + "Tstorm.cdf";
+  EXPECT_EQ(classic_data_end(original), std::filesystem::file_size(original));  // the whole file is data
+  TempDir dir;
+  const std::string path = dir.file("Tstorm.cdf");
+  copy_prefix(original, path, 200000);
+  auto sources = storm_sources();
+  sources[1].file = path;
+  const std::string message = data_error([&] { Dataset dataset(sources); });
+  EXPECT_NE(message.find(path + " is truncated"), std::string::npos) << message;
+  EXPECT_NE(message.find("the file has 200000 bytes"), std::string::npos) << message;
+  EXPECT_EQ(message.find("grid mismatch"), std::string::npos) << message;
+}
+
+// CDF-5 (8-byte counts and offsets) with two record variables: the header's promise is exactly the
+// size netCDF-C writes, and one byte less is a truncated file.
+TEST(DatasetErrors, TruncatedRecordFileIsNamedAsTruncated) {
+  TempDir dir;
+  const std::string path = dir.file("records.nc");
+  {
+    std::lock_guard<std::mutex> lock(netcdf_mutex());
+    int ncid = -1, time = -1, lat = -1, lon = -1, a = -1, b = -1, c = -1;
+    ASSERT_EQ(nc_create(path.c_str(), NC_CLOBBER | NC_CDF5, &ncid), NC_NOERR);
+    ASSERT_EQ(nc_def_dim(ncid, "time", NC_UNLIMITED, &time), NC_NOERR);
+    ASSERT_EQ(nc_def_dim(ncid, "lat", 3, &lat), NC_NOERR);
+    ASSERT_EQ(nc_def_dim(ncid, "lon", 5, &lon), NC_NOERR);
+    const int record_dims[] = {time, lat, lon};
+    ASSERT_EQ(nc_def_var(ncid, "a", NC_FLOAT, 3, record_dims, &a), NC_NOERR);
+    ASSERT_EQ(nc_def_var(ncid, "c", NC_FLOAT, 1, &lat, &c), NC_NOERR);  // fixed-size, between them
+    ASSERT_EQ(nc_def_var(ncid, "b", NC_FLOAT, 3, record_dims, &b), NC_NOERR);
+    ASSERT_EQ(nc_put_att_text(ncid, a, "units", 1, "K"), NC_NOERR);
+    ASSERT_EQ(nc_enddef(ncid), NC_NOERR);
+    std::vector<float> values(4 * 3 * 5, 1.0f);
+    const size_t start[] = {0, 0, 0}, count[] = {4, 3, 5};
+    ASSERT_EQ(nc_put_vara_float(ncid, a, start, count, values.data()), NC_NOERR);
+    ASSERT_EQ(nc_put_vara_float(ncid, b, start, count, values.data()), NC_NOERR);
+    ASSERT_EQ(nc_put_var_float(ncid, c, values.data()), NC_NOERR);
+    ASSERT_EQ(nc_close(ncid), NC_NOERR);
+  }
+  const auto size = static_cast<std::streamsize>(std::filesystem::file_size(path));
+  EXPECT_EQ(classic_data_end(path), static_cast<uint64_t>(size));
+  EXPECT_NO_THROW(NetcdfFile::open(path));
+  const std::string cut = dir.file("cut.nc");
+  copy_prefix(path, cut, size - 1);
+  const std::string message = data_error([&] { NetcdfFile::open(cut); });
+  EXPECT_NE(message.find(cut + " is truncated"), std::string::npos) << message;
 }
 
 TEST(DatasetErrors, MissingVariableListsWhatTheFileHas) {
