@@ -229,7 +229,10 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   // overhead model for this device's size is included, on the CPU there is none.
   estimator::EstimateOptions eo;
   eo.world_size = report.world_size;
-  const estimator::Estimate e = estimator::estimate(config, shape, eo);
+  // For the device in hand: on the CPU the probes run wxtrain's fused kernels, and so does the trace.
+  RunConfig on_device = config;
+  on_device.train.device = device.is_cuda() ? "cuda" : "cpu";
+  const estimator::Estimate e = estimator::estimate(on_device, shape, eo);
   const std::optional<estimator::GpuSpec> gpu =
       device.is_cuda() ? std::optional(estimator::GpuSpec{"device", report.meter, report.target}) : std::nullopt;
   const int64_t room = device.is_cuda() ? report.target : report.target - report.baseline;
@@ -259,12 +262,12 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
       return estimator::estimate(changed, shape, eo).max_batch(room, gpu);
     };
     if (!config.train.checkpointing) {
-      RunConfig c = config;
+      RunConfig c = on_device;
       c.train.checkpointing = true;
       report.suggestions.push_back({"train.checkpointing = true", max_with(c)});
     }
     if (config.train.precision != Precision::kBf16) {
-      RunConfig c = config;
+      RunConfig c = on_device;
       c.train.precision = Precision::kBf16;
       report.suggestions.push_back({"train.precision = \"bf16\"", max_with(c)});
     }

@@ -27,6 +27,7 @@
 #include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "distributed/world.h"
+#include "models/group_norm_silu.h"
 #include "trainer/training_step.h"
 #include "step_bench_args.h"
 
@@ -37,6 +38,7 @@ using namespace wxtrain;
 
 struct Args : bench::StepBenchArgs {
   std::string profile;  // chrome trace of `steps` steps after warm-up, instead of the timing
+  bool unfused = false;  // the models' unfused paths (models/group_norm_silu.h), for A/B runs
 };
 
 Args parse_args(int argc, char** argv) {
@@ -44,8 +46,12 @@ Args parse_args(int argc, char** argv) {
   static_cast<bench::StepBenchArgs&>(a) = bench::parse_step_bench_args(
       argc, argv,
       "train_throughput --config FILE [--precision fp32|bf16-mixed] [--batch N] [--warmup N] [--steps N] "
-      "[--reps N] [--describe] [--profile TRACE.json]",
+      "[--reps N] [--describe] [--profile TRACE.json] [--unfused]",
       [&](const std::string& arg, const std::function<std::string()>& value) {
+        if (arg == "--unfused") {
+          a.unfused = true;
+          return true;
+        }
         if (arg != "--profile") return false;
         a.profile = value();
         return true;
@@ -87,6 +93,7 @@ int run(const Args& args) {
     return 0;
   }
 
+  const models::CpuFusionGuard fusion(!args.unfused);
   const auto batches = trainer::synthetic_micro_batches(config, shape, args.batch, 1, torch::kCPU);
   trainer::TrainingStep step(*state);
   const double lr = config.train.lr;
@@ -104,9 +111,9 @@ int run(const Args& args) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     rates.push_back(static_cast<double>(args.steps * args.batch) / seconds);
   }
-  std::printf("impl=wxtrain model=%s precision=%s batch=%lld params=%lld threads=%d loss=%.5g reps=",
-              config.model.name.c_str(), args.precision.c_str(), static_cast<long long>(args.batch),
-              static_cast<long long>(params), at::get_num_threads(), last_loss);
+  std::printf("impl=%s model=%s precision=%s batch=%lld params=%lld threads=%d loss=%.5g reps=",
+              args.unfused ? "wxtrain-unfused" : "wxtrain", config.model.name.c_str(), args.precision.c_str(),
+              static_cast<long long>(args.batch), static_cast<long long>(params), at::get_num_threads(), last_loss);
   for (size_t i = 0; i < rates.size(); ++i) std::printf("%s%.2f", i ? "," : "", rates[i]);
   std::printf(" samples_per_s=%.3f\n", median(rates));
   return 0;

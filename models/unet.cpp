@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/group_norm_silu.h"
 
 namespace wxtrain::models {
 namespace {
@@ -36,20 +37,10 @@ ConvBlockImpl::ConvBlockImpl(const ConvBlockOptions& options_) : options(options
   norm2 = register_module("norm2", torch::nn::GroupNorm(options.groups(), options.out_channels()));
 }
 
-namespace {
-// GroupNorm in LibTorch 1.13 needs input and affine parameters of one dtype, and CPU autocast
-// leaves it alone: under autocast the bf16 conv output is normalised in the parameters' dtype
-// (fp32 statistics, as autocast does for other norms); the next conv casts back down.
-torch::Tensor norm_silu(torch::nn::GroupNorm& norm, const torch::Tensor& x) {
-  const auto dtype = norm->weight.scalar_type();
-  return torch::silu(norm(x.scalar_type() == dtype ? x : x.to(dtype)));
-}
-}  // namespace
-
 torch::Tensor ConvBlockImpl::forward(torch::Tensor x) {
   if (options.downsample()) x = torch::max_pool2d(x, {2, 2});
-  x = norm_silu(norm1, conv1(x));
-  return norm_silu(norm2, conv2(x));
+  x = group_norm_silu(conv1(x), norm1);
+  return group_norm_silu(conv2(x), norm2);
 }
 
 UpBlockImpl::UpBlockImpl(int64_t coarse_channels, int64_t skip_channels, int64_t out_channels, int64_t groups) {

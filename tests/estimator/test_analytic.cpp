@@ -128,7 +128,7 @@ TEST_P(AnalyticVsTrace, WithinFifteenPercent) {
   r.model = small(k.model);
   r.train.precision = k.precision;
   r.train.checkpointing = k.checkpointing;
-  r.train.device = "cpu";
+  r.train.device = "cuda";  // the formulas follow the unfused path a GPU runs; the trace turns fusion off
   const ActivationFit traced = trace_activations(r, storm_shape(), Mode::kTrain, {4, 16});
   const ActivationFit analytic = analytic_activations(r, storm_shape(), Mode::kTrain);
   EXPECT_EQ(analytic.num_params, traced.num_params);
@@ -152,6 +152,35 @@ INSTANTIATE_TEST_SUITE_P(Zoo, AnalyticVsTrace,
                                            Case{"gnn", Precision::kFp32, false}, Case{"gnn", Precision::kFp32, true},
                                            Case{"gnn", Precision::kBf16Mixed, false}, Case{"gnn", Precision::kBf16Mixed, true}),
                          case_name);
+
+// On a CPU run (train.device = "cpu") the U-Net's GroupNorm + SiLU is fused (models/group_norm_silu.h)
+// and the trace follows it; the formulas keep describing the unfused path a GPU runs. Fusion never
+// costs memory, and the formulas stay within their usual error of the fused step, or above it.
+TEST(AnalyticVsTrace, FusedCpuStepKeepsNoMoreAndTheFormulasStillHold) {
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
+    for (const bool checkpointing : {false, true}) {
+      RunConfig r;
+      r.model = small("unet");
+      r.train.precision = precision;
+      r.train.checkpointing = checkpointing;
+      r.train.device = "cpu";
+      ASSERT_TRUE(uses_cpu_fusion(r));
+      const ActivationFit fused = trace_activations(r, storm_shape(), Mode::kTrain, {4, 16});
+      r.train.device = "cuda";
+      const ActivationFit unfused = trace_activations(r, storm_shape(), Mode::kTrain, {4, 16});
+      const ActivationFit analytic = analytic_activations(r, storm_shape(), Mode::kTrain);
+      for (double batch : {4.0, 16.0}) {
+        const double error = analytic.at(batch) / fused.at(batch) - 1;
+        std::printf("[ fused  ] unet  %-10s ckpt=%d batch %2.0f: fused %9.0f unfused %9.0f analytic %9.0f error %+.1f%%\n",
+                    to_string(precision).c_str(), checkpointing, batch, fused.at(batch), unfused.at(batch),
+                    analytic.at(batch), 100 * error);
+        EXPECT_LE(fused.at(batch), unfused.at(batch)) << "batch " << batch;
+        EXPECT_GT(error, -0.15) << "batch " << batch;
+      }
+    }
+  }
+}
+
 
 TEST(AnalyticActivations, RolloutAndAccumulationScaleWhatTheyShould) {
   RunConfig r;

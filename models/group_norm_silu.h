@@ -1,0 +1,40 @@
+#pragma once
+// silu(group_norm(x)), the pair that follows every convolution of the U-Net, as one fused CPU
+// kernel (models/kernels/) with its own backward.
+//
+// Why fused: LibTorch 1.13 runs GroupNorm and SiLU as separate passes, and under CPU autocast its
+// GroupNorm needs fp32 input (the bf16 conv output is cast up, normalised, activated, and cast back
+// down by the next conv): six passes forward and more backward, and three saved copies per layer
+// (fp32 input, fp32 normalised, bf16 cast). The fused op reads x once for the statistics and once
+// to write y in x's own dtype, computing in fp32 throughout; it saves only x and two floats per
+// (sample, group). In bf16 its output is the fp32 result rounded once, which is what the unfused
+// chain hands the next convolution.
+//
+// Inputs and affine parameters may each be fp32 or bf16 (pure bf16 training). Elsewhere (CUDA,
+// double, a GroupNorm without affine parameters) it is the unfused composition.
+#include <torch/torch.h>
+
+namespace wxtrain::models {
+
+torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::nn::GroupNorm& norm);
+
+// True when group_norm_silu(x, norm) takes the fused kernel.
+bool group_norm_silu_is_fused(const torch::Tensor& x, const torch::nn::GroupNorm& norm);
+
+// Whether the fused CPU kernels are on for this thread (on by default). A fused step keeps less
+// than a GPU's step of the same model, so the estimator turns them off to trace a step on the CPU
+// as a GPU would run it (estimator/activation_trace.h).
+bool cpu_fusion_enabled();
+
+class CpuFusionGuard {
+ public:
+  explicit CpuFusionGuard(bool enabled);
+  ~CpuFusionGuard();
+  CpuFusionGuard(const CpuFusionGuard&) = delete;
+  CpuFusionGuard& operator=(const CpuFusionGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace wxtrain::models

@@ -1,0 +1,25 @@
+#pragma once
+// The per-slice loops of the fused GroupNorm + SiLU (models/group_norm_silu.h), free of torch so
+// that this one translation unit can be built for several instruction sets (target_clones) with
+// -O3 and OpenMP SIMD reductions, without the torch precompiled header.
+//
+// A slice is one (sample, group): `channels` consecutive channels of `plane` contiguous values.
+#include <cstdint>
+
+namespace wxtrain::models::kernels {
+
+// y = silu(gamma * (x - mean) * rstd + beta), per channel; writes the slice's mean and rstd.
+void group_norm_silu_forward(const float* x, float* y, int64_t channels, int64_t plane, const float* gamma,
+                             const float* beta, float eps, float* mean, float* rstd);
+
+// dx from dy = d loss / d y, and the slice's contributions to the affine gradients (one value per
+// channel, written, not accumulated). `scratch` holds channels * plane floats.
+void group_norm_silu_backward(const float* x, const float* dy, float* dx, float* scratch, int64_t channels,
+                              int64_t plane, const float* gamma, const float* beta, float mean, float rstd,
+                              float* dgamma, float* dbeta);
+
+// bf16 <-> fp32 (bf16 as its 16 raw bits; round to nearest even, NaN kept NaN).
+void bf16_to_float(const uint16_t* in, float* out, int64_t n);
+void float_to_bf16(const float* in, uint16_t* out, int64_t n);
+
+}  // namespace wxtrain::models::kernels

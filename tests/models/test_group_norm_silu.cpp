@@ -1,0 +1,134 @@
+// The fused GroupNorm + SiLU against LibTorch's own group_norm and silu (the unfused path, which a
+// GPU runs): values and all three gradients, in fp32, under bf16 autocast's dtypes and in pure bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "models/group_norm_silu.h"
+
+namespace wxtrain::models {
+namespace {
+
+struct Result {
+  torch::Tensor y, dx, dweight, dbias;
+};
+
+// y = group_norm_silu(x, norm) and the gradients of sum(y * probe), fused or not. y goes on in x's
+// dtype, as the next conv (under autocast) takes it, so both paths see the same rounded gradient.
+Result run(const torch::Tensor& x_in, torch::nn::GroupNorm& norm, const torch::Tensor& probe, bool fused) {
+  CpuFusionGuard guard(fused);
+  EXPECT_EQ(group_norm_silu_is_fused(x_in, norm), fused);
+  torch::Tensor x = x_in.detach().clone().requires_grad_(true);
+  norm->weight.mutable_grad() = torch::Tensor();
+  norm->bias.mutable_grad() = torch::Tensor();
+  torch::Tensor y = group_norm_silu(x, norm);
+  (y.to(x_in.scalar_type()).to(torch::kFloat) * probe).sum().backward();
+  return {y.detach(), x.grad(), norm->weight.grad().clone(), norm->bias.grad().clone()};
+}
+
+torch::nn::GroupNorm make_norm(int64_t groups, int64_t channels) {
+  torch::manual_seed(3);
+  torch::nn::GroupNorm norm(groups, channels);
+  torch::NoGradGuard no_grad;
+  norm->weight.uniform_(0.5, 1.5);  // not the identity, so a mix-up of channels shows
+  norm->bias.uniform_(-0.5, 0.5);
+  return norm;
+}
+
+double max_relative(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
+  return ((a64 - b64).abs().max() / b64.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+struct Case {
+  std::vector<int64_t> shape;
+  int64_t groups;
+};
+
+TEST(GroupNormSiLU, MatchesLibTorchInFp32) {
+  for (const Case& c : {Case{{4, 32, 9, 11}, 8}, Case{{2, 6, 5}, 3}, Case{{3, 8, 4, 4}, 1}, Case{{2, 8, 6, 6}, 8},
+                        Case{{1, 16, 36, 36}, 4}}) {
+    SCOPED_TRACE(::testing::PrintToString(c.shape) + " groups " + std::to_string(c.groups));
+    auto norm = make_norm(c.groups, c.shape[1]);
+    const torch::Tensor x = torch::randn(c.shape) * 3 + 1, probe = torch::randn(c.shape);
+    const Result fused = run(x, norm, probe, true), plain = run(x, norm, probe, false);
+    EXPECT_LT(max_relative(fused.y, plain.y), 1e-5);
+    EXPECT_LT(max_relative(fused.dx, plain.dx), 1e-4);
+    EXPECT_LT(max_relative(fused.dweight, plain.dweight), 1e-4);
+    EXPECT_LT(max_relative(fused.dbias, plain.dbias), 1e-4);
+  }
+}
+
+// A conv output with a large mean: the two-pass statistics keep the variance exact.
+TEST(GroupNormSiLU, LargeMeanDoesNotCancel) {
+  auto norm = make_norm(4, 8);
+  const torch::Tensor x = torch::randn({2, 8, 10, 10}) + 1e4, probe = torch::randn({2, 8, 10, 10});
+  const torch::Tensor x64 = x.to(torch::kDouble);
+  const torch::Tensor reference = torch::silu(torch::group_norm(x64, 4, norm->weight.detach().to(torch::kDouble),
+                                                                norm->bias.detach().to(torch::kDouble), 1e-5));
+  EXPECT_LT(max_relative(run(x, norm, probe, true).y, reference), 1e-3);
+}
+
+// Under bf16 autocast the conv hands a bf16 tensor; the unfused chain casts it up, normalises and
+// activates in fp32, and the next conv rounds the result to bf16. The fused op returns that
+// rounding directly, and its input gradient in bf16 as the chain's cast back would.
+TEST(GroupNormSiLU, Bf16InputMatchesTheUnfusedChainRounded) {
+  auto norm = make_norm(8, 32);
+  const torch::Tensor x = (torch::randn({4, 32, 12, 12}) * 2).to(torch::kBFloat16), probe = torch::randn({4, 32, 12, 12});
+  const Result fused = run(x, norm, probe, true), plain = run(x, norm, probe, false);
+  ASSERT_EQ(fused.y.scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(fused.dx.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(plain.y.scalar_type(), torch::kFloat);  // what the chain hands on before the cast
+  const torch::Tensor rounded = plain.y.to(torch::kBFloat16).to(torch::kFloat);
+  // Equal but where fp32 rounding differences cross a bf16 rounding boundary: one bf16 step.
+  const double step = 1.0 / 128;
+  EXPECT_LE(((fused.y.to(torch::kFloat) - rounded).abs() / rounded.abs().clamp_min(1e-3)).max().item<double>(), step);
+  EXPECT_GT(fused.y.to(torch::kFloat).eq(rounded).to(torch::kDouble).mean().item<double>(), 0.99);
+  EXPECT_LT(max_relative(fused.dx, plain.dx), 1e-2);
+  EXPECT_LT(max_relative(fused.dweight, plain.dweight), 1e-4);  // fp32 accumulation on both sides
+  EXPECT_LT(max_relative(fused.dbias, plain.dbias), 1e-4);
+}
+
+// Pure bf16 training: bf16 input and bf16 affine parameters; the gradients come back in bf16.
+TEST(GroupNormSiLU, PureBf16ParametersGetBf16Gradients) {
+  auto norm = make_norm(4, 16);
+  const torch::Tensor x = torch::randn({2, 16, 8, 8}), probe = torch::randn({2, 16, 8, 8});
+  const Result reference = run(x, norm, probe, true);
+  norm->to(torch::kBFloat16);
+  const Result fused = run(x.to(torch::kBFloat16), norm, probe, true);
+  EXPECT_EQ(fused.dweight.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(fused.dbias.scalar_type(), torch::kBFloat16);
+  EXPECT_LT(max_relative(fused.y, reference.y), 3e-2);
+  EXPECT_LT(max_relative(fused.dweight, reference.dweight), 3e-2);
+}
+
+// A NaN from a diverging conv must reach the loss (the trainer stops on it), in its own sample only.
+TEST(GroupNormSiLU, NaNPropagatesWithinItsSampleAndGroup) {
+  auto norm = make_norm(2, 4);
+  torch::Tensor x = torch::randn({2, 4, 5, 5});
+  x[1][3][2][2] = std::nanf("");
+  torch::Tensor y = group_norm_silu(x, norm).detach();
+  EXPECT_TRUE(y[1].slice(0, 2, 4).isnan().all().item<bool>());  // sample 1, group 1
+  EXPECT_FALSE(y[1].slice(0, 0, 2).isnan().any().item<bool>());
+  EXPECT_FALSE(y[0].isnan().any().item<bool>());
+}
+
+TEST(GroupNormSiLU, FusionGuardRestoresThePreviousSetting) {
+  auto norm = make_norm(2, 4);
+  const torch::Tensor x = torch::randn({1, 4, 3, 3});
+  EXPECT_TRUE(cpu_fusion_enabled());
+  {
+    CpuFusionGuard off(false);
+    EXPECT_FALSE(group_norm_silu_is_fused(x, norm));
+    {
+      CpuFusionGuard on(true);
+      EXPECT_TRUE(group_norm_silu_is_fused(x, norm));
+    }
+    EXPECT_FALSE(cpu_fusion_enabled());
+  }
+  EXPECT_TRUE(cpu_fusion_enabled());
+  EXPECT_FALSE(group_norm_silu_is_fused(x.to(torch::kDouble), norm));  // double takes LibTorch's path
+}
+
+}  // namespace
+}  // namespace wxtrain::models
