@@ -5,8 +5,8 @@
 #   bench/run_train_bench.sh [build-dir]          (default build-perf; ROUNDS=3 REPS=5 BATCH=8)
 #
 # The machine is shared and noisy, so every figure is a ratio of runs taken side by side: each
-# round runs every (model, precision) pair as wxtrain then PyTorch, or PyTorch then wxtrain on odd
-# rounds, so drift and ordering hit both sides alike. A run's figure is the median samples/s of
+# round runs every (model, precision) pair as wxtrain then PyTorch (then, for the U-Net, wxtrain's
+# unfused path), in reverse order on odd rounds, so drift and ordering hit all sides alike. A run's figure is the median samples/s of
 # REPS repetitions after warm-up; a table cell is the median over ROUNDS runs, and the ratio column
 # is the median of the per-round ratios.
 set -euo pipefail
@@ -35,6 +35,11 @@ run_cpp() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
+# The U-Net's fused GroupNorm + SiLU against its unfused path, same binary (--unfused).
+run_unfused() {
+  "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
+    --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS" --unfused
+}
 run_py() {
   "$PY" bench/peer/train_peer.py --config "configs/storm_$1.toml" --shape "$OUT/$1.json" --precision "$2" \
     --batch "$BATCH" --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
@@ -44,13 +49,12 @@ RESULTS="$OUT/results.txt"
 for ((r = 0; r < ROUNDS; ++r)); do
   for m in "${MODELS[@]}"; do
     for p in "${PRECISIONS[@]}"; do
-      if ((r % 2 == 0)); then
-        run_cpp "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
-        run_py "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
-      else
-        run_py "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
-        run_cpp "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
-      fi
+      runs=(run_cpp run_py)
+      [[ $m == unet ]] && runs+=(run_unfused)
+      if ((r % 2 == 1)); then runs=($(printf '%s\n' "${runs[@]}" | tac)); fi
+      for run in "${runs[@]}"; do
+        "$run" "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
+      done
     done
   done
 done
@@ -74,6 +78,17 @@ for (m, p), d in runs.items():
     w = [d["wxtrain", r] for r in rounds]
     t = [d["pytorch", r] for r in rounds]
     print(f"| {m} | {p} | {med(w):.1f} | {med(t):.1f} | {med([a / b for a, b in zip(w, t)]):.2f}x |")
+
+fusion = [(m, p) for (m, p), d in runs.items() if ("wxtrain-unfused", rounds[0]) in d]
+if fusion:
+    print("\nFused GroupNorm + SiLU against the unfused path (same binary, --unfused)\n")
+    print("| model | precision | fused samples/s | unfused samples/s | fused / unfused |")
+    print("|---|---|---|---|---|")
+    for m, p in fusion:
+        d = runs[m, p]
+        f = [d["wxtrain", r] for r in rounds]
+        u = [d["wxtrain-unfused", r] for r in rounds]
+        print(f"| {m} | {p} | {med(f):.1f} | {med(u):.1f} | {med([a / b for a, b in zip(f, u)]):.2f}x |")
 
 print("\nbf16-mixed vs fp32 (same rounds)\n")
 print("| model | wxtrain bf16-mixed / fp32 | PyTorch bf16-mixed / fp32 |")

@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "core/error.h"
+#include "models/bf16_silu.h"
 #include "models/linear.h"
 
 namespace wxtrain::models {
@@ -18,13 +19,14 @@ void validate(const ModelConfig& config, const ModelShape& shape) {
   positive(config.mlp_layers, "model.mlp_layers");
 }
 
-// SiLU between the MLP's Linears. Under CPU autocast their output is bf16, and LibTorch 1.13's bf16
-// SiLU rounds to bf16 after every intermediate op and runs ~3x (forward) and ~10x (backward) slower
-// than fp32 on E-sized edge tensors: in fp32 it is faster and rounds once, when the next Linear's
-// autocast casts its input back to bf16.
+// SiLU between the MLP's Linears. Their output is bf16 under CPU autocast (and in pure bf16), and
+// LibTorch 1.13's bf16 SiLU rounds after every intermediate op and runs ~3x (forward) and ~10x
+// (backward) slower than fp32 on the edge tensors. The fused bf16_silu computes in fp32 and rounds
+// once; unfused under autocast, SiLU runs in fp32 and the next Linear's autocast casts it back down.
 torch::Tensor silu_between_linears(const torch::Tensor& x) {
-  if (x.scalar_type() == torch::kBFloat16 && x.device().is_cpu() && at::autocast::is_cpu_enabled())
-    return torch::silu(x.to(torch::kFloat32));
+  const bool bf16_cpu = x.scalar_type() == torch::kBFloat16 && x.device().is_cpu();
+  if (bf16_cpu && cpu_fusion_enabled()) return bf16_silu(x);
+  if (bf16_cpu && at::autocast::is_cpu_enabled()) return torch::silu(x.to(torch::kFloat32));
   return torch::silu(x);
 }
 

@@ -2,7 +2,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "models/kernels/group_norm_silu_kernels.h"
+#include "models/kernels/fused_kernels.h"
 
 namespace wxtrain::models {
 namespace {
@@ -109,20 +109,12 @@ class GroupNormSiLU : public torch::autograd::Function<GroupNormSiLU> {
   }
 };
 
-thread_local bool cpu_fusion = true;
-
 }  // namespace
-
-bool cpu_fusion_enabled() { return cpu_fusion; }
-
-CpuFusionGuard::CpuFusionGuard(bool enabled) : previous_(cpu_fusion) { cpu_fusion = enabled; }
-
-CpuFusionGuard::~CpuFusionGuard() { cpu_fusion = previous_; }
 
 bool group_norm_silu_is_fused(const torch::Tensor& x, const torch::nn::GroupNorm& norm) {
   const auto& options = norm->options;
   auto fused_dtype = [](torch::ScalarType t) { return t == torch::kFloat || t == torch::kBFloat16; };
-  return cpu_fusion && x.device().is_cpu() && x.dim() >= 2 && options.affine() && norm->weight.device().is_cpu() &&
+  return cpu_fusion_enabled() && x.device().is_cpu() && x.dim() >= 2 && options.affine() && norm->weight.device().is_cpu() &&
          fused_dtype(x.scalar_type()) && fused_dtype(norm->weight.scalar_type()) &&
          norm->bias.scalar_type() == norm->weight.scalar_type() &&
          x.size(1) == options.num_channels() && options.num_channels() % options.num_groups() == 0;

@@ -11,8 +11,11 @@
 // chain hands the next convolution.
 //
 // Inputs and affine parameters may each be fp32 or bf16 (pure bf16 training). Elsewhere (CUDA,
-// double, a GroupNorm without affine parameters) it is the unfused composition.
+// double, a GroupNorm without affine parameters, or under CpuFusionGuard(false)) it is LibTorch's
+// unfused chain.
 #include <torch/torch.h>
+
+#include "models/cpu_fusion.h"
 
 namespace wxtrain::models {
 
@@ -20,21 +23,5 @@ torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::nn::GroupNorm
 
 // True when group_norm_silu(x, norm) takes the fused kernel.
 bool group_norm_silu_is_fused(const torch::Tensor& x, const torch::nn::GroupNorm& norm);
-
-// Whether the fused CPU kernels are on for this thread (on by default). A fused step keeps less
-// than a GPU's step of the same model, so the estimator turns them off to trace a step on the CPU
-// as a GPU would run it (estimator/activation_trace.h).
-bool cpu_fusion_enabled();
-
-class CpuFusionGuard {
- public:
-  explicit CpuFusionGuard(bool enabled);
-  ~CpuFusionGuard();
-  CpuFusionGuard(const CpuFusionGuard&) = delete;
-  CpuFusionGuard& operator=(const CpuFusionGuard&) = delete;
-
- private:
-  bool previous_;
-};
 
 }  // namespace wxtrain::models

@@ -1,9 +1,10 @@
 #pragma once
-// The per-slice loops of the fused GroupNorm + SiLU (models/group_norm_silu.h), free of torch so
+// The loops of the fused CPU ops (models/group_norm_silu.h, models/bf16_silu.h), free of torch so
 // that this one translation unit can be built for several instruction sets (target_clones) with
 // -O3 and OpenMP SIMD reductions, without the torch precompiled header.
 //
-// A slice is one (sample, group): `channels` consecutive channels of `plane` contiguous values.
+// For GroupNorm a slice is one (sample, group): `channels` consecutive channels of `plane`
+// contiguous values.
 #include <cstdint>
 
 namespace wxtrain::models::kernels {
@@ -17,6 +18,10 @@ void group_norm_silu_forward(const float* x, float* y, int64_t channels, int64_t
 void group_norm_silu_backward(const float* x, const float* dy, float* dx, float* scratch, int64_t channels,
                               int64_t plane, const float* gamma, const float* beta, float mean, float rstd,
                               float* dgamma, float* dbeta);
+
+// y = silu(x) and its backward dx = dy * d silu / dx, elementwise.
+void silu_forward(const float* x, float* y, int64_t n);
+void silu_backward(const float* x, const float* dy, float* dx, int64_t n);
 
 // bf16 <-> fp32 (bf16 as its 16 raw bits; round to nearest even, NaN kept NaN).
 void bf16_to_float(const uint16_t* in, float* out, int64_t n);

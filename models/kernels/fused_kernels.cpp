@@ -1,4 +1,4 @@
-#include "models/kernels/group_norm_silu_kernels.h"
+#include "models/kernels/fused_kernels.h"
 
 #include <cmath>
 #include <cstring>
@@ -121,6 +121,21 @@ void group_norm_silu_backward(const float* x, const float* dy, float* dx, float*
     for (int64_t i = 0; i < plane; ++i) {
       dxc[i] = rstd * (g * dzc[i] - mean_g - (xc[i] - mean) * rstd * mean_g_xh);
     }
+  }
+}
+
+WXTRAIN_CLONES
+void silu_forward(const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid(x[i]);
+}
+
+WXTRAIN_CLONES
+void silu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = sigmoid(x[i]);
+    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
   }
 }
 
