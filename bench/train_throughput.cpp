@@ -24,6 +24,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/memory_meter.h"
 #include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "distributed/world.h"
@@ -122,6 +123,8 @@ int run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // LibTorch's CPU allocator is wxtrain's counting, caching one from the start, as in `wxtrain`.
+  memory_meter(torch::Device(torch::kCPU));
   const Args args = parse_args(argc, argv);
   try {
     return run(args);

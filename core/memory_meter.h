@@ -4,8 +4,11 @@
 //
 // CPU: a byte-counting allocator installed as LibTorch's CPU allocator. Each block carries a
 // 64-byte header holding its size in front of the data, so data == context (raw allocations in
-// LibTorch require that) and the deleter can find the size. An optional budget makes allocations
-// past it throw c10::OutOfMemoryError, which emulates a "24 GiB device" on any machine.
+// LibTorch require that) and the deleter can find the size. Freed blocks of 64 KiB and more are
+// cached for reuse, as on CUDA (no page faults on memory a step used before); `reserved` counts
+// them and release_cached() frees them. An optional budget makes allocations past it throw
+// c10::OutOfMemoryError, which emulates a "24 GiB device" on any machine; it applies to
+// `allocated`, the bytes live tensors hold.
 // CUDA (WXTRAIN_CUDA): the caching allocator's statistics.
 #include <cstdint>
 #include <memory>
@@ -17,7 +20,7 @@ namespace wxtrain {
 
 struct MemorySnapshot {
   int64_t allocated = 0;  // bytes held by live tensors now
-  int64_t reserved = 0;   // bytes held from the system (CUDA: cached segments; CPU: = allocated)
+  int64_t reserved = 0;   // bytes held from the system: allocated plus the allocator's cache
   int64_t peak = 0;       // highest `allocated` since the last reset_peak()
 };
 
@@ -32,7 +35,7 @@ class MemoryMeter {
   virtual int64_t limit() const = 0;
   // The device's physical memory (CPU: RAM); what "fits" means when no limit is set.
   virtual int64_t capacity() const = 0;
-  // Return cached blocks to the system (CUDA empty_cache); a no-op where nothing is cached.
+  // Return cached blocks to the system (CUDA: empty_cache).
   virtual void release_cached() {}
 };
 

@@ -28,7 +28,7 @@ TEST(Profile, RecordsEveryStepAndATimelineWithPhases) {
   for (const auto& s : r.steps) {
     EXPECT_GT(s.peak_forward_backward, r.states) << "activations live during forward/backward";
     EXPECT_GE(s.peak(), s.allocated);
-    EXPECT_EQ(s.reserved, s.allocated);  // CPU
+    EXPECT_GE(s.reserved, s.allocated);  // the CPU allocator caches freed blocks too
     EXPECT_GT(s.seconds, 0);
   }
   // Between steps only the states (and any lazily created optimizer state) remain: the same after
