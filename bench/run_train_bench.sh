@@ -6,9 +6,9 @@
 #
 # The machine is shared and noisy, so every figure is a ratio of runs taken side by side: each
 # round runs every (model, precision) pair as wxtrain then PyTorch (then, for the U-Net, wxtrain's
-# unfused path), in reverse order on odd rounds, so drift and ordering hit all sides alike. A run's figure is the median samples/s of
-# REPS repetitions after warm-up; a table cell is the median over ROUNDS runs, and the ratio column
-# is the median of the per-round ratios.
+# unfused path), in reverse order on odd rounds, so drift and ordering hit all sides alike. A run's
+# figure is the median samples/s of REPS repetitions after warm-up; a table cell is the median over
+# ROUNDS runs, and the ratio column is the median of the per-round ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-perf}
@@ -16,13 +16,14 @@ ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-5}
 BATCH=${BATCH:-8}
 PY=/usr/bin/python3  # Debian's python3-torch: the same ATen build as the LibTorch we link
-MODELS=(unet vit gnn)
+MODELS=(unet vit gnn vit_base)  # configs/storm_$m.toml
 PRECISIONS=(fp32 bf16-mixed)
 
 # Steps per repetition, so that one repetition takes roughly a second or more on this CPU.
-steps_for() { case "$1" in gnn) echo 3 ;; *) echo 10 ;; esac; }
+steps_for() { case "$1" in gnn | vit_base) echo 3 ;; *) echo 10 ;; esac; }
 
-cmake -S . -B "$BUILD" -G Ninja -DWXTRAIN_TEST_COMPONENTS=models >/dev/null
+# An existing build directory is used as configured (its test selection left alone).
+[[ -f "$BUILD/build.ninja" ]] || cmake -S . -B "$BUILD" -G Ninja -DWXTRAIN_TEST_COMPONENTS=models >/dev/null
 ninja -C "$BUILD" -j2 train_throughput >/dev/null
 
 OUT=$(mktemp -d)
