@@ -28,6 +28,7 @@
 
 #include "core/autocast.h"
 #include "core/config.h"
+#include "core/memory_meter.h"
 #include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "distributed/world.h"
@@ -167,6 +168,8 @@ int run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // LibTorch's CPU allocator is wxtrain's counting, caching one from the start, as in `wxtrain`.
+  wxtrain::memory_meter(torch::Device(torch::kCPU));
   const Args args = parse_args(argc, argv);
   const int code = distributed::run_or_abort([&] { return run(args); });
   distributed::finalize_world();

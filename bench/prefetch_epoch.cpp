@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/memory_meter.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/normalization.h"
@@ -83,6 +84,8 @@ struct Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // LibTorch's CPU allocator is wxtrain's counting, caching one from the start, as in `wxtrain`.
+  wxtrain::memory_meter(torch::Device(torch::kCPU));
   std::string config_path = "configs/storm_unet.toml";
   int rounds = 5;
   double fraction = 0.8;

@@ -32,7 +32,9 @@ echo
 common=(--batch "$batch" --precision "$precision" --warmup 3 --steps 10 --reps 3)
 for r in $(seq "$rounds"); do
   "${mpirun_cmd[@]}" "$build/bench/ddp_step" --config "$config" "${common[@]}" >> "$tmp/wx.txt"
-  /usr/bin/python3 bench/peer/ddp_peer.py --describe "$tmp/desc.json" --ranks 2 --threads "$threads" \
+  # OMP_NUM_THREADS for the peer too: it also sizes OpenBLAS's own pool (fp32 GEMMs), which
+  # torch.set_num_threads does not; without it each peer rank would run its GEMMs on both cores.
+  OMP_NUM_THREADS="$threads" /usr/bin/python3 bench/peer/ddp_peer.py --describe "$tmp/desc.json" --ranks 2 --threads "$threads" \
       "${common[@]}" >> "$tmp/py.txt"
   echo "round $r: wxtrain $(tail -1 "$tmp/wx.txt" | field step_ms) ms, pytorch-ddp $(tail -1 "$tmp/py.txt" | field step_ms) ms" >&2
 done

@@ -2,7 +2,11 @@
 # Training throughput of wxtrain (bench/train_throughput.cpp) against PyTorch's Python API
 # (bench/peer/train_peer.py) on the storm configs, at fp32 and bf16-mixed, batch 8.
 #
-#   bench/run_train_bench.sh [build-dir]          (default build-perf; ROUNDS=3 REPS=5 BATCH=8)
+#   bench/run_train_bench.sh [build-dir]          (default build-perf; ROUNDS=3 REPS=5 BATCH=8 THREADS=1)
+#
+# Both sides run with OMP_NUM_THREADS=THREADS, which sizes every pool alike: LibTorch's intra-op
+# threads, oneDNN's, and OpenBLAS's own (Debian's pthread OpenBLAS otherwise takes every core for
+# fp32 GEMMs whatever LibTorch's thread count is, and fp32 would race bf16 on more cores).
 #
 # The machine is shared and noisy, so every figure is a ratio of runs taken side by side: each
 # round runs every (model, precision) pair as wxtrain then PyTorch (then, for the U-Net, wxtrain's
@@ -15,6 +19,7 @@ BUILD=${1:-build-perf}
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-5}
 BATCH=${BATCH:-8}
+export OMP_NUM_THREADS=${THREADS:-1}
 PY=/usr/bin/python3  # Debian's python3-torch: the same ATen build as the LibTorch we link
 MODELS=(unet vit gnn vit_base)  # configs/storm_$m.toml
 PRECISIONS=(fp32 bf16-mixed)
@@ -54,7 +59,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
       [[ $m == unet ]] && runs+=(run_unfused)
       if ((r % 2 == 1)); then runs=($(printf '%s\n' "${runs[@]}" | tac)); fi
       for run in "${runs[@]}"; do
-        "$run" "$m" "$p" | sed "s/^/round=$r /" | tee -a "$RESULTS" >&2
+        "$run" "$m" "$p" | sed "s/^/round=$r config=$m /" | tee -a "$RESULTS" >&2
       done
     done
   done
@@ -62,18 +67,18 @@ done
 
 "$PY" - "$RESULTS" <<'EOF'
 import collections, statistics, sys
-runs = collections.defaultdict(dict)  # (model, precision) -> {(impl, round): samples/s}
+runs = collections.defaultdict(dict)  # (config, precision) -> {(impl, round): samples/s}
 threads = set()
 for line in open(sys.argv[1]):
     kv = dict(field.split("=", 1) for field in line.split())
-    runs[kv["model"], kv["precision"]][kv["impl"], int(kv["round"])] = float(kv["samples_per_s"])
+    runs[kv["config"], kv["precision"]][kv["impl"], int(kv["round"])] = float(kv["samples_per_s"])
     threads.add(kv["threads"])
 rounds = sorted({r for d in runs.values() for _, r in d})
 med = statistics.median
 
 print(f"\nTraining throughput, batch 8, samples/s (median of {len(rounds)} alternating rounds; "
       f"intra-op threads: {', '.join(sorted(threads))})\n")
-print("| model | precision | wxtrain samples/s | PyTorch samples/s | wxtrain / PyTorch |")
+print("| config | precision | wxtrain samples/s | PyTorch samples/s | wxtrain / PyTorch |")
 print("|---|---|---|---|---|")
 for (m, p), d in runs.items():
     w = [d["wxtrain", r] for r in rounds]
@@ -83,7 +88,7 @@ for (m, p), d in runs.items():
 fusion = [(m, p) for (m, p), d in runs.items() if ("wxtrain-unfused", rounds[0]) in d]
 if fusion:
     print("\nFused GroupNorm + SiLU against the unfused path (same binary, --unfused)\n")
-    print("| model | precision | fused samples/s | unfused samples/s | fused / unfused |")
+    print("| config | precision | fused samples/s | unfused samples/s | fused / unfused |")
     print("|---|---|---|---|---|")
     for m, p in fusion:
         d = runs[m, p]
@@ -92,7 +97,7 @@ if fusion:
         print(f"| {m} | {p} | {med(f):.1f} | {med(u):.1f} | {med([a / b for a, b in zip(f, u)]):.2f}x |")
 
 print("\nbf16-mixed vs fp32 (same rounds)\n")
-print("| model | wxtrain bf16-mixed / fp32 | PyTorch bf16-mixed / fp32 |")
+print("| config | wxtrain bf16-mixed / fp32 | PyTorch bf16-mixed / fp32 |")
 print("|---|---|---|")
 for m in dict.fromkeys(m for m, _ in runs):
     f, b = runs[m, "fp32"], runs[m, "bf16-mixed"]

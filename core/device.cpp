@@ -47,6 +47,15 @@ std::string blas_library() {
   return "unknown";
 }
 
+// OpenBLAS (Debian's libopenblas0-pthread, behind LibTorch's fp32 GEMMs) runs its own thread pool,
+// sized to every core unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS says otherwise, and
+// at::set_num_threads does not reach it: two ranks on two cores would each run their GEMMs on both.
+void set_blas_threads(int threads) {
+  if (std::getenv("OPENBLAS_NUM_THREADS")) return;
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
+}
+
 }  // namespace
 
 int configure_cpu_threads() {
@@ -63,6 +72,7 @@ int configure_cpu_threads() {
   }
   const int threads = std::max(1, cpus / ranks_here);
   at::set_num_threads(threads);
+  set_blas_threads(threads);
   return threads;
 }
 

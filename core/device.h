@@ -29,9 +29,9 @@ struct BuildInfo {
 
 BuildInfo build_info();
 
-// Sets LibTorch's intra-op threads to the cores this process may use divided among the ranks on
-// this node (OMPI_COMM_WORLD_LOCAL_SIZE / SLURM_NTASKS_PER_NODE), unless OMP_NUM_THREADS says
-// otherwise. LibTorch's own default can be far lower (one thread on the 2-core development
+// Sets LibTorch's intra-op threads, and OpenBLAS's own pool, to the cores this process may use
+// divided among the ranks on this node (OMPI_COMM_WORLD_LOCAL_SIZE / SLURM_NTASKS_PER_NODE), unless
+// OMP_NUM_THREADS (or, for OpenBLAS, OPENBLAS_NUM_THREADS) says otherwise. LibTorch's own default can be far lower (one thread on the 2-core development
 // machine, where two threads train the storm U-Net 1.6x faster). Returns the thread count in use.
 int configure_cpu_threads();
 
