@@ -1,17 +1,19 @@
-// Does the prefetching loader hide loading behind the training step? One epoch of real training
-// (Loader + TrainingStep on the storm data) timed three ways:
+// Does the prefetching loader hide loading behind the training step? Real training (Loader +
+// TrainingStep on the storm data) timed three ways:
 //   (a) no loading delay                                      (prefetch = 0: loading inline)
 //   (b) load_delay_ms = 80% of the step time, prefetch = 0    (the delay adds to every step)
 //   (c) the same delay, prefetch = 2                           (workers build batches ahead)
-// Target: (c) within 10% of (a). The table also gives each epoch without its first batch's wait:
-// the loader's workers start at the epoch's first next(), so nothing can hide that one.
+// Target: (c) within 10% of (a). Each case runs two epochs on one Loader, as training does. The
+// workers start at the run's first next(), so the first epoch includes one wait nothing can hide
+// (the table gives it); they then run on across the epoch boundary, so the second epoch is the
+// steady state that every later epoch of a run repeats, and the target applies to it.
 //
 //   prefetch_epoch [--config configs/storm_unet.toml] [--rounds 5] [--delay-fraction 0.8]
 //
 // The step time is the median of timed steps on real batches (loading excluded). Each round runs
-// one epoch of (a), (b), (c) in turn, each with a fresh Loader built before its timer starts, so
-// machine noise spreads evenly; the printed epoch times are medians over rounds and the ratios are
-// taken round by round, then their median.
+// (a), (b), (c) in turn, each with a fresh Loader built before its timer starts, so machine noise
+// spreads evenly; the printed epoch times are medians over rounds and the ratios are taken round by
+// round, then their median.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -145,39 +147,36 @@ int main(int argc, char** argv) {
       const char* name;
       double delay;
       int64_t prefetch;
-      std::vector<double> seconds, first_wait;
+      std::vector<double> first, first_wait, second;  // per round: epoch 1, its first next(), epoch 2
     };
-    std::vector<Case> cases = {{"(a) no delay, prefetch 0", 0, 0, {}, {}},
-                               {"(b) delay, prefetch 0", delay_ms, 0, {}, {}},
-                               {"(c) delay, prefetch 2", delay_ms, 2, {}, {}}};
+    std::vector<Case> cases = {{"(a) no delay, prefetch 0", 0, 0, {}, {}, {}},
+                               {"(b) delay, prefetch 0", delay_ms, 0, {}, {}, {}},
+                               {"(c) delay, prefetch 2", delay_ms, 2, {}, {}, {}}};
     for (int r = 0; r < rounds; ++r) {
       for (auto& c : cases) {
         auto l = b.loader(c.delay, c.prefetch);
-        const EpochTime t = b.epoch(*l);
-        c.seconds.push_back(t.seconds);
-        c.first_wait.push_back(t.first_batch_wait);
+        const EpochTime first = b.epoch(*l);
+        const EpochTime second = b.epoch(*l);
+        c.first.push_back(first.seconds);
+        c.first_wait.push_back(first.first_batch_wait);
+        c.second.push_back(second.seconds);
       }
     }
-    auto ratio = [&](const Case& x, const Case& y) {
+    auto ratio = [&](const std::vector<double>& x, const std::vector<double>& y) {
       std::vector<double> v;
-      for (int r = 0; r < rounds; ++r) v.push_back(x.seconds[r] / y.seconds[r]);
+      for (int r = 0; r < rounds; ++r) v.push_back(x[r] / y[r]);
       return median(v);
     };
-    // The loader starts its workers at an epoch's first next(), so that batch's delay is never
-    // hidden; the last column leaves it out to show what the workers hide in steady state.
-    auto after_first = [&](const Case& x, const Case& y) {
-      std::vector<double> v;
-      for (int r = 0; r < rounds; ++r)
-        v.push_back((x.seconds[r] - x.first_wait[r]) / (y.seconds[r] - y.first_wait[r]));
-      return median(v);
-    };
-    std::printf("\n| case | epoch (ms) | first batch wait (ms) | epoch vs (a) | after the first batch vs (a) |\n"
-                "|---|---|---|---|---|\n");
+    std::printf("\n| case | first epoch (ms) | its first batch wait (ms) | first epoch vs (a) | second epoch (ms) | "
+                "second epoch vs (a) |\n|---|---|---|---|---|---|\n");
     for (const auto& c : cases)
-      std::printf("| %s | %.1f | %.1f | %.3f | %.3f |\n", c.name, 1e3 * median(c.seconds),
-                  1e3 * median(c.first_wait), ratio(c, cases[0]), after_first(c, cases[0]));
-    std::printf("\n(b)/(a) = %.3f   (c)/(a) = %.3f   (target: (c)/(a) <= 1.10)   (b)/(c) = %.3f   [median of %d rounds]\n",
-                ratio(cases[1], cases[0]), ratio(cases[2], cases[0]), ratio(cases[1], cases[2]), rounds);
+      std::printf("| %s | %.1f | %.1f | %.3f | %.1f | %.3f |\n", c.name, 1e3 * median(c.first),
+                  1e3 * median(c.first_wait), ratio(c.first, cases[0].first), 1e3 * median(c.second),
+                  ratio(c.second, cases[0].second));
+    std::printf("\nsecond epoch: (b)/(a) = %.3f   (c)/(a) = %.3f   (target: (c)/(a) <= 1.10)   "
+                "first epoch: (c)/(a) = %.3f   [median of %d rounds]\n",
+                ratio(cases[1].second, cases[0].second), ratio(cases[2].second, cases[0].second),
+                ratio(cases[2].first, cases[0].first), rounds);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "prefetch_epoch: %s\n", e.what());
