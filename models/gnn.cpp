@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "models/bf16_silu.h"
+#include "models/edge_gather.h"
 #include "models/linear.h"
 
 namespace wxtrain::models {
@@ -129,11 +130,9 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
                                                          const torch::Tensor& senders,
                                                          const torch::Tensor& receivers) {
   // Edge update. The sender/receiver parts of the first layer are applied per node, then gathered:
-  // E is ~(2r+1)^2 times N. index_select's backward needs no saved output, so the sum can
-  // accumulate in place into the gathered tensor.
-  torch::Tensor pre = edge_mlp->project(1, h).index_select(1, senders);
-  pre.add_(edge_mlp->project(2, h).index_select(1, receivers));
-  pre = pre + edge_mlp->project(0, e);  // e is [E, L] in the first layer: broadcasts over the batch
+  // E is ~(2r+1)^2 times N. e is [E, L] in the first layer: it broadcasts over the batch.
+  torch::Tensor pre = gather_edges(edge_mlp->project(1, h), edge_mlp->project(2, h), edge_mlp->project(0, e), senders,
+                                   receivers);
   torch::Tensor e_new = e + edge_mlp->finish(pre);
 
   // Sum the updated edges into their receivers.

@@ -52,6 +52,16 @@ inline float exp_approx(float x) {
 
 inline float sigmoid(float z) { return 1.0f / (1.0f + exp_approx(-z)); }
 
+inline float bf16_value(uint16_t bits) { return bits_to_float(static_cast<uint32_t>(bits) << 16); }
+
+// Round to nearest even; a NaN stays a (quiet) NaN.
+inline uint16_t bf16_bits(float value) {
+  const uint32_t bits = float_to_bits(value);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return static_cast<uint16_t>(nan ? 0x7FC0u : rounded);
+}
+
 }  // namespace
 
 WXTRAIN_CLONES
@@ -142,17 +152,38 @@ void silu_backward(const float* x, const float* dy, float* dx, int64_t n) {
 WXTRAIN_CLONES
 void bf16_to_float(const uint16_t* in, float* out, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = bits_to_float(static_cast<uint32_t>(in[i]) << 16);
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_value(in[i]);
 }
 
 WXTRAIN_CLONES
 void float_to_bf16(const float* in, uint16_t* out, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = float_to_bits(in[i]);
-    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-    out[i] = static_cast<uint16_t>(nan ? 0x7FC0u : rounded);
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits(in[i]);
+}
+
+WXTRAIN_CLONES
+void edge_gather_sum(const float* a, const float* b, const float* c, const int64_t* senders,
+                     const int64_t* receivers, float* out, int64_t edges, int64_t width) {
+  for (int64_t k = 0; k < edges; ++k) {
+    const float* ar = a + senders[k] * width;
+    const float* br = b + receivers[k] * width;
+    const float* cr = c + k * width;
+    float* o = out + k * width;
+#pragma omp simd
+    for (int64_t l = 0; l < width; ++l) o[l] = (ar[l] + br[l]) + cr[l];
+  }
+}
+
+WXTRAIN_CLONES
+void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* c, const int64_t* senders,
+                          const int64_t* receivers, uint16_t* out, int64_t edges, int64_t width) {
+  for (int64_t k = 0; k < edges; ++k) {
+    const uint16_t* ar = a + senders[k] * width;
+    const uint16_t* br = b + receivers[k] * width;
+    const uint16_t* cr = c + k * width;
+    uint16_t* o = out + k * width;
+#pragma omp simd
+    for (int64_t l = 0; l < width; ++l) o[l] = bf16_bits((bf16_value(ar[l]) + bf16_value(br[l])) + bf16_value(cr[l]));
   }
 }
 

@@ -1,11 +1,14 @@
 // wxtrain's fused CPU ops against LibTorch's unfused chains (which a GPU runs): GroupNorm + SiLU
-// (values and all three gradients, in fp32, under bf16 autocast's dtypes and in pure bf16) and the
-// bf16 SiLU computed in fp32.
+// (values and all three gradients, in fp32, under bf16 autocast's dtypes and in pure bf16), the
+// bf16 SiLU computed in fp32, and the gnn's edge gather.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include <ATen/Parallel.h>
+
 #include "models/bf16_silu.h"
+#include "models/edge_gather.h"
 #include "models/group_norm_silu.h"
 
 namespace wxtrain::models {
@@ -162,6 +165,46 @@ TEST(Bf16SiLU, NaNStaysNaNAndOtherDtypesAreRefused) {
   EXPECT_TRUE(y[2].isnan().item<bool>());
   EXPECT_EQ(y.isnan().sum().item<int64_t>(), 1);
   EXPECT_THROW(bf16_silu(torch::zeros({5})), c10::Error);
+}
+
+// The gnn's edge inputs a[senders] + b[receivers] + c, with c shared by the batch (the first layer)
+// or per sample (later layers): in fp32 the same additions in the same order, so equal bit for bit,
+// values and gradients; in bf16 summed in fp32 and rounded once.
+TEST(GatherEdges, EqualsTheUnfusedGatherAndSum) {
+  torch::manual_seed(5);
+  // Odd width: the vector remainder. 3 x 301 edge rows on two threads: a task boundary mid-sample.
+  const int64_t batch = 3, nodes = 7, width = 37, edges = 301;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  const torch::Tensor senders = torch::randint(nodes, {edges}, torch::kLong);
+  const torch::Tensor receivers = torch::randint(nodes, {edges}, torch::kLong);
+  for (const bool shared_c : {true, false}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      SCOPED_TRACE(std::string(shared_c ? "shared c, " : "per-sample c, ") + c10::toString(dtype));
+      const torch::Tensor a0 = torch::randn({batch, nodes, width}).to(dtype);
+      const torch::Tensor b0 = torch::randn({batch, nodes, width}).to(dtype);
+      const torch::Tensor c0 = (shared_c ? torch::randn({edges, width}) : torch::randn({batch, edges, width})).to(dtype);
+      const torch::Tensor probe = torch::randn({batch, edges, width});
+      auto run = [&](bool fused) {
+        CpuFusionGuard guard(fused);
+        torch::Tensor a = a0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true),
+                      c = c0.clone().requires_grad_(true);
+        torch::Tensor out = gather_edges(a, b, c, senders, receivers);
+        (out.to(torch::kFloat) * probe).sum().backward();
+        return std::vector<torch::Tensor>{out.detach(), a.grad(), b.grad(), c.grad()};
+      };
+      const auto fused = run(true), plain = run(false);
+      ASSERT_EQ(fused[0].sizes(), plain[0].sizes());
+      ASSERT_EQ(fused[0].scalar_type(), dtype);
+      if (dtype == torch::kFloat) {
+        for (size_t i = 0; i < fused.size(); ++i) EXPECT_TRUE(torch::equal(fused[i], plain[i])) << "tensor " << i;
+      } else {
+        EXPECT_LT(max_relative(fused[0], plain[0]), 1.0 / 64);
+        for (size_t i = 1; i < fused.size(); ++i) EXPECT_LT(max_relative(fused[i], plain[i]), 1e-2) << "tensor " << i;
+      }
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 }  // namespace
