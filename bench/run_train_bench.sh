@@ -9,8 +9,8 @@
 # fp32 GEMMs whatever LibTorch's thread count is, and fp32 would race bf16 on more cores).
 #
 # The machine is shared and noisy, so every figure is a ratio of runs taken side by side: each
-# round runs every (model, precision) pair as wxtrain then PyTorch (then, for the U-Net, wxtrain's
-# unfused path), in reverse order on odd rounds, so drift and ordering hit all sides alike. A run's
+# round runs every (model, precision) pair as wxtrain then PyTorch (then, for the U-Net and the gnn,
+# wxtrain's unfused path), in reverse order on odd rounds, so drift and ordering hit all sides alike. A run's
 # figure is the median samples/s of REPS repetitions after warm-up; a table cell is the median over
 # ROUNDS runs, and the ratio column is the median of the per-round ratios.
 set -euo pipefail
@@ -41,7 +41,8 @@ run_cpp() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
-# The U-Net's fused GroupNorm + SiLU against its unfused path, same binary (--unfused).
+# The fused CPU ops (U-Net: GroupNorm + SiLU; gnn: edge gather, bf16 SiLU) against the unfused
+# path, same binary (--unfused).
 run_unfused() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS" --unfused
@@ -56,7 +57,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
   for m in "${MODELS[@]}"; do
     for p in "${PRECISIONS[@]}"; do
       runs=(run_cpp run_py)
-      [[ $m == unet ]] && runs+=(run_unfused)
+      if [[ $m == unet || $m == gnn ]]; then runs+=(run_unfused); fi
       if ((r % 2 == 1)); then runs=($(printf '%s\n' "${runs[@]}" | tac)); fi
       for run in "${runs[@]}"; do
         "$run" "$m" "$p" | sed "s/^/round=$r config=$m /" | tee -a "$RESULTS" >&2
@@ -87,7 +88,7 @@ for (m, p), d in runs.items():
 
 fusion = [(m, p) for (m, p), d in runs.items() if ("wxtrain-unfused", rounds[0]) in d]
 if fusion:
-    print("\nFused GroupNorm + SiLU against the unfused path (same binary, --unfused)\n")
+    print("\nFused CPU ops against the unfused path (same binary, --unfused)\n")
     print("| config | precision | fused samples/s | unfused samples/s | fused / unfused |")
     print("|---|---|---|---|---|")
     for m, p in fusion:
