@@ -10,9 +10,9 @@
 #
 # The machine is shared and noisy, so every figure is a ratio of runs taken side by side: each
 # round runs every (model, precision) pair as wxtrain then PyTorch (then, for the U-Net and the gnn,
-# wxtrain's unfused path), in reverse order on odd rounds, so drift and ordering hit all sides alike. A run's
-# figure is the median samples/s of REPS repetitions after warm-up; a table cell is the median over
-# ROUNDS runs, and the ratio column is the median of the per-round ratios.
+# wxtrain's unfused path), in reverse order on odd rounds, so drift and ordering hit all sides
+# alike. A run's figure is the median samples/s of REPS repetitions after warm-up; a table cell is
+# the median over ROUNDS runs, and the ratio column is the median of the per-round ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-perf}
