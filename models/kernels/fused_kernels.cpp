@@ -174,6 +174,8 @@ void edge_gather_sum(const float* a, const float* b, const float* c, const int64
   }
 }
 
+// The bf16 twin of edge_gather_sum. Not one template: GCC 12 does not clone templates with
+// target_clones, and the entry points must stay plain functions for the header.
 WXTRAIN_CLONES
 void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* c, const int64_t* senders,
                           const int64_t* receivers, uint16_t* out, int64_t edges, int64_t width) {
