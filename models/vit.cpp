@@ -39,10 +39,9 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const torch::Tensor& q = qkv_split[0];
   const torch::Tensor& k = qkv_split[1];
   const torch::Tensor& v = qkv_split[2];
-  // Scaling the scores in place: matmul's backward needs q and k, not its output.
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
+  torch::Tensor scores = scaled_matmul(q, k.transpose(-2, -1), 1.0 / std::sqrt(static_cast<double>(hd)));
   torch::Tensor attn = torch::softmax(scores, -1);
-  torch::Tensor out = torch::matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
+  torch::Tensor out = scaled_matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
   return apply_linear(proj, out.transpose(1, 2).reshape({B, N, D}));
 }
 

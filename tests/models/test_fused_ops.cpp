@@ -7,7 +7,9 @@
 
 #include <ATen/Parallel.h>
 
+#include "core/autocast.h"
 #include "models/bf16_silu.h"
+#include "models/cpu_gemm.h"
 #include "models/edge_gather.h"
 #include "models/group_norm_silu.h"
 
@@ -205,6 +207,86 @@ TEST(GatherEdges, EqualsTheUnfusedGatherAndSum) {
     }
   }
   at::set_num_threads(threads);
+}
+
+// ---- fp32 GEMMs through oneDNN (models/cpu_gemm.h) ----
+
+std::string grad_fn_name(const torch::Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : "none"; }
+
+TEST(OneDnnLinear, MatchesAtLinearWithAndWithoutBias) {
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "this LibTorch exports no dnnl_sgemm: ATen's path is the only one";
+  torch::manual_seed(7);
+  const int64_t M = 37, K = 19, N = 23;
+  // The input is a transposed view (not contiguous), as a permuted activation can be.
+  const torch::Tensor x0 = torch::randn({K, M}).t(), w0 = torch::randn({N, K}), b0 = torch::randn({N});
+  const torch::Tensor probe = torch::randn({M, N});
+  for (const bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "bias" : "no bias");
+    auto run = [&](bool onednn) {
+      CpuFusionGuard guard(onednn);
+      torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true),
+                    b = with_bias ? b0.clone().requires_grad_(true) : torch::Tensor();
+      torch::Tensor y = linear_2d(x, w, b);
+      EXPECT_EQ(grad_fn_name(y).find("Linear") != std::string::npos && grad_fn_name(y).find("Fp32") != std::string::npos,
+                onednn)
+          << grad_fn_name(y);
+      (y * probe).sum().backward();
+      return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), with_bias ? b.grad() : torch::zeros({1})};
+    };
+    const auto fast = run(true), plain = run(false);
+    for (size_t i = 0; i < fast.size(); ++i) EXPECT_LT(max_relative(fast[i], plain[i]), 1e-5) << "tensor " << i;
+  }
+}
+
+TEST(OneDnnLinear, FrozenWeightGetsNoGradientAndAutocastKeepsAtenPath) {
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "this LibTorch exports no dnnl_sgemm";
+  torch::manual_seed(8);
+  const torch::Tensor w = torch::randn({5, 4}), b = torch::randn({5});  // frozen: no requires_grad
+  torch::Tensor x = torch::randn({6, 4}).requires_grad_(true);
+  linear_2d(x, w, b).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_LT(max_relative(x.grad(), torch::ones({6, 5}).mm(w)), 1e-6);
+  EXPECT_FALSE(w.grad().defined());
+  // Under bf16 autocast the product belongs to autocast (a bf16 GEMM), not to the fp32 path.
+  AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
+  const torch::Tensor y = linear_2d(x, w, b);
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(grad_fn_name(y).find("Fp32"), std::string::npos) << grad_fn_name(y);
+}
+
+TEST(OneDnnMatmul, AttentionProductsOnPermutedViewsMatchMatmul) {
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "this LibTorch exports no dnnl_sgemm";
+  torch::manual_seed(9);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);  // batch items split between threads
+  const int64_t B = 3, N = 7, heads = 2, hd = 5;
+  const torch::Tensor qkv0 = torch::randn({B, N, 3 * heads * hd});
+  const torch::Tensor probe = torch::randn({B, heads, N, hd});
+  auto run = [&](bool onednn) {
+    CpuFusionGuard guard(onednn);
+    torch::Tensor qkv = qkv0.clone().requires_grad_(true);
+    auto parts = qkv.view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);  // strided, as in models/vit.cpp
+    torch::Tensor scores = scaled_matmul(parts[0], parts[1].transpose(-2, -1), 0.25);
+    torch::Tensor out = scaled_matmul(torch::softmax(scores, -1), parts[2]);
+    EXPECT_EQ(grad_fn_name(out).find("Fp32") != std::string::npos, onednn) << grad_fn_name(out);
+    (out * probe).sum().backward();
+    return std::vector<torch::Tensor>{scores.detach(), out.detach(), qkv.grad()};
+  };
+  const auto fast = run(true), plain = run(false);
+  for (size_t i = 0; i < fast.size(); ++i) {
+    ASSERT_EQ(fast[i].sizes(), plain[i].sizes()) << "tensor " << i;
+    EXPECT_LT(max_relative(fast[i], plain[i]), 1e-5) << "tensor " << i;
+  }
+  at::set_num_threads(threads);
+}
+
+TEST(OneDnnMatmul, BroadcastOperandIsCopiedNotMisread) {
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "this LibTorch exports no dnnl_sgemm";
+  torch::manual_seed(10);
+  // Stride 0 in a matrix dimension is neither row- nor column-major: the op must copy it.
+  const torch::Tensor a = torch::randn({2, 1, 6}).expand({2, 4, 6}), b = torch::randn({2, 6, 3});
+  const torch::Tensor c = scaled_matmul(a, b, 2.0);
+  EXPECT_LT(max_relative(c, torch::matmul(a, b) * 2), 1e-6);
 }
 
 }  // namespace
