@@ -41,8 +41,8 @@ run_cpp() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
-# The fused CPU ops (U-Net: GroupNorm + SiLU; gnn: edge gather, bf16 SiLU) against the unfused
-# path, same binary (--unfused).
+# wxtrain's own CPU kernels (U-Net: GroupNorm + SiLU; gnn: edge gather, bf16 SiLU; vit and gnn:
+# fp32 GEMMs through oneDNN) against ATen's path, same binary (--unfused).
 run_unfused() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS" --unfused
@@ -52,12 +52,21 @@ run_py() {
     --batch "$BATCH" --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
 
+# Debian's OpenBLAS 0.3.21 runs its AVX2 (Haswell) kernels on AVX-512 Zen 4, where wxtrain's fp32
+# Linear layers and attention go to oneDNN (models/cpu_gemm.h). For the fairest fp32 comparison the
+# peer also runs with OpenBLAS told to use its AVX-512 kernels (an environment variable a PyTorch
+# user would have to know about), reported as its own column.
+run_py_avx512() {
+  OPENBLAS_CORETYPE=SkylakeX run_py "$@" | sed 's/impl=pytorch /impl=pytorch-avx512 /'
+}
+
 RESULTS="$OUT/results.txt"
 for ((r = 0; r < ROUNDS; ++r)); do
   for m in "${MODELS[@]}"; do
     for p in "${PRECISIONS[@]}"; do
       runs=(run_cpp run_py)
-      if [[ $m == unet || $m == gnn ]]; then runs+=(run_unfused); fi
+      if [[ $m != vit_base ]]; then runs+=(run_unfused); fi
+      if [[ $p == fp32 && $m != unet ]]; then runs+=(run_py_avx512); fi
       if ((r % 2 == 1)); then runs=($(printf '%s\n' "${runs[@]}" | tac)); fi
       for run in "${runs[@]}"; do
         "$run" "$m" "$p" | sed "s/^/round=$r config=$m /" | tee -a "$RESULTS" >&2
@@ -86,9 +95,20 @@ for (m, p), d in runs.items():
     t = [d["pytorch", r] for r in rounds]
     print(f"| {m} | {p} | {med(w):.1f} | {med(t):.1f} | {med([a / b for a, b in zip(w, t)]):.2f}x |")
 
+avx512 = [(m, p) for (m, p), d in runs.items() if ("pytorch-avx512", rounds[0]) in d]
+if avx512:
+    print("\nfp32 against PyTorch with OpenBLAS forced to its AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX)\n")
+    print("| config | wxtrain samples/s | PyTorch (AVX-512 OpenBLAS) samples/s | wxtrain / PyTorch |")
+    print("|---|---|---|---|")
+    for m, p in avx512:
+        d = runs[m, p]
+        w = [d["wxtrain", r] for r in rounds]
+        t = [d["pytorch-avx512", r] for r in rounds]
+        print(f"| {m} | {med(w):.1f} | {med(t):.1f} | {med([a / b for a, b in zip(w, t)]):.2f}x |")
+
 fusion = [(m, p) for (m, p), d in runs.items() if ("wxtrain-unfused", rounds[0]) in d]
 if fusion:
-    print("\nFused CPU ops against the unfused path (same binary, --unfused)\n")
+    print("\nwxtrain's CPU kernels (fused ops, oneDNN fp32 GEMMs) against ATen's path (same binary, --unfused)\n")
     print("| config | precision | fused samples/s | unfused samples/s | fused / unfused |")
     print("|---|---|---|---|---|")
     for m, p in fusion:

@@ -47,6 +47,14 @@ std::string blas_library() {
   return "unknown";
 }
 
+// The kernel set OpenBLAS chose for this CPU. OpenBLAS 0.3.21 (Debian 12) predates Zen 4 and picks
+// its AVX2 "Haswell" kernels on an AVX-512 AMD EPYC; `wxtrain info` shows it.
+std::string openblas_core() {
+  using CoreName = char* (*)();
+  if (auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) return name();
+  return "";
+}
+
 // OpenBLAS (Debian's libopenblas0-pthread, behind LibTorch's fp32 GEMMs) runs its own thread pool,
 // sized to every core unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS says otherwise, and
 // at::set_num_threads does not reach it: two ranks on two cores would each run their GEMMs on both.
@@ -86,7 +94,9 @@ BuildInfo build_info() {
 #endif
   b.cuda_available = torch::cuda::is_available();
   b.blas = blas_library();
+  b.blas_core = openblas_core();
   b.mkldnn = at::hasMKLDNN();
+  b.onednn_sgemm = dlsym(RTLD_DEFAULT, "dnnl_sgemm") != nullptr;
   b.threads = at::get_num_threads();
   MemoryMeter& cpu = memory_meter(c10::Device(c10::DeviceType::CPU));
   std::string cpu_name = "cpu";

@@ -22,7 +22,9 @@ struct BuildInfo {
   bool cuda_built = false;    // WXTRAIN_CUDA
   bool cuda_available = false;
   std::string blas;           // the BLAS library LibTorch's matmul resolves to
-  bool mkldnn = false;        // oneDNN (bf16 AMX kernels on CPU)
+  std::string blas_core;      // OpenBLAS's kernel set for this CPU ("Haswell", "SkylakeX", ...); empty if not OpenBLAS
+  bool mkldnn = false;        // oneDNN (bf16 kernels on CPU)
+  bool onednn_sgemm = false;  // oneDNN's dnnl_sgemm is callable: the zoo's fp32 CPU GEMMs use it (models/cpu_gemm.h)
   int threads = 0;            // intra-op threads
   std::vector<DeviceInfo> devices;
 };

@@ -17,7 +17,8 @@ Action add_info_command(CLI::App& app) {
     if (*json) {
       nlohmann::json j{{"wxtrain", b.wxtrain_version}, {"libtorch", b.torch_version},
                        {"cuda_built", b.cuda_built}, {"cuda_available", b.cuda_available},
-                       {"blas", b.blas}, {"onednn", b.mkldnn}, {"threads", b.threads}};
+                       {"blas", b.blas}, {"blas_core", b.blas_core}, {"onednn", b.mkldnn},
+                       {"onednn_sgemm", b.onednn_sgemm}, {"threads", b.threads}};
       for (const auto& d : b.devices) j["devices"].push_back({{"name", d.name}, {"memory_bytes", d.memory_bytes}});
       std::cout << j.dump(2) << "\n";
       return 0;
@@ -26,8 +27,12 @@ Action add_info_command(CLI::App& app) {
               << "LibTorch  " << b.torch_version << "\n"
               << "CUDA      " << (b.cuda_built ? "built (WXTRAIN_CUDA=ON)" : "off (built without WXTRAIN_CUDA)")
               << (b.cuda_available ? ", device available" : ", no CUDA device") << "\n"
-              << "BLAS      " << b.blas << "\n"
-              << "oneDNN    " << (b.mkldnn ? "yes (bf16 kernels on CPU)" : "no") << "\n"
+              << "BLAS      " << b.blas << (b.blas_core.empty() ? "" : " (OpenBLAS kernels: " + b.blas_core + ")") << "\n"
+              << "oneDNN    "
+              << (!b.mkldnn ? "no"
+                  : b.onednn_sgemm ? "yes (bf16 GEMMs and convolutions; the zoo's fp32 CPU GEMMs via dnnl_sgemm)"
+                                   : "yes (bf16 GEMMs and convolutions)")
+              << "\n"
               << "threads   " << b.threads << " (intra-op)\n";
     for (const auto& d : b.devices) std::cout << "device    " << d.name << ", " << format_bytes(d.memory_bytes) << "\n";
     if (b.blas.find("openblas") == std::string::npos && b.blas.find("mkl") == std::string::npos)
