@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 
 #include <optional>
-#include <type_traits>
 
 #include "models/cpu_fusion.h"
 
@@ -16,30 +15,20 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // oneDNN's C API (dnnl.h, oneDNN 2.x), declared here so that no oneDNN headers are needed:
-// row-major C = alpha * op(A) op(B) + beta * C with fp32 C, from fp32 or bf16 (uint16_t bits) A
-// and B; each returns dnnl_success (0) or an error status.
-template <typename In>
-using DnnlGemm = int (*)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const In* A,
-                         int64_t lda, const In* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// row-major C = alpha * op(A) op(B) + beta * C; returns dnnl_success (0) or an error status.
+using DnnlSgemm = int (*)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-template <typename In>
-DnnlGemm<In> dnnl_gemm() {
-  static const auto fn = reinterpret_cast<DnnlGemm<In>>(
-      dlsym(RTLD_DEFAULT, std::is_same_v<In, float> ? "dnnl_sgemm" : "dnnl_gemm_bf16bf16f32"));
+DnnlSgemm dnnl_sgemm() {
+  static const auto fn = reinterpret_cast<DnnlSgemm>(dlsym(RTLD_DEFAULT, "dnnl_sgemm"));
   return fn;
 }
 
-template <typename In>
-void gemm(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
-          const In* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const int status = dnnl_gemm<In>()(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  TORCH_CHECK(status == 0, "oneDNN ", std::is_same_v<In, float> ? "dnnl_sgemm" : "dnnl_gemm_bf16bf16f32", "(",
-              transa, transb, ", M=", M, ", N=", N, ", K=", K, ") failed with status ", status);
-}
-
-const float* data(const torch::Tensor& t, float) { return t.data_ptr<float>(); }
-const uint16_t* data(const torch::Tensor& t, uint16_t) {
-  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+void sgemm(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int status = dnnl_sgemm()(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  TORCH_CHECK(status == 0, "oneDNN dnnl_sgemm(", transa, transb, ", M=", M, ", N=", N, ", K=", K,
+              ") failed with status ", status);
 }
 
 // How a [rows, cols] matrix with strides (row_stride, col_stride) reads as a row-major BLAS
@@ -72,32 +61,26 @@ int64_t batch_offset(const torch::Tensor& t, int64_t index) {
   return offset;
 }
 
-// alpha * a @ b for a [..., M, K] and b [..., K, N] with equal leading shapes and one dtype (fp32 or
-// bf16), as a new contiguous fp32 [..., M, N]. Batch items run in parallel, one single-threaded
-// GEMM each (oneDNN runs a GEMM called inside a parallel region on its caller's thread); a single
-// matrix gets every thread.
-template <typename In>
+// alpha * a @ b for a [..., M, K] and b [..., K, N] with equal leading shapes, as a new contiguous
+// [..., M, N]. Batch items run in parallel, one single-threaded GEMM each (oneDNN runs a GEMM
+// called inside a parallel region on its caller's thread); a single matrix gets every thread.
 torch::Tensor batched_gemm(torch::Tensor a, torch::Tensor b, float alpha) {
   const BlasOperand op_a = blas_operand(a), op_b = blas_operand(b);
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   std::vector<int64_t> out_sizes = a.sizes().vec();
   out_sizes.back() = N;
-  torch::Tensor out = torch::empty(out_sizes, a.options().dtype(torch::kFloat));
+  torch::Tensor out = torch::empty(out_sizes, a.options());
   const int64_t batch = out.numel() / (M * N);
-  const In* pa = data(a, In{});
-  const In* pb = data(b, In{});
+  const float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
   float* po = out.data_ptr<float>();
   at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      gemm<In>(op_a.trans, op_b.trans, M, N, K, alpha, pa + batch_offset(a, i), op_a.ld, pb + batch_offset(b, i),
-               op_b.ld, 0.0f, po + i * M * N, N);
+      sgemm(op_a.trans, op_b.trans, M, N, K, alpha, pa + batch_offset(a, i), op_a.ld, pb + batch_offset(b, i), op_b.ld,
+            0.0f, po + i * M * N, N);
     }
   });
   return out;
-}
-
-torch::Tensor batched_gemm(const torch::Tensor& a, const torch::Tensor& b, float alpha) {
-  return a.scalar_type() == torch::kBFloat16 ? batched_gemm<uint16_t>(a, b, alpha) : batched_gemm<float>(a, b, alpha);
 }
 
 // x [M, K] @ weight [N, K]^T (+ bias [N]). Saves what ATen's addmm/mm saves: the input and the
@@ -108,7 +91,7 @@ torch::Tensor linear_forward(AutogradContext* ctx, const torch::Tensor& x_in, co
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   // The bias enters as C with beta = 1: one pass to lay it out, none after the GEMM.
   torch::Tensor out = bias.defined() ? bias.expand({M, N}).contiguous() : torch::empty({M, N}, x.options());
-  gemm<float>('N', 'T', M, N, K, 1.0f, x.data_ptr<float>(), K, weight.data_ptr<float>(), K, bias.defined() ? 1.0f : 0.0f,
+  sgemm('N', 'T', M, N, K, 1.0f, x.data_ptr<float>(), K, weight.data_ptr<float>(), K, bias.defined() ? 1.0f : 0.0f,
         out.data_ptr<float>(), N);
   ctx->save_for_backward({x, weight});
   return out;
@@ -124,12 +107,12 @@ variable_list linear_backward(AutogradContext* ctx, const variable_list& grad_ou
     const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
     if (ctx->needs_input_grad(0)) {  // grad [M, N] @ weight [N, K]
       dx = torch::empty({M, K}, x.options());
-      gemm<float>('N', 'N', M, K, N, 1.0f, grad.data_ptr<float>(), N, weight.data_ptr<float>(), K, 0.0f,
+      sgemm('N', 'N', M, K, N, 1.0f, grad.data_ptr<float>(), N, weight.data_ptr<float>(), K, 0.0f,
             dx.data_ptr<float>(), K);
     }
     if (ctx->needs_input_grad(1)) {  // grad^T [N, M] @ x [M, K]
       dweight = torch::empty({N, K}, weight.options());
-      gemm<float>('T', 'N', N, K, M, 1.0f, grad.data_ptr<float>(), N, x.data_ptr<float>(), K, 0.0f,
+      sgemm('T', 'N', N, K, M, 1.0f, grad.data_ptr<float>(), N, x.data_ptr<float>(), K, 0.0f,
             dweight.data_ptr<float>(), K);
     }
     if (has_bias && ctx->needs_input_grad(2)) dbias = grad.sum(0);
@@ -159,9 +142,8 @@ class LinearNoBiasFp32 : public torch::autograd::Function<LinearNoBiasFp32> {
   }
 };
 
-// alpha * a @ b over batch dimensions, fp32 operands or bf16 ones (then an fp32 result).
-// Saves both operands as given (views, not copies).
-class ScaledMatmul : public torch::autograd::Function<ScaledMatmul> {
+// alpha * a @ b over batch dimensions. Saves both operands as given (views, not copies).
+class ScaledMatmulFp32 : public torch::autograd::Function<ScaledMatmulFp32> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b, double alpha) {
     ctx->save_for_backward({a, b});
@@ -171,14 +153,12 @@ class ScaledMatmul : public torch::autograd::Function<ScaledMatmul> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     torch::Tensor da, db;
-    if (!grad_outputs[0].defined()) return {da, db, torch::Tensor()};
+    const torch::Tensor& grad = grad_outputs[0];
+    if (!grad.defined()) return {da, db, torch::Tensor()};
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &a = saved[0], &b = saved[1];
-    // bf16 operands: the fp32 gradient is rounded to bf16 once, as autocast's cast back would.
-    const torch::Tensor grad = grad_outputs[0].to(a.scalar_type());
     const auto alpha = static_cast<float>(ctx->saved_data["alpha"].toDouble());
-    if (ctx->needs_input_grad(0)) da = batched_gemm(grad, b.transpose(-2, -1), alpha).to(a.scalar_type());
-    if (ctx->needs_input_grad(1)) db = batched_gemm(a.transpose(-2, -1), grad, alpha).to(b.scalar_type());
+    if (ctx->needs_input_grad(0)) da = batched_gemm(grad, saved[1].transpose(-2, -1), alpha);
+    if (ctx->needs_input_grad(1)) db = batched_gemm(saved[0].transpose(-2, -1), grad, alpha);
     return {da, db, torch::Tensor()};
   }
 };
@@ -189,17 +169,9 @@ bool takes_onednn_path(const torch::Tensor& a, const torch::Tensor& b) {
          onednn_sgemm_available();
 }
 
-// Under CPU bf16 autocast, with operands already bf16.
-bool takes_onednn_bf16_path(const torch::Tensor& a, const torch::Tensor& b) {
-  return cpu_fusion_enabled() && at::autocast::is_cpu_enabled() &&
-         at::autocast::get_autocast_cpu_dtype() == torch::kBFloat16 && a.device().is_cpu() && b.device().is_cpu() &&
-         a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16 && a.numel() > 0 &&
-         b.numel() > 0 && dnnl_gemm<uint16_t>() != nullptr;
-}
-
 }  // namespace
 
-bool onednn_sgemm_available() { return dnnl_gemm<float>() != nullptr; }
+bool onednn_sgemm_available() { return dnnl_sgemm() != nullptr; }
 
 torch::Tensor linear_2d(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   const bool fp32_bias = !bias.defined() || (bias.scalar_type() == torch::kFloat && bias.device().is_cpu());
@@ -211,8 +183,8 @@ torch::Tensor linear_2d(const torch::Tensor& x, const torch::Tensor& weight, con
 
 torch::Tensor scaled_matmul(const torch::Tensor& a, const torch::Tensor& b, double alpha) {
   if (a.dim() >= 2 && a.dim() == b.dim() && a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2) &&
-      a.size(-1) == b.size(-2) && (takes_onednn_path(a, b) || takes_onednn_bf16_path(a, b))) {
-    return ScaledMatmul::apply(a, b, alpha);
+      a.size(-1) == b.size(-2) && takes_onednn_path(a, b)) {
+    return ScaledMatmulFp32::apply(a, b, alpha);
   }
   torch::Tensor out = torch::matmul(a, b);
   // In place: matmul's backward needs its operands, not its output.

@@ -9,9 +9,8 @@
 // without it simply keeps ATen's path.
 //
 // Each op here is an autograd Function with the same saved tensors as ATen's (the input and the
-// weight; both operands), so the estimator's memory figures hold either way. linear_2d takes over
-// only fp32 CPU tensors outside autocast (bf16 Linear GEMMs already go to oneDNN through ATen, at the
-// same speed: bench/matmul_precision.cpp), scaled_matmul also bf16 ones under autocast, and only while
+// weight; both operands), so the estimator's memory figures hold either way. They take over only
+// fp32 CPU tensors outside autocast (bf16 GEMMs already go to oneDNN through ATen) and only while
 // cpu_fusion_enabled() (models/cpu_fusion.h): the estimator's GPU traces and the benchmarks'
 // --unfused runs take ATen's path.
 #include <torch/torch.h>
@@ -28,11 +27,7 @@ torch::Tensor linear_2d(const torch::Tensor& x, const torch::Tensor& weight, con
 // alpha * (a @ b) over matching leading (batch) dimensions: a [..., M, K], b [..., K, N], each
 // operand with any strides whose last two dimensions form a row- or column-major matrix (q, k and
 // v straight out of a permuted qkv projection qualify, as do their transposes), so no copies are
-// made. Through oneDNN for fp32 CPU tensors, and under CPU bf16 autocast for bf16 operands: then
-// oneDNN's bf16 GEMM accumulates in fp32 and the result stays fp32, where autocast's matmul would
-// round it to bf16 (attention's next op, softmax, runs in fp32 under autocast anyway). At the
-// vit's sizes, 132 x 32 per head, ATen's bmm spends more on dispatch and on copying the strided
-// operands than on the product. torch::matmul(a, b) * alpha otherwise.
+// made. Through oneDNN for fp32 CPU tensors; torch::matmul(a, b) * alpha otherwise.
 torch::Tensor scaled_matmul(const torch::Tensor& a, const torch::Tensor& b, double alpha = 1.0);
 
 }  // namespace wxtrain::models

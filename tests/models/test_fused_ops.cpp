@@ -268,7 +268,7 @@ TEST(OneDnnMatmul, AttentionProductsOnPermutedViewsMatchMatmul) {
     auto parts = qkv.view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);  // strided, as in models/vit.cpp
     torch::Tensor scores = scaled_matmul(parts[0], parts[1].transpose(-2, -1), 0.25);
     torch::Tensor out = scaled_matmul(torch::softmax(scores, -1), parts[2]);
-    EXPECT_EQ(grad_fn_name(out).find("ScaledMatmul") != std::string::npos, onednn) << grad_fn_name(out);
+    EXPECT_EQ(grad_fn_name(out).find("Fp32") != std::string::npos, onednn) << grad_fn_name(out);
     (out * probe).sum().backward();
     return std::vector<torch::Tensor>{scores.detach(), out.detach(), qkv.grad()};
   };
@@ -278,32 +278,6 @@ TEST(OneDnnMatmul, AttentionProductsOnPermutedViewsMatchMatmul) {
     EXPECT_LT(max_relative(fast[i], plain[i]), 1e-5) << "tensor " << i;
   }
   at::set_num_threads(threads);
-}
-
-TEST(OneDnnMatmul, Bf16AttentionUnderAutocastMatchesAtenWithinRounding) {
-  if (!onednn_sgemm_available()) GTEST_SKIP() << "this LibTorch exports no dnnl_sgemm";
-  torch::manual_seed(11);
-  const int64_t B = 2, N = 9, heads = 3, hd = 8;
-  const torch::Tensor qkv0 = torch::randn({B, N, 3 * heads * hd}).to(torch::kBFloat16);
-  const torch::Tensor probe = torch::randn({B, heads, N, hd});
-  auto run = [&](bool onednn) {
-    CpuFusionGuard guard(onednn);
-    AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
-    torch::Tensor qkv = qkv0.clone().requires_grad_(true);
-    auto parts = qkv.view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
-    torch::Tensor scores = scaled_matmul(parts[0], parts[1].transpose(-2, -1), 0.3);
-    // oneDNN's bf16 GEMM hands softmax its fp32 accumulator; autocast's bmm rounds it to bf16 first.
-    EXPECT_EQ(scores.scalar_type(), onednn ? torch::kFloat : torch::kBFloat16);
-    torch::Tensor attn = torch::softmax(scores, -1).to(torch::kBFloat16);
-    torch::Tensor out = scaled_matmul(attn, parts[2]);
-    EXPECT_EQ(grad_fn_name(out).find("ScaledMatmul") != std::string::npos, onednn) << grad_fn_name(out);
-    (out.to(torch::kFloat) * probe).sum().backward();
-    EXPECT_EQ(qkv.grad().scalar_type(), torch::kBFloat16);
-    return std::vector<torch::Tensor>{scores.detach().to(torch::kFloat), out.detach().to(torch::kFloat), qkv.grad()};
-  };
-  const auto fast = run(true), plain = run(false);
-  // Both round to bf16 (8 bits of mantissa) at different points: agreement to a few bf16 ulps.
-  for (size_t i = 0; i < fast.size(); ++i) EXPECT_LT(max_relative(fast[i], plain[i]), 2e-2) << "tensor " << i;
 }
 
 TEST(OneDnnMatmul, BroadcastOperandIsCopiedNotMisread) {
