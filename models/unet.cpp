@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "models/group_norm_silu.h"
+#include "models/resample.h"
 
 namespace wxtrain::models {
 namespace {
@@ -38,7 +39,7 @@ ConvBlockImpl::ConvBlockImpl(const ConvBlockOptions& options_) : options(options
 }
 
 torch::Tensor ConvBlockImpl::forward(torch::Tensor x) {
-  if (options.downsample()) x = torch::max_pool2d(x, {2, 2});
+  if (options.downsample()) x = max_pool_2x2(x);
   x = group_norm_silu(conv1(x), norm1);
   return group_norm_silu(conv2(x), norm2);
 }
@@ -50,10 +51,9 @@ UpBlockImpl::UpBlockImpl(int64_t coarse_channels, int64_t skip_channels, int64_t
 torch::Tensor UpBlockImpl::forward(const torch::Tensor& coarse, const torch::Tensor& skip) {
   TORCH_CHECK(coarse.size(2) * 2 == skip.size(2) && coarse.size(3) * 2 == skip.size(3), "UpBlock: coarse grid ",
               coarse.sizes(), " is not half of the skip grid ", skip.sizes());
-  torch::Tensor up = torch::upsample_nearest2d(coarse, std::vector<int64_t>{skip.size(2), skip.size(3)});
   // Under autocast the two paths can differ in dtype (GroupNorm runs in fp32); cat needs one.
-  const torch::Tensor skip_as = skip.scalar_type() == up.scalar_type() ? skip : skip.to(up.scalar_type());
-  return conv(torch::cat({up, skip_as}, 1));
+  const torch::Tensor skip_as = skip.scalar_type() == coarse.scalar_type() ? skip : skip.to(coarse.scalar_type());
+  return conv(upsample_2x_concat(coarse, skip_as));
 }
 
 UNetImpl::UNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {

@@ -189,4 +189,123 @@ void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* 
   }
 }
 
+// ---- 2x resampling (models/resample.h) ----
+// Memory-bound: one read and one write per element, no clones needed. Templates over the stored
+// type (float, or bf16 as uint16_t) with `value` reading either as float.
+
+namespace {
+
+inline float value(float x) { return x; }
+inline float value(uint16_t bits) { return bf16_value(bits); }
+inline void store(float* out, float v) { *out = v; }
+inline void store(uint16_t* out, float v) { *out = bf16_bits(v); }
+
+template <typename T>
+void max_pool_2x2_forward_impl(const T* x, T* y, uint8_t* which, int64_t planes, int64_t height, int64_t width) {
+  const int64_t out_h = height / 2, out_w = width / 2;
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t i = 0; i < out_h; ++i) {
+      const T* row0 = x + (p * height + 2 * i) * width;
+      const T* row1 = row0 + width;
+      T* out = y + (p * out_h + i) * out_w;
+      uint8_t* pos = which + (p * out_h + i) * out_w;
+      for (int64_t j = 0; j < out_w; ++j) {
+        const T window[4] = {row0[2 * j], row0[2 * j + 1], row1[2 * j], row1[2 * j + 1]};
+        // ATen's rule: the first maximum wins, and a NaN wins over anything before it.
+        float best = -INFINITY;
+        int k_best = 0;
+        for (int k = 0; k < 4; ++k) {
+          const float v = value(window[k]);
+          if (v > best || std::isnan(v)) {
+            best = v;
+            k_best = k;
+          }
+        }
+        out[j] = window[k_best];
+        pos[j] = static_cast<uint8_t>(k_best);
+      }
+    }
+  }
+}
+
+template <typename T>
+void max_pool_2x2_backward_impl(const T* dy, const uint8_t* which, T* dx, int64_t planes, int64_t height,
+                                int64_t width) {
+  const int64_t out_h = height / 2, out_w = width / 2;
+  const T zero{};
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t i = 0; i < out_h; ++i) {
+      T* row0 = dx + (p * height + 2 * i) * width;
+      T* row1 = row0 + width;
+      const T* grad = dy + (p * out_h + i) * out_w;
+      const uint8_t* pos = which + (p * out_h + i) * out_w;
+      for (int64_t j = 0; j < out_w; ++j) {
+        const int k = pos[j];
+        row0[2 * j] = k == 0 ? grad[j] : zero;
+        row0[2 * j + 1] = k == 1 ? grad[j] : zero;
+        row1[2 * j] = k == 2 ? grad[j] : zero;
+        row1[2 * j + 1] = k == 3 ? grad[j] : zero;
+      }
+    }
+  }
+}
+
+template <typename T>
+void upsample_2x_forward_impl(const T* x, T* y, int64_t planes, int64_t height, int64_t width) {
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t i = 0; i < height; ++i) {
+      const T* in = x + (p * height + i) * width;
+      T* row0 = y + (p * 2 * height + 2 * i) * 2 * width;
+      T* row1 = row0 + 2 * width;
+      for (int64_t j = 0; j < width; ++j) row0[2 * j] = row0[2 * j + 1] = in[j];
+      std::memcpy(row1, row0, 2 * width * sizeof(T));
+    }
+  }
+}
+
+template <typename T>
+void upsample_2x_backward_impl(const T* dy, T* dx, int64_t planes, int64_t height, int64_t width) {
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t i = 0; i < height; ++i) {
+      const T* row0 = dy + (p * 2 * height + 2 * i) * 2 * width;
+      const T* row1 = row0 + 2 * width;
+      T* out = dx + (p * height + i) * width;
+      for (int64_t j = 0; j < width; ++j) {
+        // ATen's order (it accumulates row by row), so that fp32 matches it bit for bit.
+        store(out + j, ((value(row0[2 * j]) + value(row0[2 * j + 1])) + value(row1[2 * j])) + value(row1[2 * j + 1]));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void max_pool_2x2_forward(const float* x, float* y, uint8_t* which, int64_t planes, int64_t height, int64_t width) {
+  max_pool_2x2_forward_impl(x, y, which, planes, height, width);
+}
+void max_pool_2x2_forward_bf16(const uint16_t* x, uint16_t* y, uint8_t* which, int64_t planes, int64_t height,
+                               int64_t width) {
+  max_pool_2x2_forward_impl(x, y, which, planes, height, width);
+}
+void max_pool_2x2_backward(const float* dy, const uint8_t* which, float* dx, int64_t planes, int64_t height,
+                           int64_t width) {
+  max_pool_2x2_backward_impl(dy, which, dx, planes, height, width);
+}
+void max_pool_2x2_backward_bf16(const uint16_t* dy, const uint8_t* which, uint16_t* dx, int64_t planes,
+                                int64_t height, int64_t width) {
+  max_pool_2x2_backward_impl(dy, which, dx, planes, height, width);
+}
+void upsample_2x_forward(const float* x, float* y, int64_t planes, int64_t height, int64_t width) {
+  upsample_2x_forward_impl(x, y, planes, height, width);
+}
+void upsample_2x_forward_bf16(const uint16_t* x, uint16_t* y, int64_t planes, int64_t height, int64_t width) {
+  upsample_2x_forward_impl(x, y, planes, height, width);
+}
+void upsample_2x_backward(const float* dy, float* dx, int64_t planes, int64_t height, int64_t width) {
+  upsample_2x_backward_impl(dy, dx, planes, height, width);
+}
+void upsample_2x_backward_bf16(const uint16_t* dy, uint16_t* dx, int64_t planes, int64_t height, int64_t width) {
+  upsample_2x_backward_impl(dy, dx, planes, height, width);
+}
+
 }  // namespace wxtrain::models::kernels

@@ -1,6 +1,6 @@
 #pragma once
 // The loops of the fused CPU ops (models/group_norm_silu.h, models/bf16_silu.h,
-// models/edge_gather.h), free of torch so
+// models/edge_gather.h, models/resample.h), free of torch so
 // that this one translation unit can be built for several instruction sets (target_clones) with
 // -O3 and OpenMP SIMD reductions, without the torch precompiled header.
 //
@@ -35,5 +35,25 @@ void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* 
 // bf16 <-> fp32 (bf16 as its 16 raw bits; round to nearest even, NaN kept NaN).
 void bf16_to_float(const uint16_t* in, float* out, int64_t n);
 void float_to_bf16(const float* in, uint16_t* out, int64_t n);
+
+// 2x2 max pooling with stride 2 over `planes` row-major planes of height x width (both even):
+// y is [planes, height/2, width/2] and `which` (same shape) the winner's place in its window,
+// 0..3 row-major (ATen's rule: the first maximum, a NaN over anything before it). The backward
+// writes every element of dx: the gradient at the winner, zero elsewhere.
+void max_pool_2x2_forward(const float* x, float* y, uint8_t* which, int64_t planes, int64_t height, int64_t width);
+void max_pool_2x2_forward_bf16(const uint16_t* x, uint16_t* y, uint8_t* which, int64_t planes, int64_t height,
+                               int64_t width);
+void max_pool_2x2_backward(const float* dy, const uint8_t* which, float* dx, int64_t planes, int64_t height,
+                           int64_t width);
+void max_pool_2x2_backward_bf16(const uint16_t* dy, const uint8_t* which, uint16_t* dx, int64_t planes,
+                                int64_t height, int64_t width);
+
+// Nearest-neighbour 2x upsampling of `planes` planes of height x width (the coarse size) to
+// [planes, 2 height, 2 width], and its backward: each coarse gradient is the sum of its 2x2 block,
+// in fp32 (bf16: rounded once).
+void upsample_2x_forward(const float* x, float* y, int64_t planes, int64_t height, int64_t width);
+void upsample_2x_forward_bf16(const uint16_t* x, uint16_t* y, int64_t planes, int64_t height, int64_t width);
+void upsample_2x_backward(const float* dy, float* dx, int64_t planes, int64_t height, int64_t width);
+void upsample_2x_backward_bf16(const uint16_t* dy, uint16_t* dx, int64_t planes, int64_t height, int64_t width);
 
 }  // namespace wxtrain::models::kernels

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include <ATen/Parallel.h>
 
@@ -12,6 +13,7 @@
 #include "models/cpu_gemm.h"
 #include "models/edge_gather.h"
 #include "models/group_norm_silu.h"
+#include "models/resample.h"
 
 namespace wxtrain::models {
 namespace {
@@ -287,6 +289,69 @@ TEST(OneDnnMatmul, BroadcastOperandIsCopiedNotMisread) {
   const torch::Tensor a = torch::randn({2, 1, 6}).expand({2, 4, 6}), b = torch::randn({2, 6, 3});
   const torch::Tensor c = scaled_matmul(a, b, 2.0);
   EXPECT_LT(max_relative(c, torch::matmul(a, b) * 2), 1e-6);
+}
+
+// ---- 2x resampling (models/resample.h) ----
+
+TEST(MaxPool2x2, EqualsAtenBitForBitWithTiesAndNaN) {
+  torch::manual_seed(12);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);  // planes split between threads
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    // Values from {-2..2}: most windows hold ties, where the first maximum must win.
+    torch::Tensor x0 = torch::randint(-2, 3, {3, 5, 6, 8}).to(dtype);
+    x0[1][2][3][5] = std::nan("");
+    x0[2][0][0][0] = -std::numeric_limits<float>::infinity();
+    const torch::Tensor probe = torch::randn({3, 5, 3, 4}).to(dtype);
+    auto run = [&](bool fused) {
+      CpuFusionGuard guard(fused);
+      torch::Tensor x = x0.clone().requires_grad_(true);
+      torch::Tensor y = max_pool_2x2(x);
+      EXPECT_EQ(grad_fn_name(y).find("MaxPool2x2") != std::string::npos, fused) << grad_fn_name(y);
+      (y * probe).sum().backward();
+      return std::vector<torch::Tensor>{y.detach(), x.grad()};
+    };
+    const auto fused = run(true), plain = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      ASSERT_EQ(fused[i].sizes(), plain[i].sizes());
+      EXPECT_TRUE(torch::equal(fused[i].nan_to_num(7), plain[i].nan_to_num(7))) << "tensor " << i;
+    }
+    EXPECT_TRUE(std::isnan(fused[0][1][2][1][2].item<float>()));
+  }
+  at::set_num_threads(threads);
+  // Odd sizes: ATen's floor semantics, not the kernel.
+  EXPECT_EQ(max_pool_2x2(torch::randn({1, 2, 5, 7})).sizes(), (std::vector<int64_t>{1, 2, 2, 3}));
+}
+
+TEST(Upsample2xConcat, EqualsUpsampleThenCat) {
+  torch::manual_seed(13);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const torch::Tensor coarse0 = torch::randn({2, 3, 4, 5}).to(dtype), skip0 = torch::randn({2, 2, 8, 10}).to(dtype);
+    const torch::Tensor probe = torch::randn({2, 5, 8, 10});
+    auto run = [&](bool fused) {
+      CpuFusionGuard guard(fused);
+      torch::Tensor coarse = coarse0.clone().requires_grad_(true), skip = skip0.clone().requires_grad_(true);
+      torch::Tensor y = upsample_2x_concat(coarse, skip);
+      EXPECT_EQ(grad_fn_name(y).find("Upsample2xConcat") != std::string::npos, fused) << grad_fn_name(y);
+      (y.to(torch::kFloat) * probe).sum().backward();
+      return std::vector<torch::Tensor>{y.detach(), coarse.grad(), skip.grad()};
+    };
+    const auto fused = run(true), plain = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) ASSERT_EQ(fused[i].sizes(), plain[i].sizes()) << "tensor " << i;
+    EXPECT_TRUE(torch::equal(fused[0], plain[0]));
+    EXPECT_TRUE(torch::equal(fused[2], plain[2]));
+    if (dtype == torch::kFloat) {
+      EXPECT_TRUE(torch::equal(fused[1], plain[1]));  // ATen's summation order
+    } else {
+      // Four bf16 gradients summed in fp32 and rounded once, against ATen rounding after each add.
+      EXPECT_LT(max_relative(fused[1], plain[1]), 2e-2);
+      const torch::Tensor exact = torch::nn::functional::avg_pool2d(
+          (probe.narrow(1, 0, 3).to(dtype).to(torch::kFloat)), torch::nn::functional::AvgPool2dFuncOptions(2)) * 4;
+      EXPECT_TRUE(torch::equal(fused[1], exact.to(dtype)));
+    }
+  }
 }
 
 }  // namespace
