@@ -1,5 +1,6 @@
 #include "models/kernels/fused_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -239,12 +240,11 @@ void max_pool_2x2_backward_impl(const T* dy, const uint8_t* which, T* dx, int64_
       T* row1 = row0 + width;
       const T* grad = dy + (p * out_h + i) * out_w;
       const uint8_t* pos = which + (p * out_h + i) * out_w;
+      // Zero both rows (a vectorized fill), then place each gradient at its window's winner.
+      std::fill(row0, row0 + 2 * width, zero);
       for (int64_t j = 0; j < out_w; ++j) {
         const int k = pos[j];
-        row0[2 * j] = k == 0 ? grad[j] : zero;
-        row0[2 * j + 1] = k == 1 ? grad[j] : zero;
-        row1[2 * j] = k == 2 ? grad[j] : zero;
-        row1[2 * j + 1] = k == 3 ? grad[j] : zero;
+        (k < 2 ? row0 : row1)[2 * j + (k & 1)] = grad[j];
       }
     }
   }
