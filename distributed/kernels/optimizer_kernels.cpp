@@ -1,0 +1,32 @@
+#include "distributed/kernels/optimizer_kernels.h"
+
+#include <cmath>
+
+// -fno-math-errno (CMakeLists.txt) lets sqrtf vectorize; see models/kernels/fused_kernels.cpp for
+// target_clones.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define WXTRAIN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define WXTRAIN_CLONES
+#endif
+
+namespace wxtrain::distributed::kernels {
+
+WXTRAIN_CLONES
+void adam_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamStep& s) {
+  const float param_decay = s.param_decay, grad_decay = s.grad_decay, beta1 = s.beta1, beta2 = s.beta2;
+  const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
+  const float sqrt_bc2 = s.sqrt_bias_correction2, eps = s.eps, step_size = s.step_size;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float pi = p[i] * param_decay;
+    const float gi = g[i] + grad_decay * pi;
+    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
+    const float vi = v[i] * beta2 + one_minus_beta2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
+  }
+}
+
+}  // namespace wxtrain::distributed::kernels
