@@ -125,11 +125,14 @@ torch::Tensor max_pool_2x2(const torch::Tensor& x) {
 }
 
 torch::Tensor upsample_2x_concat(const torch::Tensor& coarse, const torch::Tensor& skip) {
-  if (fusable(coarse) && skip.dim() == 4 && skip.scalar_type() == coarse.scalar_type() && skip.device().is_cpu() &&
-      skip.size(0) == coarse.size(0) && skip.size(2) == 2 * coarse.size(2) && skip.size(3) == 2 * coarse.size(3)) {
-    return Upsample2xConcat::apply(coarse, skip);
+  if (fusable(coarse) && skip.dim() == 4 && skip.device().is_cpu() && skip.size(0) == coarse.size(0) &&
+      skip.size(2) == 2 * coarse.size(2) && skip.size(3) == 2 * coarse.size(3)) {
+    return Upsample2xConcat::apply(coarse, skip.to(coarse.scalar_type()));
   }
-  return torch::cat({torch::upsample_nearest2d(coarse, std::vector<int64_t>{skip.size(2), skip.size(3)}), skip}, 1);
+  // CPU autocast runs LibTorch's upsample_nearest2d in fp32, so `up` can be fp32 where `skip` is
+  // bf16 (or the other way round); cat needs one dtype.
+  torch::Tensor up = torch::upsample_nearest2d(coarse, std::vector<int64_t>{skip.size(2), skip.size(3)});
+  return torch::cat({up, skip.scalar_type() == up.scalar_type() ? skip : skip.to(up.scalar_type())}, 1);
 }
 
 }  // namespace wxtrain::models

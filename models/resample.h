@@ -20,7 +20,8 @@ namespace wxtrain::models {
 // max_pool2d(x, 2) of a [N, C, H, W] tensor.
 torch::Tensor max_pool_2x2(const torch::Tensor& x);
 
-// cat({upsample_nearest2d(coarse, 2x), skip}, 1): coarse [N, Cc, h, w], skip [N, Cs, 2h, 2w], one dtype.
+// cat({upsample_nearest2d(coarse, 2x), skip}, 1): coarse [N, Cc, h, w], skip [N, Cs, 2h, 2w], the
+// result in coarse's dtype (skip cast to it). LibTorch's path under CPU autocast upsamples in fp32.
 torch::Tensor upsample_2x_concat(const torch::Tensor& coarse, const torch::Tensor& skip);
 
 }  // namespace wxtrain::models

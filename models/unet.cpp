@@ -51,9 +51,7 @@ UpBlockImpl::UpBlockImpl(int64_t coarse_channels, int64_t skip_channels, int64_t
 torch::Tensor UpBlockImpl::forward(const torch::Tensor& coarse, const torch::Tensor& skip) {
   TORCH_CHECK(coarse.size(2) * 2 == skip.size(2) && coarse.size(3) * 2 == skip.size(3), "UpBlock: coarse grid ",
               coarse.sizes(), " is not half of the skip grid ", skip.sizes());
-  // Under autocast the two paths can differ in dtype (GroupNorm runs in fp32); cat needs one.
-  const torch::Tensor skip_as = skip.scalar_type() == coarse.scalar_type() ? skip : skip.to(coarse.scalar_type());
-  return conv(upsample_2x_concat(coarse, skip_as));
+  return conv(upsample_2x_concat(coarse, skip));
 }
 
 UNetImpl::UNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
