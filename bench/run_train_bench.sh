@@ -86,36 +86,29 @@ for line in open(sys.argv[1]):
 rounds = sorted({r for d in runs.values() for _, r in d})
 med = statistics.median
 
-print(f"\nTraining throughput, batch 8, samples/s (median of {len(rounds)} alternating rounds; "
-      f"intra-op threads: {', '.join(sorted(threads))})\n")
-print("| config | precision | wxtrain samples/s | PyTorch samples/s | wxtrain / PyTorch |")
-print("|---|---|---|---|---|")
-for (m, p), d in runs.items():
-    w = [d["wxtrain", r] for r in rounds]
-    t = [d["pytorch", r] for r in rounds]
-    print(f"| {m} | {p} | {med(w):.1f} | {med(t):.1f} | {med([a / b for a, b in zip(w, t)]):.2f}x |")
+def ratio_table(title, impl, other, other_label, with_precision=True):
+    """wxtrain against `other` for every (config, precision) that has `other` runs."""
+    cells = [(m, p) for (m, p), d in runs.items() if (other, rounds[0]) in d]
+    if not cells:
+        return
+    print(title)
+    columns = ["config"] + (["precision"] if with_precision else []) + \
+        [f"{impl} samples/s", f"{other_label} samples/s", f"{impl} / {other_label}"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for m, p in cells:
+        w = [runs[m, p]["wxtrain", r] for r in rounds]
+        t = [runs[m, p][other, r] for r in rounds]
+        print(f"| {m} | " + (f"{p} | " if with_precision else "") +
+              f"{med(w):.1f} | {med(t):.1f} | {med([a / b for a, b in zip(w, t)]):.2f}x |")
 
-avx512 = [(m, p) for (m, p), d in runs.items() if ("pytorch-avx512", rounds[0]) in d]
-if avx512:
-    print("\nfp32 against PyTorch with OpenBLAS forced to its AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX)\n")
-    print("| config | wxtrain samples/s | PyTorch (AVX-512 OpenBLAS) samples/s | wxtrain / PyTorch |")
-    print("|---|---|---|---|")
-    for m, p in avx512:
-        d = runs[m, p]
-        w = [d["wxtrain", r] for r in rounds]
-        t = [d["pytorch-avx512", r] for r in rounds]
-        print(f"| {m} | {med(w):.1f} | {med(t):.1f} | {med([a / b for a, b in zip(w, t)]):.2f}x |")
 
-fusion = [(m, p) for (m, p), d in runs.items() if ("wxtrain-unfused", rounds[0]) in d]
-if fusion:
-    print("\nwxtrain's CPU kernels (fused ops, oneDNN fp32 GEMMs) against ATen's path (same binary, --unfused)\n")
-    print("| config | precision | fused samples/s | unfused samples/s | fused / unfused |")
-    print("|---|---|---|---|---|")
-    for m, p in fusion:
-        d = runs[m, p]
-        f = [d["wxtrain", r] for r in rounds]
-        u = [d["wxtrain-unfused", r] for r in rounds]
-        print(f"| {m} | {p} | {med(f):.1f} | {med(u):.1f} | {med([a / b for a, b in zip(f, u)]):.2f}x |")
+ratio_table(f"\nTraining throughput, batch 8, samples/s (median of {len(rounds)} alternating rounds; "
+            f"intra-op threads: {', '.join(sorted(threads))})\n", "wxtrain", "pytorch", "PyTorch")
+ratio_table("\nfp32 against PyTorch with OpenBLAS forced to its AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX)\n",
+            "wxtrain", "pytorch-avx512", "PyTorch (AVX-512 OpenBLAS)", with_precision=False)
+ratio_table("\nwxtrain's CPU kernels (fused ops, oneDNN fp32 GEMMs) against ATen's path (same binary, --unfused)\n",
+            "fused", "wxtrain-unfused", "unfused")
 
 print("\nbf16-mixed vs fp32 (same rounds)\n")
 print("| config | wxtrain bf16-mixed / fp32 | PyTorch bf16-mixed / fp32 |")
