@@ -84,6 +84,16 @@ int configure_cpu_threads() {
   return threads;
 }
 
+bool openblas_kernels_lag_cpu(const std::string& core, bool cpu_has_avx512) {
+  // OpenBLAS's AVX-512 kernel sets (0.3.21 names); every other one leaves AVX-512 unused.
+  static const char* const kAvx512Cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  if (!cpu_has_avx512 || core.empty()) return false;
+  for (const char* avx512 : kAvx512Cores) {
+    if (core == avx512) return false;
+  }
+  return true;
+}
+
 BuildInfo build_info() {
   BuildInfo b;
   b.wxtrain_version = "0.1.0";
@@ -95,6 +105,11 @@ BuildInfo build_info() {
   b.cuda_available = torch::cuda::is_available();
   b.blas = blas_library();
   b.blas_core = openblas_core();
+#if defined(__x86_64__)
+  b.blas_lags_cpu = openblas_kernels_lag_cpu(
+      b.blas_core, __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"));
+#endif
   b.mkldnn = at::hasMKLDNN();
   b.onednn_sgemm = dlsym(RTLD_DEFAULT, "dnnl_sgemm") != nullptr;
   b.threads = at::get_num_threads();

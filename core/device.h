@@ -23,6 +23,7 @@ struct BuildInfo {
   bool cuda_available = false;
   std::string blas;           // the BLAS library LibTorch's matmul resolves to
   std::string blas_core;      // OpenBLAS's kernel set for this CPU ("Haswell", "SkylakeX", ...); empty if not OpenBLAS
+  bool blas_lags_cpu = false; // OpenBLAS's kernels predate this CPU's AVX-512 (see openblas_kernels_lag_cpu)
   bool mkldnn = false;        // oneDNN (bf16 kernels on CPU)
   bool onednn_sgemm = false;  // oneDNN's dnnl_sgemm is callable: the zoo's fp32 CPU GEMMs use it (models/cpu_gemm.h)
   int threads = 0;            // intra-op threads
@@ -30,6 +31,12 @@ struct BuildInfo {
 };
 
 BuildInfo build_info();
+
+// True when OpenBLAS picked kernels without AVX-512 (`core`, as openblas_get_corename names them)
+// on a CPU that has it: Debian's OpenBLAS 0.3.21 runs "Haswell" on AMD Zen 4, at half the fp32
+// GEMM rate. The zoo's fp32 GEMMs go to oneDNN regardless (models/cpu_gemm.h); other fp32 BLAS
+// calls through ATen do not, and OPENBLAS_CORETYPE=SkylakeX (set before the process starts) fixes them.
+bool openblas_kernels_lag_cpu(const std::string& core, bool cpu_has_avx512);
 
 // Sets LibTorch's intra-op threads, and OpenBLAS's own pool, to the cores this process may use
 // divided among the ranks on this node (OMPI_COMM_WORLD_LOCAL_SIZE / SLURM_NTASKS_PER_NODE), unless

@@ -17,7 +17,7 @@ Action add_info_command(CLI::App& app) {
     if (*json) {
       nlohmann::json j{{"wxtrain", b.wxtrain_version}, {"libtorch", b.torch_version},
                        {"cuda_built", b.cuda_built}, {"cuda_available", b.cuda_available},
-                       {"blas", b.blas}, {"blas_core", b.blas_core}, {"onednn", b.mkldnn},
+                       {"blas", b.blas}, {"blas_core", b.blas_core}, {"blas_lags_cpu", b.blas_lags_cpu}, {"onednn", b.mkldnn},
                        {"onednn_sgemm", b.onednn_sgemm}, {"threads", b.threads}};
       for (const auto& d : b.devices) j["devices"].push_back({{"name", d.name}, {"memory_bytes", d.memory_bytes}});
       std::cout << j.dump(2) << "\n";
@@ -35,6 +35,12 @@ Action add_info_command(CLI::App& app) {
               << "\n"
               << "threads   " << b.threads << " (intra-op)\n";
     for (const auto& d : b.devices) std::cout << "device    " << d.name << ", " << format_bytes(d.memory_bytes) << "\n";
+    if (b.blas_lags_cpu) {
+      std::cout << "note: OpenBLAS runs its " << b.blas_core << " kernels on this AVX-512 CPU (about half the fp32 "
+                << "GEMM rate of its AVX-512 ones); wxtrain's models send fp32 GEMMs to oneDNN"
+                << (b.onednn_sgemm ? "" : " (not available in this LibTorch)")
+                << ", other fp32 BLAS calls get AVX-512 with OPENBLAS_CORETYPE=SkylakeX\n";
+    }
     if (b.blas.find("openblas") == std::string::npos && b.blas.find("mkl") == std::string::npos)
       std::cout << "warning: LibTorch is using the reference BLAS; install libopenblas0-pthread for ~50x faster fp32 matmul\n";
     return 0;

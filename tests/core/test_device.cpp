@@ -53,6 +53,18 @@ std::string config_error(const std::string& spec) {
   return "";
 }
 
+TEST(BuildInfo, OpenBlasKernelsWithoutAvx512OnAnAvx512CpuAreFlagged) {
+  EXPECT_TRUE(openblas_kernels_lag_cpu("Haswell", true));  // Debian's 0.3.21 on Zen 4
+  EXPECT_TRUE(openblas_kernels_lag_cpu("Zen", true));
+  EXPECT_FALSE(openblas_kernels_lag_cpu("SkylakeX", true));
+  EXPECT_FALSE(openblas_kernels_lag_cpu("Cooperlake", true));
+  EXPECT_FALSE(openblas_kernels_lag_cpu("Haswell", false));  // an AVX2 CPU gets what it can run
+  EXPECT_FALSE(openblas_kernels_lag_cpu("", true));          // not OpenBLAS
+  // This machine, as `wxtrain info` reports it: OpenBLAS's name for its kernels is never empty.
+  const BuildInfo b = build_info();
+  if (b.blas.find("openblas") != std::string::npos) EXPECT_FALSE(b.blas_core.empty());
+}
+
 TEST(ResolveDevice, NamesTheValueAndWhatIsExpected) {
   EXPECT_TRUE(resolve_device("cpu", 0).is_cpu());
   const std::string bad = config_error("tpu");
