@@ -111,7 +111,6 @@ BuildInfo build_info() {
                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"));
 #endif
   b.mkldnn = at::hasMKLDNN();
-  b.onednn_sgemm = dlsym(RTLD_DEFAULT, "dnnl_sgemm") != nullptr;
   b.threads = at::get_num_threads();
   MemoryMeter& cpu = memory_meter(c10::Device(c10::DeviceType::CPU));
   std::string cpu_name = "cpu";

@@ -25,7 +25,6 @@ struct BuildInfo {
   std::string blas_core;      // OpenBLAS's kernel set for this CPU ("Haswell", "SkylakeX", ...); empty if not OpenBLAS
   bool blas_lags_cpu = false; // OpenBLAS's kernels predate this CPU's AVX-512 (see openblas_kernels_lag_cpu)
   bool mkldnn = false;        // oneDNN (bf16 kernels on CPU)
-  bool onednn_sgemm = false;  // oneDNN's dnnl_sgemm is callable: the zoo's fp32 CPU GEMMs use it (models/cpu_gemm.h)
   int threads = 0;            // intra-op threads
   std::vector<DeviceInfo> devices;
 };

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "core/device.h"
 #include "core/units.h"
+#include "models/cpu_gemm.h"
 
 namespace wxtrain::cli {
 
@@ -14,11 +15,12 @@ Action add_info_command(CLI::App& app) {
   cmd->add_flag("--json", *json, "machine-readable output");
   return [json]() {
     BuildInfo b = build_info();
+    const bool onednn_sgemm = models::onednn_sgemm_available();  // the zoo's fp32 CPU GEMMs use it
     if (*json) {
       nlohmann::json j{{"wxtrain", b.wxtrain_version}, {"libtorch", b.torch_version},
                        {"cuda_built", b.cuda_built}, {"cuda_available", b.cuda_available},
                        {"blas", b.blas}, {"blas_core", b.blas_core}, {"blas_lags_cpu", b.blas_lags_cpu}, {"onednn", b.mkldnn},
-                       {"onednn_sgemm", b.onednn_sgemm}, {"threads", b.threads}};
+                       {"onednn_sgemm", onednn_sgemm}, {"threads", b.threads}};
       for (const auto& d : b.devices) j["devices"].push_back({{"name", d.name}, {"memory_bytes", d.memory_bytes}});
       std::cout << j.dump(2) << "\n";
       return 0;
@@ -30,7 +32,7 @@ Action add_info_command(CLI::App& app) {
               << "BLAS      " << b.blas << (b.blas_core.empty() ? "" : " (OpenBLAS kernels: " + b.blas_core + ")") << "\n"
               << "oneDNN    "
               << (!b.mkldnn ? "no"
-                  : b.onednn_sgemm ? "yes (bf16 GEMMs and convolutions; the zoo's fp32 CPU GEMMs via dnnl_sgemm)"
+                  : onednn_sgemm ? "yes (bf16 GEMMs and convolutions; the zoo's fp32 CPU GEMMs via dnnl_sgemm)"
                                    : "yes (bf16 GEMMs and convolutions)")
               << "\n"
               << "threads   " << b.threads << " (intra-op)\n";
@@ -38,7 +40,7 @@ Action add_info_command(CLI::App& app) {
     if (b.blas_lags_cpu) {
       std::cout << "note: OpenBLAS runs its " << b.blas_core << " kernels on this AVX-512 CPU (about half the fp32 "
                 << "GEMM rate of its AVX-512 ones); wxtrain's models send fp32 GEMMs to oneDNN"
-                << (b.onednn_sgemm ? "" : " (not available in this LibTorch)")
+                << (onednn_sgemm ? "" : " (not available in this LibTorch)")
                 << ", other fp32 BLAS calls get AVX-512 with OPENBLAS_CORETYPE=SkylakeX\n";
     }
     if (b.blas.find("openblas") == std::string::npos && b.blas.find("mkl") == std::string::npos)
