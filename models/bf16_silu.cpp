@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "models/bf16_data.h"
 #include "models/kernels/fused_kernels.h"
 
 namespace wxtrain::models {
@@ -13,16 +14,14 @@ using torch::autograd::variable_list;
 // Elements per task: a chunk and its fp32 copies stay in L1/L2 between the passes.
 constexpr int64_t kChunk = 4096;
 
-const uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
-uint16_t* bits(torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
 class Bf16SiLU : public torch::autograd::Function<Bf16SiLU> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input) {
     const torch::Tensor x = input.contiguous();
     torch::Tensor y = torch::empty_like(x, at::MemoryFormat::Contiguous);
-    const uint16_t* in = bits(x);
-    uint16_t* out = bits(y);
+    const uint16_t* in = bf16_data(x);
+    uint16_t* out = bf16_data(y);
     at::parallel_for(0, x.numel(), kChunk, [&](int64_t begin, int64_t end) {
       float xs[kChunk], ys[kChunk];
       for (int64_t i = begin; i < end; i += kChunk) {
@@ -41,9 +40,9 @@ class Bf16SiLU : public torch::autograd::Function<Bf16SiLU> {
     const torch::Tensor x = ctx->get_saved_variables()[0];
     const torch::Tensor dy = grad_outputs[0].to(torch::kBFloat16).contiguous();
     torch::Tensor dx = torch::empty_like(x, at::MemoryFormat::Contiguous);
-    const uint16_t* in = bits(x);
-    const uint16_t* grad_in = bits(dy);
-    uint16_t* grad_out = bits(dx);
+    const uint16_t* in = bf16_data(x);
+    const uint16_t* grad_in = bf16_data(dy);
+    uint16_t* grad_out = bf16_data(dx);
     at::parallel_for(0, x.numel(), kChunk, [&](int64_t begin, int64_t end) {
       float xs[kChunk], dys[kChunk], dxs[kChunk];
       for (int64_t i = begin; i < end; i += kChunk) {

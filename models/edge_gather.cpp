@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "models/bf16_data.h"
 #include "models/kernels/fused_kernels.h"
 
 namespace wxtrain::models {
@@ -32,10 +33,8 @@ class GatherEdges : public torch::autograd::Function<GatherEdges> {
         const int64_t node_offset = n * nodes * width, c_offset = (shared_c ? 0 : n * edges * width) + k0 * width;
         const int64_t out_offset = (n * edges + k0) * width;
         if (bf16) {
-          auto bits = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
-          kernels::edge_gather_sum_bf16(bits(a) + node_offset, bits(b) + node_offset, bits(c) + c_offset, s + k0, r + k0,
-                                        reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + out_offset,
-                                        k1 - k0, width);
+          kernels::edge_gather_sum_bf16(bf16_data(a) + node_offset, bf16_data(b) + node_offset, bf16_data(c) + c_offset,
+                                        s + k0, r + k0, bf16_data(out) + out_offset, k1 - k0, width);
         } else {
           kernels::edge_gather_sum(a.data_ptr<float>() + node_offset, b.data_ptr<float>() + node_offset,
                                    c.data_ptr<float>() + c_offset, s + k0, r + k0, out.data_ptr<float>() + out_offset,

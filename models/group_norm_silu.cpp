@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "models/bf16_data.h"
 #include "models/kernels/fused_kernels.h"
 
 namespace wxtrain::models {
@@ -14,7 +15,7 @@ using torch::autograd::variable_list;
 const float* as_float(const torch::Tensor& t, int64_t offset, int64_t n, std::vector<float>& buffer) {
   if (t.scalar_type() == torch::kFloat) return t.data_ptr<float>() + offset;
   buffer.resize(static_cast<size_t>(n));
-  kernels::bf16_to_float(reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()) + offset, buffer.data(), n);
+  kernels::bf16_to_float(bf16_data(t) + offset, buffer.data(), n);
   return buffer.data();
 }
 
@@ -27,7 +28,7 @@ float* out_float(torch::Tensor& t, int64_t offset, int64_t n, std::vector<float>
 }
 void store(torch::Tensor& t, int64_t offset, int64_t n, const std::vector<float>& buffer) {
   if (t.scalar_type() == torch::kFloat) return;
-  kernels::float_to_bf16(buffer.data(), reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()) + offset, n);
+  kernels::float_to_bf16(buffer.data(), bf16_data(t) + offset, n);
 }
 
 struct Shape {

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include "models/cpu_fusion.h"
+#include "models/bf16_data.h"
 #include "models/kernels/fused_kernels.h"
 
 namespace wxtrain::models {
@@ -14,8 +15,6 @@ using torch::autograd::variable_list;
 // Planes per task: about 16K elements, so that the small planes of the coarse levels still split.
 int64_t plane_grain(int64_t plane_elements) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane_elements)); }
 
-const uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
-uint16_t* bits(torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
 bool fusable(const torch::Tensor& x) {
   const auto t = x.scalar_type();
@@ -35,7 +34,7 @@ class MaxPool2x2 : public torch::autograd::Function<MaxPool2x2> {
     uint8_t* pos = which.data_ptr<uint8_t>();
     at::parallel_for(0, planes, plane_grain(in_plane), [&](int64_t begin, int64_t end) {
       if (bf16) {
-        kernels::max_pool_2x2_forward_bf16(bits(x) + begin * in_plane, bits(y) + begin * out_plane,
+        kernels::max_pool_2x2_forward_bf16(bf16_data(x) + begin * in_plane, bf16_data(y) + begin * out_plane,
                                            pos + begin * out_plane, end - begin, H, W);
       } else {
         kernels::max_pool_2x2_forward(x.data_ptr<float>() + begin * in_plane, y.data_ptr<float>() + begin * out_plane,
@@ -59,8 +58,8 @@ class MaxPool2x2 : public torch::autograd::Function<MaxPool2x2> {
     const bool bf16 = dy.scalar_type() == torch::kBFloat16;
     at::parallel_for(0, planes, plane_grain(in_plane), [&](int64_t begin, int64_t end) {
       if (bf16) {
-        kernels::max_pool_2x2_backward_bf16(bits(dy) + begin * out_plane, pos + begin * out_plane,
-                                            bits(dx) + begin * in_plane, end - begin, H, W);
+        kernels::max_pool_2x2_backward_bf16(bf16_data(dy) + begin * out_plane, pos + begin * out_plane,
+                                            bf16_data(dx) + begin * in_plane, end - begin, H, W);
       } else {
         kernels::max_pool_2x2_backward(dy.data_ptr<float>() + begin * out_plane, pos + begin * out_plane,
                                        dx.data_ptr<float>() + begin * in_plane, end - begin, H, W);
@@ -83,7 +82,7 @@ class Upsample2xConcat : public torch::autograd::Function<Upsample2xConcat> {
       for (int64_t p = begin; p < end; ++p) {
         const int64_t dst = (p / Cc * C + p % Cc) * fine_plane;  // sample p / Cc, channel p % Cc
         if (bf16) {
-          kernels::upsample_2x_forward_bf16(bits(coarse) + p * coarse_plane, bits(out) + dst, 1, h, w);
+          kernels::upsample_2x_forward_bf16(bf16_data(coarse) + p * coarse_plane, bf16_data(out) + dst, 1, h, w);
         } else {
           kernels::upsample_2x_forward(coarse.data_ptr<float>() + p * coarse_plane, out.data_ptr<float>() + dst, 1, h, w);
         }
@@ -106,7 +105,7 @@ class Upsample2xConcat : public torch::autograd::Function<Upsample2xConcat> {
       for (int64_t p = begin; p < end; ++p) {
         const int64_t src = (p / Cc * C + p % Cc) * fine_plane;
         if (bf16) {
-          kernels::upsample_2x_backward_bf16(bits(grad) + src, bits(dcoarse) + p * coarse_plane, 1, h, w);
+          kernels::upsample_2x_backward_bf16(bf16_data(grad) + src, bf16_data(dcoarse) + p * coarse_plane, 1, h, w);
         } else {
           kernels::upsample_2x_backward(grad.data_ptr<float>() + src, dcoarse.data_ptr<float>() + p * coarse_plane, 1, h,
                                         w);
