@@ -62,8 +62,9 @@ int64_t batch_offset(const torch::Tensor& t, int64_t index) {
 }
 
 // alpha * a @ b for a [..., M, K] and b [..., K, N] with equal leading shapes, as a new contiguous
-// [..., M, N]. Batch items run in parallel, one single-threaded GEMM each (oneDNN runs a GEMM
-// called inside a parallel region on its caller's thread); a single matrix gets every thread.
+// [..., M, N]. Batch items run in parallel, one single-threaded GEMM each (a GEMM called inside a
+// parallel region runs on its caller's thread: OpenMP does not nest by default); a single matrix
+// gets every thread.
 torch::Tensor batched_gemm(torch::Tensor a, torch::Tensor b, float alpha) {
   const BlasOperand op_a = blas_operand(a), op_b = blas_operand(b);
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);

@@ -4,9 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-// Every loop here is written so that GCC vectorizes it (checked with -fopt-info-vec): no calls
-// but the inline exp below, reductions declared with `omp simd reduction`. target_clones builds
-// each entry point for AVX-512, AVX2 and baseline x86-64 and picks one at load time.
+// Every loop of the normalisation, activation and gather kernels is written so that GCC vectorizes
+// it (checked with -fopt-info-vec): no calls but the inline exp below, reductions declared with
+// `omp simd reduction`. target_clones builds each of those entry points for AVX-512, AVX2 and
+// baseline x86-64 and picks one at load time. The resampling kernels at the end are plain loops.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define WXTRAIN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -191,8 +192,9 @@ void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* 
 }
 
 // ---- 2x resampling (models/resample.h) ----
-// Memory-bound: one read and one write per element, no clones needed. Templates over the stored
-// type (float, or bf16 as uint16_t) with `value` reading either as float.
+// Memory-bound (a read and a write per element) and strided by two, so plain loops without clones:
+// ATen's kernels they replace lost their time to per-window overhead, not to arithmetic.
+// Templates over the stored type (float, or bf16 as uint16_t) with `value` reading either as float.
 
 namespace {
 
