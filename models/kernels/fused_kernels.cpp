@@ -193,7 +193,7 @@ void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* 
 
 // ---- 2x resampling (models/resample.h) ----
 // Memory-bound (a read and a write per element) and strided by two, so plain loops without clones:
-// ATen's kernels they replace lost their time to per-window overhead, not to arithmetic.
+// (ATen's NCHW max-pool took ~4 ns per input element here, 1.4 ms for [8, 32, 36, 36] in fp32.)
 // Templates over the stored type (float, or bf16 as uint16_t) with `value` reading either as float.
 
 namespace {
