@@ -14,7 +14,6 @@ using torch::autograd::variable_list;
 // Elements per task: a chunk and its fp32 copies stay in L1/L2 between the passes.
 constexpr int64_t kChunk = 4096;
 
-
 class Bf16SiLU : public torch::autograd::Function<Bf16SiLU> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input) {

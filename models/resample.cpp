@@ -2,8 +2,8 @@
 
 #include <ATen/Parallel.h>
 
-#include "models/cpu_fusion.h"
 #include "models/bf16_data.h"
+#include "models/cpu_fusion.h"
 #include "models/kernels/fused_kernels.h"
 
 namespace wxtrain::models {
@@ -14,7 +14,6 @@ using torch::autograd::variable_list;
 
 // Planes per task: about 16K elements, so that the small planes of the coarse levels still split.
 int64_t plane_grain(int64_t plane_elements) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane_elements)); }
-
 
 bool fusable(const torch::Tensor& x) {
   const auto t = x.scalar_type();

@@ -2,13 +2,9 @@
 
 #include <cmath>
 
-// -fno-math-errno (CMakeLists.txt) lets sqrtf vectorize; see models/kernels/fused_kernels.cpp for
-// target_clones.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define WXTRAIN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define WXTRAIN_CLONES
-#endif
+#include "core/target_clones.h"
+
+// -fno-math-errno (distributed/CMakeLists.txt) lets sqrtf vectorize.
 
 namespace wxtrain::distributed::kernels {
 

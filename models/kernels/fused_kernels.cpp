@@ -4,15 +4,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/target_clones.h"
+
 // Every loop of the normalisation, activation and gather kernels is written so that GCC vectorizes
 // it (checked with -fopt-info-vec): no calls but the inline exp below, reductions declared with
-// `omp simd reduction`. target_clones builds each of those entry points for AVX-512, AVX2 and
-// baseline x86-64 and picks one at load time. The resampling kernels at the end are plain loops.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define WXTRAIN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define WXTRAIN_CLONES
-#endif
+// `omp simd reduction`, and built for several instruction sets (WXTRAIN_CLONES,
+// core/target_clones.h). The resampling kernels at the end are plain loops.
 
 namespace wxtrain::models::kernels {
 namespace {
