@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("GEMMs, %d intra-op thread(s), median of %d alternating rounds\n\n", at::get_num_threads(), rounds);
-  if (!wxtrain::models::onednn_sgemm_available()) std::printf("(no dnnl_sgemm in this LibTorch: both fp32 columns are torch::mm)\n\n");
+  if (!wxtrain::models::blas_sgemm_available()) std::printf("(no dnnl_sgemm in this LibTorch: both fp32 columns are torch::mm)\n\n");
   std::printf("| n | fp32 torch::mm GFLOP/s | fp32 oneDNN GFLOP/s | bf16 GFLOP/s | oneDNN / torch::mm fp32 | bf16 / fp32 oneDNN |\n"
               "|---:|---:|---:|---:|---:|---:|\n");
   for (const int64_t n : {128, 256, 512, 1024, 2048}) {

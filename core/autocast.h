@@ -14,15 +14,17 @@ struct AutocastState {
   bool cuda_enabled = false;
   c10::ScalarType cuda_dtype = c10::kHalf;
 
+  // The device-generic calls of LibTorch 2.x (the CPU/GPU-specific ones are deprecated since 2.4
+  // and warn on every call).
   static AutocastState current() {
-    return {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype(),
-            at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
+    return {at::autocast::is_autocast_enabled(at::kCPU), at::autocast::get_autocast_dtype(at::kCPU),
+            at::autocast::is_autocast_enabled(at::kCUDA), at::autocast::get_autocast_dtype(at::kCUDA)};
   }
   void apply() const {
-    at::autocast::set_cpu_enabled(cpu_enabled);
-    at::autocast::set_autocast_cpu_dtype(cpu_dtype);
-    at::autocast::set_enabled(cuda_enabled);
-    at::autocast::set_autocast_gpu_dtype(cuda_dtype);
+    at::autocast::set_autocast_enabled(at::kCPU, cpu_enabled);
+    at::autocast::set_autocast_dtype(at::kCPU, cpu_dtype);
+    at::autocast::set_autocast_enabled(at::kCUDA, cuda_enabled);
+    at::autocast::set_autocast_dtype(at::kCUDA, cuda_dtype);
   }
 };
 

@@ -9,6 +9,9 @@
 
 #include <torch/torch.h>
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
+#include "core/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
 
@@ -35,8 +38,10 @@ c10::Device resolve_device(const std::string& spec, int local_rank) {
 
 namespace {
 
-// The shared library that provides the BLAS symbol LibTorch calls (sgemm_).
-std::string blas_library() {
+// The shared library that provides the BLAS symbol LibTorch calls (sgemm_). In the torch wheel it
+// is libtorch_cpu itself (MKL linked in); its BLAS symbols are interposable, so a second BLAS loaded
+// first (Debian's OpenBLAS through some other library) would take LibTorch's GEMMs over.
+std::string sgemm_library() {
   void* sym = dlsym(RTLD_DEFAULT, "sgemm_");
   Dl_info info{};
   if (sym && dladdr(sym, &info) && info.dli_fname) {
@@ -44,27 +49,36 @@ std::string blas_library() {
     if (realpath(info.dli_fname, resolved)) return resolved;
     return info.dli_fname;
   }
-  return "unknown";
-}
-
-// The kernel set OpenBLAS chose for this CPU. OpenBLAS 0.3.21 (Debian 12) predates Zen 4 and picks
-// its AVX2 "Haswell" kernels on an AVX-512 AMD EPYC; `wxtrain info` shows it.
-std::string openblas_core() {
-  using CoreName = char* (*)();
-  if (auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) return name();
   return "";
 }
 
-// OpenBLAS (Debian's libopenblas0-pthread, behind LibTorch's fp32 GEMMs) runs its own thread pool,
-// sized to every core unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS says otherwise, and
-// at::set_num_threads does not reach it: two ranks on two cores would each run their GEMMs on both.
-void set_blas_threads(int threads) {
-  if (std::getenv("OPENBLAS_NUM_THREADS")) return;
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
+// "MKL 2024.2" / "OpenBLAS" from LibTorch's own build description (torch.__config__.show()).
+std::string torch_blas() {
+  const std::string config = torch::show_config();
+  const std::string mkl = "Math Kernel Library Version ";
+  if (auto at = config.find(mkl); at != std::string::npos) {
+    const auto end = config.find_first_of("- \n", at + mkl.size());
+    return "MKL " + config.substr(at + mkl.size(), end - at - mkl.size());
+  }
+  const std::string key = "BLAS_INFO=";
+  if (auto at = config.find(key); at != std::string::npos) {
+    return config.substr(at + key.size(), config.find_first_of(",\n", at) - at - key.size());
+  }
+  return "unknown";
 }
 
 }  // namespace
+
+std::string format_cuda_version(long version) {
+  if (version <= 0) return "";
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+std::string format_cudnn_version(long version) {
+  if (version <= 0) return "";
+  return std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
+         std::to_string(version % 100);
+}
 
 int configure_cpu_threads() {
   if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && *omp) return at::get_num_threads();
@@ -80,18 +94,7 @@ int configure_cpu_threads() {
   }
   const int threads = std::max(1, cpus / ranks_here);
   at::set_num_threads(threads);
-  set_blas_threads(threads);
   return threads;
-}
-
-bool openblas_kernels_lag_cpu(const std::string& core, bool cpu_has_avx512) {
-  // OpenBLAS's AVX-512 kernel sets (0.3.21 names); every other one leaves AVX-512 unused.
-  static const char* const kAvx512Cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
-  if (!cpu_has_avx512 || core.empty()) return false;
-  for (const char* avx512 : kAvx512Cores) {
-    if (core == avx512) return false;
-  }
-  return true;
 }
 
 BuildInfo build_info() {
@@ -99,17 +102,19 @@ BuildInfo build_info() {
   b.wxtrain_version = "0.1.0";
   b.torch_version = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
                     std::to_string(TORCH_VERSION_PATCH);
-#ifdef WXTRAIN_WITH_CUDA
-  b.cuda_built = true;
-#endif
+  b.cuda_built = cuda::built();
+  // LibTorch's CUDA hooks answer without a GPU; without libtorch_cuda they throw.
+  const auto& hooks = at::detail::getCUDAHooks();
+  try {
+    b.cuda_version = format_cuda_version(hooks.versionCUDART());
+    if (hooks.compiledWithCuDNN()) b.cudnn_version = format_cudnn_version(hooks.versionCuDNN());
+  } catch (const c10::Error&) {
+  }
   b.cuda_available = torch::cuda::is_available();
-  b.blas = blas_library();
-  b.blas_core = openblas_core();
-#if defined(__x86_64__)
-  b.blas_lags_cpu = openblas_kernels_lag_cpu(
-      b.blas_core, __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"));
-#endif
+  b.blas = torch_blas();
+  b.sgemm_library = sgemm_library();
+  b.blas_interposed = !b.sgemm_library.empty() && b.sgemm_library.find("libtorch_cpu") == std::string::npos &&
+                      b.blas.rfind("MKL", 0) == 0;
   b.mkldnn = at::hasMKLDNN();
   b.threads = at::get_num_threads();
   MemoryMeter& cpu = memory_meter(c10::Device(c10::DeviceType::CPU));
@@ -124,8 +129,8 @@ BuildInfo build_info() {
   b.devices.push_back({cpu_name, cpu.capacity()});
   if (b.cuda_available) {
     for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
-      MemoryMeter& m = memory_meter(c10::Device(c10::DeviceType::CUDA, i));
-      b.devices.push_back({"cuda:" + std::to_string(i), m.capacity()});
+      MemoryMeter& m = memory_meter(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(i)));
+      b.devices.push_back({"cuda:" + std::to_string(i) + ": " + cuda::device_name(static_cast<c10::DeviceIndex>(i)), m.capacity()});
     }
   }
   return b;

@@ -18,12 +18,14 @@ struct DeviceInfo {
 
 struct BuildInfo {
   std::string wxtrain_version;
-  std::string torch_version;
-  bool cuda_built = false;    // WXTRAIN_CUDA
+  std::string torch_version;  // the LibTorch wxtrain was compiled against
+  bool cuda_built = false;    // a build against a CUDA LibTorch (WXTRAIN_CUDA)
+  std::string cuda_version;   // the CUDA runtime LibTorch was built with ("13.0"); empty without CUDA
+  std::string cudnn_version;  // cuDNN LibTorch was built with ("9.19.0"); empty without
   bool cuda_available = false;
-  std::string blas;           // the BLAS library LibTorch's matmul resolves to
-  std::string blas_core;      // OpenBLAS's kernel set for this CPU ("Haswell", "SkylakeX", ...); empty if not OpenBLAS
-  bool blas_lags_cpu = false; // OpenBLAS's kernels predate this CPU's AVX-512 (see openblas_kernels_lag_cpu)
+  std::string blas;           // the BLAS behind LibTorch's fp32 GEMMs ("MKL 2024.2", from its build config)
+  std::string sgemm_library;  // the shared library the process's sgemm_ resolves to
+  bool blas_interposed = false;  // sgemm_ comes from a library other than LibTorch's (a second BLAS loaded)
   bool mkldnn = false;        // oneDNN (bf16 kernels on CPU)
   int threads = 0;            // intra-op threads
   std::vector<DeviceInfo> devices;
@@ -31,16 +33,16 @@ struct BuildInfo {
 
 BuildInfo build_info();
 
-// True when OpenBLAS picked kernels without AVX-512 (`core`, as openblas_get_corename names them)
-// on a CPU that has it: Debian's OpenBLAS 0.3.21 runs "Haswell" on AMD Zen 4, at half the fp32
-// GEMM rate. The zoo's fp32 GEMMs go to oneDNN regardless (models/cpu_gemm.h); other fp32 BLAS
-// calls through ATen do not, and OPENBLAS_CORETYPE=SkylakeX (set before the process starts) fixes them.
-bool openblas_kernels_lag_cpu(const std::string& core, bool cpu_has_avx512);
+// "13.0" from CUDART_VERSION-style 13000; "9.19.0" from cuDNN's 91900 (major*10000 + minor*100 +
+// patch since cuDNN 9); an empty string for 0 (no CUDA / no cuDNN).
+std::string format_cuda_version(long version);
+std::string format_cudnn_version(long version);
 
-// Sets LibTorch's intra-op threads, and OpenBLAS's own pool, to the cores this process may use
+// Sets LibTorch's intra-op threads (which size MKL's pool too) to the cores this process may use
 // divided among the ranks on this node (OMPI_COMM_WORLD_LOCAL_SIZE / SLURM_NTASKS_PER_NODE), unless
-// OMP_NUM_THREADS (or, for OpenBLAS, OPENBLAS_NUM_THREADS) says otherwise. LibTorch's own default can be far lower (one thread on the 2-core development
-// machine, where two threads train the storm U-Net 1.6x faster). Returns the thread count in use.
+// OMP_NUM_THREADS says otherwise. LibTorch's own default can be far lower (one thread on the 2-core
+// development machine, where two threads train the storm U-Net 1.6x faster). Returns the thread
+// count in use.
 int configure_cpu_threads();
 
 }  // namespace wxtrain

@@ -12,6 +12,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
+#include "core/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -104,7 +105,7 @@ void counting_delete(void* data) {
 
 class CountingCpuAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     const c10::Device cpu(c10::DeviceType::CPU);
     if (n == 0) return {nullptr, nullptr, &counting_delete, cpu};
     const int64_t bytes = static_cast<int64_t>(n);
@@ -132,6 +133,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     return {data, data, &counting_delete, cpu};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &counting_delete; }
+  void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
 };
 
 class CpuMemoryMeter final : public MemoryMeter {
@@ -165,11 +167,8 @@ MemoryMeter& memory_meter(const c10::Device& device) {
     static CpuMemoryMeter meter;
     return meter;
   }
-#ifdef WXTRAIN_WITH_CUDA
-  if (device.is_cuda()) return detail::cuda_memory_meter(device.has_index() ? device.index() : 0);
-#endif
-  throw Error("no memory meter for device " + device.str() +
-              (device.is_cuda() ? ": wxtrain was built without CUDA (cmake -DWXTRAIN_CUDA=ON)" : ""));
+  if (device.is_cuda()) return cuda::memory_meter(device.has_index() ? device.index() : 0);
+  throw Error("no memory meter for device " + device.str());
 }
 
 }  // namespace wxtrain

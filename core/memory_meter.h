@@ -9,7 +9,7 @@
 // them and release_cached() frees them. An optional budget makes allocations past it throw
 // c10::OutOfMemoryError, which emulates a "24 GiB device" on any machine; it applies to
 // `allocated`, the bytes live tensors hold.
-// CUDA (WXTRAIN_CUDA): the caching allocator's statistics.
+// CUDA: the caching allocator's statistics (core/cuda/cuda_backend.h).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,11 +58,5 @@ class PeakScope {
   MemoryMeter& meter_;
   int64_t start_;
 };
-
-namespace detail {
-#ifdef WXTRAIN_WITH_CUDA
-MemoryMeter& cuda_memory_meter(int device_index);  // core/cuda/cuda_memory_meter.cpp
-#endif
-}  // namespace detail
 
 }  // namespace wxtrain

@@ -283,22 +283,13 @@ bool DataParallel::finish_backward(double grad_multiplier) {
     if (grads.numel() > 0) owned.push_back(grads);
   }
   bool finite = true;
-  const bool fused = !owned.empty() && owned.front().is_cuda() &&
-                     std::none_of(owned.begin(), owned.end(), [](const torch::Tensor& t) {
-                       return t.scalar_type() == torch::kBFloat16;  // the fused op takes fp32/fp16
-                     });
-  if (fused) {
-    // CUDA: PyTorch's fused unscale-and-check (as GradScaler uses), one kernel and one sync.
+  if (!owned.empty()) {
+    // PyTorch's fused unscale-and-check (as GradScaler uses it), on CUDA and, since LibTorch 2.3,
+    // on the CPU: one pass over the gradients and one sync instead of a scale and a sum per group.
     torch::Tensor found_inf = torch::zeros({1}, owned.front().options().dtype(torch::kFloat32));
     torch::Tensor inv_scale = torch::full({1}, scale, found_inf.options());
     at::_amp_foreach_non_finite_check_and_unscale_(owned, found_inf, inv_scale);
     finite = found_inf.item<float>() == 0.0f;
-  } else {
-    // CPU: LibTorch 1.13 has the fused _amp ops for CUDA only.
-    for (torch::Tensor& grads : owned) {
-      if (scale != 1.0) grads.mul_(scale);
-      finite = finite && std::isfinite(grads.sum().item<double>());
-    }
   }
   return world_ > 1 ? !comm_->any(!finite) : finite;
 }
@@ -309,7 +300,7 @@ double DataParallel::clip_grad_norm(double max_norm) {
   for (FlatGroup& g : groups_) {
     torch::Tensor grads = owned_grads(g);
     if (grads.numel() == 0) continue;
-    const double norm = at::linalg_vector_norm(grads, 2, c10::nullopt, false, torch::kFloat).item<double>();
+    const double norm = at::linalg_vector_norm(grads, 2, std::nullopt, false, torch::kFloat).item<double>();
     squares += norm * norm;
   }
   if (sharded()) squares = comm_->sum(squares);

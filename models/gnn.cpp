@@ -27,7 +27,7 @@ void validate(const ModelConfig& config, const ModelShape& shape) {
 torch::Tensor silu_between_linears(const torch::Tensor& x) {
   const bool bf16_cpu = x.scalar_type() == torch::kBFloat16 && x.device().is_cpu();
   if (bf16_cpu && cpu_fusion_enabled()) return bf16_silu(x);
-  if (bf16_cpu && at::autocast::is_cpu_enabled()) return torch::silu(x.to(torch::kFloat32));
+  if (bf16_cpu && at::autocast::is_autocast_enabled(at::kCPU)) return torch::silu(x.to(torch::kFloat32));
   return torch::silu(x);
 }
 
@@ -164,7 +164,7 @@ GraphNetImpl::GraphNetImpl(const ModelConfig& config, const ModelShape& shape) :
 }
 
 template <typename Move>
-void GraphNetImpl::move_keeping_indices(const Move& move, const c10::optional<torch::Device>& device,
+void GraphNetImpl::move_keeping_indices(const Move& move, const std::optional<torch::Device>& device,
                                         bool non_blocking) {
   // detach(): a handle of its own, untouched by the set_data that Module::to does on the buffers.
   const torch::Device target = device.value_or(senders_.device());
@@ -180,7 +180,7 @@ void GraphNetImpl::to(torch::Device device, torch::Dtype dtype, bool non_blockin
 }
 
 void GraphNetImpl::to(torch::Dtype dtype, bool non_blocking) {
-  move_keeping_indices([&] { WeatherModelImpl::to(dtype, non_blocking); }, c10::nullopt, non_blocking);
+  move_keeping_indices([&] { WeatherModelImpl::to(dtype, non_blocking); }, std::nullopt, non_blocking);
 }
 
 void GraphNetImpl::to(torch::Device device, bool non_blocking) {

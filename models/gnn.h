@@ -97,7 +97,7 @@ class GraphNetImpl : public WeatherModelImpl {
 
  private:
   template <typename Move>
-  void move_keeping_indices(const Move& move, const c10::optional<torch::Device>& device, bool non_blocking);
+  void move_keeping_indices(const Move& move, const std::optional<torch::Device>& device, bool non_blocking);
 
   // Buffers, so that they move with the model.
   torch::Tensor senders_, receivers_, edge_features_, node_positions_;

@@ -5,46 +5,54 @@
 #include "cli/commands.h"
 #include "core/device.h"
 #include "core/units.h"
-#include "models/cpu_gemm.h"
+#include "distributed/nccl/nccl_communicator.h"
 
 namespace wxtrain::cli {
 
+namespace {
+
+// "built with CUDA 13.0, cuDNN 9.19.0, NCCL 2.28.9" or "not built (CPU-only LibTorch)".
+std::string cuda_line(const BuildInfo& b, const std::string& nccl) {
+  if (!b.cuda_built) return "not built (a CPU-only LibTorch)";
+  std::string line = "built with CUDA " + (b.cuda_version.empty() ? "(version unknown)" : b.cuda_version);
+  if (!b.cudnn_version.empty()) line += ", cuDNN " + b.cudnn_version;
+  if (!nccl.empty()) line += ", NCCL " + nccl;
+  return line;
+}
+
+}  // namespace
+
 Action add_info_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "print the build: LibTorch, CUDA, BLAS, threads, devices and memory");
+  auto* cmd = app.add_subcommand("info", "print the build: LibTorch, CUDA, cuDNN, NCCL, BLAS, threads, devices and memory");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "machine-readable output");
   return [json]() {
-    BuildInfo b = build_info();
-    const bool onednn_sgemm = models::onednn_sgemm_available();  // the zoo's fp32 CPU GEMMs use it
+    const BuildInfo b = build_info();
+    const std::string nccl = distributed::nccl_version();
     if (*json) {
       nlohmann::json j{{"wxtrain", b.wxtrain_version}, {"libtorch", b.torch_version},
-                       {"cuda_built", b.cuda_built}, {"cuda_available", b.cuda_available},
-                       {"blas", b.blas}, {"blas_core", b.blas_core}, {"blas_lags_cpu", b.blas_lags_cpu}, {"onednn", b.mkldnn},
-                       {"onednn_sgemm", onednn_sgemm}, {"threads", b.threads}};
+                       {"cuda_built", b.cuda_built},    {"cuda_version", b.cuda_version},
+                       {"cudnn_version", b.cudnn_version}, {"nccl_version", nccl},
+                       {"cuda_available", b.cuda_available}, {"blas", b.blas},
+                       {"sgemm_library", b.sgemm_library}, {"blas_interposed", b.blas_interposed},
+                       {"onednn", b.mkldnn},            {"threads", b.threads}};
       for (const auto& d : b.devices) j["devices"].push_back({{"name", d.name}, {"memory_bytes", d.memory_bytes}});
       std::cout << j.dump(2) << "\n";
       return 0;
     }
     std::cout << "wxtrain   " << b.wxtrain_version << "\n"
               << "LibTorch  " << b.torch_version << "\n"
-              << "CUDA      " << (b.cuda_built ? "built (WXTRAIN_CUDA=ON)" : "off (built without WXTRAIN_CUDA)")
-              << (b.cuda_available ? ", device available" : ", no CUDA device") << "\n"
-              << "BLAS      " << b.blas << (b.blas_core.empty() ? "" : " (OpenBLAS kernels: " + b.blas_core + ")") << "\n"
-              << "oneDNN    "
-              << (!b.mkldnn ? "no"
-                  : onednn_sgemm ? "yes (bf16 GEMMs and convolutions; the zoo's fp32 CPU GEMMs via dnnl_sgemm)"
-                                   : "yes (bf16 GEMMs and convolutions)")
+              << "CUDA      " << cuda_line(b, nccl) << (b.cuda_available ? "; device available" : "; no CUDA device")
               << "\n"
+              << "BLAS      " << b.blas << (b.sgemm_library.empty() ? "" : " (sgemm_ from " + b.sgemm_library + ")")
+              << "\n"
+              << "oneDNN    " << (b.mkldnn ? "yes (bf16 GEMMs and convolutions on the CPU)" : "no") << "\n"
               << "threads   " << b.threads << " (intra-op)\n";
     for (const auto& d : b.devices) std::cout << "device    " << d.name << ", " << format_bytes(d.memory_bytes) << "\n";
-    if (b.blas_lags_cpu) {
-      std::cout << "note: OpenBLAS runs its " << b.blas_core << " kernels on this AVX-512 CPU (about half the fp32 "
-                << "GEMM rate of its AVX-512 ones); wxtrain's models send fp32 GEMMs to oneDNN"
-                << (onednn_sgemm ? "" : " (not available in this LibTorch)")
-                << ", other fp32 BLAS calls get AVX-512 with OPENBLAS_CORETYPE=SkylakeX\n";
+    if (b.blas_interposed) {
+      std::cout << "warning: LibTorch's BLAS calls resolve to " << b.sgemm_library << ", not to the " << b.blas
+                << " inside libtorch_cpu: another BLAS loaded into this process takes over its fp32 GEMMs\n";
     }
-    if (b.blas.find("openblas") == std::string::npos && b.blas.find("mkl") == std::string::npos)
-      std::cout << "warning: LibTorch is using the reference BLAS; install libopenblas0-pthread for ~50x faster fp32 matmul\n";
     return 0;
   };
 }

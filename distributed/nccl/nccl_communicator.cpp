@@ -69,7 +69,7 @@ class NcclCommunicator final : public Communicator {
         size_(world.size),
         device_(device.has_index() ? device.index() : static_cast<c10::DeviceIndex>(world.local_rank)),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_)) {
-    at::globalContext().lazyInitCUDA();
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     c10::cuda::CUDAGuard guard(device_);
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "GetUniqueId");
@@ -209,6 +209,15 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 bool nccl_available() { return true; }
+
+std::string nccl_version() {
+  int code = 0;
+  if (ncclGetVersion(&code) != ncclSuccess) return "unknown";
+  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? code % 10000 / 100 : code % 1000 / 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
 
 std::shared_ptr<Communicator> make_nccl_communicator(const World& world, const torch::Device& device) {
   if (!world.mpi) throw Error("the NCCL communicator is bootstrapped over MPI: launch with mpirun or srun");

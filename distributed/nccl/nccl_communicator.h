@@ -3,6 +3,7 @@
 // WXTRAIN_CUDA; otherwise nccl_stub.cpp provides these two functions and make_communicator()
 // reports that the build has no NCCL.
 #include <memory>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -12,6 +13,8 @@ namespace wxtrain::distributed {
 
 // Whether this build has the NCCL backend.
 bool nccl_available();
+// The NCCL library's version ("2.28.9"); empty without NCCL.
+std::string nccl_version();
 
 // Bootstraps an NCCL communicator over MPI (rank 0's ncclUniqueId is broadcast to all ranks).
 // Collective: every rank of `world` must call it.

@@ -1,7 +1,6 @@
 // Device resolution and the CPU thread setup wxtrain does at start-up.
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
 #include <sched.h>
 
 #include <cstdlib>
@@ -15,13 +14,9 @@
 namespace wxtrain {
 namespace {
 
-// Two ranks on this node: each gets half the cores, in LibTorch *and* in OpenBLAS's own pool (which
-// would otherwise run every fp32 GEMM of both ranks on all cores).
-TEST(CpuThreads, RanksSplitTheCoresInLibTorchAndOpenBlas) {
-  if (std::getenv("OMP_NUM_THREADS") || std::getenv("OPENBLAS_NUM_THREADS"))
-    GTEST_SKIP() << "OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set: the user's choice wins";
-  using GetThreads = int (*)();
-  auto openblas_threads = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+// Two ranks on this node: each gets half the cores (LibTorch's intra-op pool, which also sizes MKL's).
+TEST(CpuThreads, RanksSplitTheCores) {
+  if (std::getenv("OMP_NUM_THREADS")) GTEST_SKIP() << "OMP_NUM_THREADS set: the user's choice wins";
   cpu_set_t set;
   CPU_ZERO(&set);
   ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
@@ -33,14 +28,8 @@ TEST(CpuThreads, RanksSplitTheCoresInLibTorchAndOpenBlas) {
   unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   EXPECT_EQ(threads, std::max(1, cpus / 2));
   EXPECT_EQ(at::get_num_threads(), threads);
-  if (openblas_threads) {
-    EXPECT_EQ(openblas_threads(), threads);
-  }
 
   EXPECT_EQ(configure_cpu_threads(), cpus);  // one rank: every core
-  if (openblas_threads) {
-    EXPECT_EQ(openblas_threads(), cpus);
-  }
   at::set_num_threads(before);
 }
 
@@ -53,16 +42,32 @@ std::string config_error(const std::string& spec) {
   return "";
 }
 
-TEST(BuildInfo, OpenBlasKernelsWithoutAvx512OnAnAvx512CpuAreFlagged) {
-  EXPECT_TRUE(openblas_kernels_lag_cpu("Haswell", true));  // Debian's 0.3.21 on Zen 4
-  EXPECT_TRUE(openblas_kernels_lag_cpu("Zen", true));
-  EXPECT_FALSE(openblas_kernels_lag_cpu("SkylakeX", true));
-  EXPECT_FALSE(openblas_kernels_lag_cpu("Cooperlake", true));
-  EXPECT_FALSE(openblas_kernels_lag_cpu("Haswell", false));  // an AVX2 CPU gets what it can run
-  EXPECT_FALSE(openblas_kernels_lag_cpu("", true));          // not OpenBLAS
-  // This machine, as `wxtrain info` reports it: OpenBLAS's name for its kernels is never empty.
+TEST(BuildInfo, VersionsReadAsPeopleWriteThem) {
+  EXPECT_EQ(format_cuda_version(13000), "13.0");
+  EXPECT_EQ(format_cuda_version(12080), "12.8");
+  EXPECT_EQ(format_cuda_version(0), "");
+  EXPECT_EQ(format_cudnn_version(91900), "9.19.0");
+  EXPECT_EQ(format_cudnn_version(90100), "9.1.0");
+  EXPECT_EQ(format_cudnn_version(0), "");
+}
+
+// This build, as `wxtrain info` reports it: LibTorch 2.x; a CUDA build knows its CUDA version on a
+// machine without a GPU; LibTorch's GEMMs reach its own BLAS, not one loaded beside it.
+TEST(BuildInfo, DescribesTheLibTorchItRunsOn) {
   const BuildInfo b = build_info();
-  if (b.blas.find("openblas") != std::string::npos) EXPECT_FALSE(b.blas_core.empty());
+  EXPECT_EQ(b.torch_version.rfind("2.", 0), 0u) << b.torch_version;
+  if (b.cuda_built) {
+    EXPECT_FALSE(b.cuda_version.empty());
+  } else {
+    EXPECT_TRUE(b.cuda_version.empty()) << b.cuda_version;
+  }
+  if (b.blas.rfind("MKL", 0) == 0) {
+    EXPECT_NE(b.sgemm_library.find("libtorch_cpu"), std::string::npos) << b.sgemm_library;
+    EXPECT_FALSE(b.blas_interposed);
+  }
+  ASSERT_FALSE(b.devices.empty());
+  EXPECT_EQ(b.devices.front().name.rfind("cpu", 0), 0u);
+  EXPECT_EQ(b.cuda_available, b.devices.size() > 1);
 }
 
 TEST(ResolveDevice, NamesTheValueAndWhatIsExpected) {
@@ -70,11 +75,11 @@ TEST(ResolveDevice, NamesTheValueAndWhatIsExpected) {
   const std::string bad = config_error("tpu");
   EXPECT_NE(bad.find("'tpu'"), std::string::npos) << bad;
   EXPECT_NE(bad.find("expected auto, cpu, cuda or cuda:N"), std::string::npos) << bad;
-#ifndef WXTRAIN_WITH_CUDA
-  const std::string cuda = config_error("cuda:1");
-  EXPECT_NE(cuda.find("no CUDA device is usable"), std::string::npos) << cuda;
-  EXPECT_TRUE(resolve_device("auto", 0).is_cpu());
-#endif
+  if (!build_info().cuda_available) {  // CI: a CUDA build on a machine without a GPU is a CPU program
+    const std::string cuda = config_error("cuda:1");
+    EXPECT_NE(cuda.find("no CUDA device is usable"), std::string::npos) << cuda;
+    EXPECT_TRUE(resolve_device("auto", 0).is_cpu());
+  }
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ TEST(Checkpoint, SameGradientsUnderAutocastWithBackwardInsideTheScope) {
 TEST(Checkpoint, AutocastStateIsRestoredAfterBackward) {
   Net net;
   grads(net, true, true, true);
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
   EXPECT_TRUE(at::autocast::is_autocast_cache_enabled());
 }
 

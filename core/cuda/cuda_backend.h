@@ -1,0 +1,33 @@
+#pragma once
+// What wxtrain does only on CUDA: the caching allocator's meter and its allocation history (the
+// snapshot PyTorch's memory_viz reads). A CUDA LibTorch builds cuda_backend.cpp; a CPU LibTorch
+// builds cuda_stub.cpp, whose functions say that this build has no CUDA, so no caller needs an #ifdef.
+#include <cstddef>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "core/memory_meter.h"
+
+namespace wxtrain::cuda {
+
+// True in a build against a CUDA LibTorch (WXTRAIN_CUDA), whether or not a GPU is present.
+bool built();
+
+// The meter of cuda:<device> (the caching allocator's statistics); throws Error without CUDA or
+// without that device.
+MemoryMeter& memory_meter(c10::DeviceIndex device);
+
+// The GPU's name as the driver reports it ("NVIDIA H100 80GB HBM3").
+std::string device_name(c10::DeviceIndex device);
+
+// Starts recording the caching allocator's allocation history, as
+// torch.cuda.memory._record_memory_history(max_entries=...) does (C++ stack frames only).
+void start_memory_history(size_t max_entries);
+// The snapshot torch.cuda.memory._dump_snapshot writes: segments, blocks and the recorded history,
+// pickled for memory_viz.
+std::string memory_snapshot_pickle();
+// Stops recording and drops the history.
+void stop_memory_history();
+
+}  // namespace wxtrain::cuda
