@@ -5,12 +5,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "autotune/batch_search.h"
+#include "core/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/memory_history.h"
 #include "core/memory_meter.h"
 #include "core/units.h"
 #include "models/weather_model.h"
@@ -28,11 +31,18 @@ using Clock = std::chrono::steady_clock;
 // reset of a step is the phase boundary on the timeline.
 class PhaseMarkingMeter final : public MemoryMeter {
  public:
-  explicit PhaseMarkingMeter(MemoryMeter& inner) : inner_(inner) {}
+  // on_phase(step, phase) is called at each reset: phase 1 is forward/backward, 2 the optimizer.
+  PhaseMarkingMeter(MemoryMeter& inner, std::function<void(int64_t, int)> on_phase)
+      : inner_(inner), on_phase_(std::move(on_phase)) {}
+  void begin_step(int64_t step) {
+    step_ = step;
+    resets_ = 0;
+  }
   std::string name() const override { return inner_.name(); }
   MemorySnapshot snapshot() const override { return inner_.snapshot(); }
   void reset_peak() override {
     last_reset_ = Clock::now();
+    if (on_phase_) on_phase_(step_, ++resets_);
     inner_.reset_peak();
   }
   void set_limit(int64_t bytes) override { inner_.set_limit(bytes); }
@@ -43,7 +53,63 @@ class PhaseMarkingMeter final : public MemoryMeter {
 
  private:
   MemoryMeter& inner_;
+  std::function<void(int64_t, int)> on_phase_;
+  int64_t step_ = 0;
+  int resets_ = 0;
   Clock::time_point last_reset_{};
+};
+
+// The allocator's history behind ProfileReport::snapshot. CUDA: the caching allocator records from
+// the first step on and knows every block by itself. CPU: the counting allocator's history starts
+// before the model is built, so the snapshot's segments know the blocks of the parameters,
+// optimizer state and inputs, and its events are cleared before the first step, so the trace holds
+// the steps alone; events are labelled with their step and phase (the CPU has no stack traces).
+// Stops recording when destroyed, also when a step throws.
+class HistoryRecording {
+ public:
+  HistoryRecording(const torch::Device& device, int64_t entries) : cpu_(device.is_cpu()), entries_(entries) {
+    if (entries_ <= 0) return;
+    if (!cpu_ && !device.is_cuda()) throw ConfigError("--snapshot: no allocation history on " + device.str());
+    if (cpu_) {
+      memory_history::start(static_cast<size_t>(entries_));
+      memory_history::set_context({"wxtrain profile", 0, "model, optimizer and inputs (before the steps)"});
+      recording_ = true;
+    }
+  }
+  ~HistoryRecording() { stop(); }
+  void begin_steps() {
+    if (entries_ <= 0) return;
+    if (cpu_) {
+      memory_history::clear();
+    } else {
+      cuda::start_memory_history(static_cast<size_t>(entries_));
+      recording_ = true;
+    }
+  }
+  void label(int64_t step, int phase) {
+    if (entries_ > 0 && cpu_)
+      memory_history::set_context({"wxtrain profile step", step, phase <= 1 ? "forward/backward" : "optimizer"});
+  }
+  std::string finish() {
+    if (entries_ <= 0) return {};
+    std::string pickle = cpu_ ? memory_history::snapshot_pickle() : cuda::memory_snapshot_pickle();
+    stop();
+    return pickle;
+  }
+
+ private:
+  void stop() {
+    if (!recording_) return;
+    recording_ = false;
+    if (cpu_) {
+      memory_history::stop();
+    } else {
+      cuda::stop_memory_history();
+    }
+  }
+  bool cpu_;
+  int64_t entries_;
+  bool recording_ = false;
 };
 
 // Samples meter.snapshot().allocated every `interval` until stopped.
@@ -116,9 +182,15 @@ ProfileReport profile_memory(const RunConfig& config, torch::Device device,
   if (options.steps <= 0)
     throw ConfigError("--steps " + std::to_string(options.steps) + ": expected a positive number of steps");
   if (options.sample_interval_ms <= 0) throw ConfigError("the timeline's sample interval must be positive");
+  if (options.snapshot_entries < 0)
+    throw ConfigError("--snapshot-entries " + std::to_string(options.snapshot_entries) +
+                      ": expected a positive number of events to keep");
   if (!comm) comm = distributed::make_communicator(distributed::current_world(), config.distributed, device);
   MemoryMeter& meter = memory_meter(device);
-  PhaseMarkingMeter marking(meter);
+  std::unique_ptr<HistoryRecording> history;
+  PhaseMarkingMeter marking(meter, [&history](int64_t step, int phase) {
+    if (history) history->label(step, phase);
+  });
   const models::ModelShape shape = models::model_shape(config);
 
   ProfileReport report;
@@ -131,11 +203,14 @@ ProfileReport profile_memory(const RunConfig& config, torch::Device device,
 
   meter.release_cached();
   report.baseline = meter.snapshot().allocated;
+  history = std::make_unique<HistoryRecording>(device, options.snapshot_entries);
   auto state = trainer::build_training_state(config, shape, comm, device);
   auto micro = trainer::synthetic_micro_batches(config, shape, report.batch, config.train.accumulation, device);
   report.states = meter.snapshot().allocated;
   trainer::TrainingStep step(*state, &marking);
+  history->begin_steps();
   for (int64_t i = 1; i <= options.steps; ++i) {
+    marking.begin_step(i);
     const auto t0 = Clock::now();
     std::unique_ptr<Sampler> sampler;
     if (i == timeline_step) sampler = std::make_unique<Sampler>(meter, options.sample_interval_ms, t0);
@@ -160,6 +235,7 @@ ProfileReport profile_memory(const RunConfig& config, torch::Device device,
     rec.peak_optimizer = r.peak_optimizer;
     report.steps.push_back(rec);
   }
+  report.snapshot = history->finish();
   return report;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // `wxtrain profile`: runs the trainer's own TrainingStep for N steps on synthetic micro-batches of
 // the configured shape and records what the memory meter sees: allocated/reserved/peak after each
-// step, the peak of each phase, and a sampled timeline of one step with its phase boundaries.
+// step, the peak of each phase, a sampled timeline of one step with its phase boundaries and, on
+// request, the allocator's event history as a memory_viz snapshot.
 // Lives next to the tuner because both measure the real step under the meter; the CLI only
 // formats what this returns.
 #include <algorithm>
@@ -41,6 +42,10 @@ struct ProfileOptions {
   int64_t steps = 10;
   int64_t timeline_step = 0;       // which step to sample (1-based; 0 = the last, i.e. steady state)
   double sample_interval_ms = 0.25;
+  // > 0: record the allocator's history over the steps, keeping at most this many events, into
+  // ProfileReport::snapshot (CUDA: the caching allocator's, core/cuda/cuda_backend.h; CPU: the
+  // counting allocator's, core/memory_history.h).
+  int64_t snapshot_entries = 0;
 };
 
 struct ProfileReport {
@@ -51,13 +56,17 @@ struct ProfileReport {
   int64_t states = 0;              // allocated after building model, optimizer and inputs
   std::vector<StepRecord> steps;
   StepTimeline timeline;
+  // With snapshot_entries: the memory snapshot after the last step, pickled as
+  // torch.cuda.memory._dump_snapshot writes it (segments and the steps' allocation events), for
+  // pytorch.org/memory_viz and `python -m torch.cuda._memory_viz`.
+  std::string snapshot;
   int64_t peak() const;                   // highest peak of any step
   int64_t peak_forward_backward() const;  // highest forward/backward peak of any step
   int64_t peak_optimizer() const;         // highest optimizer-phase peak of any step
   int64_t steady_allocated() const;       // median allocated after steps 2..N (after step 1 when N = 1)
 };
 
-// Throws ConfigError for steps <= 0.
+// Throws ConfigError for steps <= 0 or snapshot_entries < 0.
 ProfileReport profile_memory(const RunConfig& config, torch::Device device,
                              std::shared_ptr<distributed::Communicator> comm = nullptr,
                              const ProfileOptions& options = {});

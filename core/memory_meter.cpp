@@ -14,6 +14,7 @@
 
 #include "core/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/memory_history.h"
 #include "core/units.h"
 
 namespace wxtrain {
@@ -87,8 +88,12 @@ bool give_to_cache(void* base, size_t capacity) {
 void release_cache() {
   BlockCache& cache = block_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
+  const bool recording = memory_history::recording();
   for (auto& [capacity, blocks] : cache.free_blocks) {
-    for (void* base : blocks) std::free(base);
+    for (void* base : blocks) {
+      if (recording) memory_history::record_segment_free(static_cast<char*>(base) + kHeader, capacity);
+      std::free(base);
+    }
   }
   cache.free_blocks.clear();
   cache.bytes = 0;
@@ -100,7 +105,13 @@ void counting_delete(void* data) {
   char* base = static_cast<char*>(data) - kHeader;
   const Header header = *reinterpret_cast<Header*>(base);
   g_allocated.fetch_sub(static_cast<int64_t>(header.size), std::memory_order_relaxed);
-  if (!give_to_cache(base, header.capacity)) std::free(base);
+  // The history hears of a free before the block can be handed out again (core/memory_history.h).
+  const bool recording = memory_history::recording();
+  if (recording) memory_history::record_free(data, header.size, header.capacity);
+  if (!give_to_cache(base, header.capacity)) {
+    if (recording) memory_history::record_segment_free(data, header.capacity);
+    std::free(base);
+  }
 }
 
 class CountingCpuAllocator final : public c10::Allocator {
@@ -113,6 +124,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     const int64_t limit = g_limit.load(std::memory_order_relaxed);
     if (limit > 0 && now > limit) {
       g_allocated.fetch_sub(bytes, std::memory_order_relaxed);
+      if (memory_history::recording()) memory_history::record_oom(n, limit - (now - bytes));
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU memory budget exceeded: tried to allocate ",
                        format_bytes(static_cast<double>(n)), " with ", format_bytes(now - bytes),
                        " in use and a budget of ", format_bytes(limit), " (memory.limit / --memory-limit)");
@@ -121,15 +133,19 @@ class CountingCpuAllocator final : public c10::Allocator {
     raise_max(g_high_water, now);
     const size_t capacity = capacity_for(n);
     void* base = take_cached(capacity);
-    if (!base && posix_memalign(&base, kHeader, capacity + kHeader) != 0) {
+    const bool fresh = !base;
+    if (fresh && posix_memalign(&base, kHeader, capacity + kHeader) != 0) {
       release_cache();  // the system may have room once the cache is returned
       if (posix_memalign(&base, kHeader, capacity + kHeader) != 0) {
         g_allocated.fetch_sub(bytes, std::memory_order_relaxed);
+        if (memory_history::recording())
+          memory_history::record_oom(n, static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
         TORCH_CHECK_WITH(OutOfMemoryError, false, "out of host memory allocating ", format_bytes(n));
       }
     }
     *static_cast<Header*>(base) = {n, capacity};
     void* data = static_cast<char*>(base) + kHeader;
+    if (memory_history::recording()) memory_history::record_alloc(data, n, capacity, /*new_segment=*/fresh);
     return {data, data, &counting_delete, cpu};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &counting_delete; }
@@ -161,6 +177,14 @@ class CpuMemoryMeter final : public MemoryMeter {
 };
 
 }  // namespace
+
+void memory_history::for_each_cached_block(const std::function<void(const void* data, size_t capacity)>& visit) {
+  BlockCache& cache = block_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  for (const auto& [capacity, blocks] : cache.free_blocks) {
+    for (void* base : blocks) visit(static_cast<char*>(base) + kHeader, capacity);
+  }
+}
 
 MemoryMeter& memory_meter(const c10::Device& device) {
   if (device.is_cpu()) {

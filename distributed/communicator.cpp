@@ -106,8 +106,8 @@ std::shared_ptr<Communicator> make_communicator(const World& world, const Distri
   const bool want_nccl = backend == "nccl" || (backend == "auto" && device.is_cuda());
   if (want_nccl && !nccl_available()) {
     throw Error("distributed.backend = " + backend + " on device " + device.str() +
-                ": wxtrain was built without CUDA/NCCL (reconfigure with cmake -DWXTRAIN_CUDA=ON "
-                "against a CUDA LibTorch)");
+                ": wxtrain was built against a LibTorch without CUDA, so without NCCL (build against a CUDA "
+                "LibTorch, e.g. the torch wheel scripts/install_deps.sh installs)");
   }
   if (world.size <= 1) return std::make_shared<LocalCommunicator>();
   if (want_nccl) {

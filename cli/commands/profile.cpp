@@ -1,10 +1,13 @@
 // `wxtrain profile`: N real training steps under the memory meter (autotune/memory_profile.h): a
-// per-step CSV, a summary, an SVG timeline of one step, and PASS/FAIL against --threshold with
-// the exit code CI needs (0 at or below, 1 above; 2 for bad arguments).
+// per-step CSV, a summary, an SVG timeline of one step, a memory_viz snapshot of the steps'
+// allocations, and PASS/FAIL against --threshold with the exit code CI needs (0 at or below, 1
+// above; 2 for bad arguments).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
+
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
@@ -27,8 +30,37 @@ struct ProfileArgs {
   std::string threshold;
   std::string csv;
   std::string svg;
+  std::string snapshot;
+  int64_t snapshot_entries = 100000;
+  CLI::Option* snapshot_option = nullptr;  // given at all (an empty FILE is an error, not "none")
   bool json = false;
 };
+
+// --snapshot FILE: checked before any work, so a typo does not cost the run.
+void check_snapshot_arguments(const ProfileArgs& args) {
+  if (!args.snapshot_option || args.snapshot_option->count() == 0) return;
+  if (args.snapshot.empty()) throw ConfigError("--snapshot '': expected a file name such as memory.pickle");
+  if (args.snapshot_entries <= 0)
+    throw ConfigError("--snapshot-entries " + std::to_string(args.snapshot_entries) +
+                      ": expected a positive number of events to keep, e.g. 100000");
+  struct stat st {};
+  if (stat(args.snapshot.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw ConfigError("--snapshot " + args.snapshot + ": is a directory; expected a file name such as memory.pickle");
+  const auto slash = args.snapshot.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : args.snapshot.substr(0, slash));
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw ConfigError("--snapshot " + args.snapshot + ": directory " + dir + " does not exist");
+}
+
+// Rank 0 writes FILE; under mpirun rank r writes FILE with ".rank<r>" before its extension.
+std::string snapshot_path(const std::string& path, int rank) {
+  if (rank == 0) return path;
+  const auto slash = path.find_last_of('/');
+  const auto dot = path.find_last_of('.');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  const std::string tag = ".rank" + std::to_string(rank);
+  return has_ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
 
 std::string gib(double bytes) {
   char buf[32];
@@ -74,13 +106,18 @@ int run_profile(const ProfileArgs& args) {
   const int64_t threshold = args.threshold.empty() ? 0 : autotune::parse_size_argument("--threshold", args.threshold);
   if (args.steps <= 0)
     throw ConfigError("--steps " + std::to_string(args.steps) + ": expected a positive number of steps");
+  check_snapshot_arguments(args);
+  const bool snapshot = !args.snapshot.empty();
   const distributed::World& world = distributed::current_world();  // main() initialised it
   return distributed::run_or_abort([&] {
     RunConfig config = load_run(args.run);
     const torch::Device device = resolve_device(config.train.device, world.local_rank);
     autotune::ProfileOptions options;
     options.steps = args.steps;
+    if (snapshot) options.snapshot_entries = args.snapshot_entries;
     const autotune::ProfileReport r = autotune::profile_memory(config, device, nullptr, options);
+    // Every rank records its own memory; write_text_file writes FILE.tmp and renames it into place.
+    if (snapshot) write_text_file(snapshot_path(args.snapshot, world.rank), r.snapshot);
     if (world.rank != 0) return 0;
 
     if (!args.csv.empty()) write_text_file(args.csv, autotune::steps_csv(r));
@@ -108,6 +145,7 @@ int run_profile(const ProfileArgs& args) {
       j["peak_forward_backward_bytes"] = r.peak_forward_backward();
       j["peak_optimizer_bytes"] = r.peak_optimizer();
       j["timeline_samples"] = r.timeline.ms.size();
+      if (snapshot) j["snapshot"] = {{"path", args.snapshot}, {"bytes", r.snapshot.size()}};
       if (verdict)
         j["threshold"] = {{"bytes", verdict->threshold}, {"pass", verdict->pass}, {"headroom_bytes", verdict->headroom}};
       std::cout << j.dump(2) << "\n";
@@ -136,6 +174,15 @@ int run_profile(const ProfileArgs& args) {
       if (!args.svg.empty())
         std::cout << (args.csv.empty() ? "\n" : "") << "timeline of step " << r.timeline.step << " ("
                   << r.timeline.ms.size() << " samples): " << args.svg << "\n";
+      if (snapshot) {
+        std::cout << (args.csv.empty() && args.svg.empty() ? "\n" : "") << "memory snapshot of the steps ("
+                  << format_bytes(static_cast<double>(r.snapshot.size())) << "): " << args.snapshot << "\n"
+                  << "  open it: drag it into https://pytorch.org/memory_viz, or\n"
+                  << "  python -m torch.cuda._memory_viz trace_plot " << args.snapshot << " -o " << args.snapshot
+                  << ".html\n";
+        if (world.size > 1)
+          std::cout << "  ranks 1.." << world.size - 1 << ": " << snapshot_path(args.snapshot, 1) << " ...\n";
+      }
     }
     if (verdict) {
       (verdict->pass ? std::cout : std::cerr) << verdict->message << "\n";
@@ -150,13 +197,21 @@ int run_profile(const ProfileArgs& args) {
 Action add_profile_command(CLI::App& app) {
   auto args = std::make_shared<ProfileArgs>();
   auto* cmd = app.add_subcommand("profile", "run N training steps and record memory: CSV log, summary, "
-                                            "SVG timeline, PASS/FAIL against a threshold");
+                                            "SVG timeline, memory_viz snapshot, PASS/FAIL against a threshold");
   add_run_options(*cmd, args->run);
   cmd->add_option("--steps", args->steps, "training steps to run (default 10)");
   cmd->add_option("--threshold", args->threshold,
                   "PASS (exit 0) when the peak is at or below this size, e.g. 22GiB; FAIL (exit 1) above");
   cmd->add_option("--csv", args->csv, "per-step log: timestamp,step,allocated_GB,reserved_GB,peak_GB (GB = 1e9 bytes)");
   cmd->add_option("--svg", args->svg, "timeline of the last step's allocated memory with its phases");
+  args->snapshot_option =
+      cmd->add_option("--snapshot", args->snapshot,
+                      "record every allocation and free of the steps and write a memory snapshot (a pickle, "
+                      "as torch.cuda.memory._dump_snapshot writes) for https://pytorch.org/memory_viz or "
+                      "python -m torch.cuda._memory_viz trace_plot FILE -o FILE.html; CPU and CUDA");
+  cmd->add_option("--snapshot-entries", args->snapshot_entries,
+                  "events the snapshot keeps, the most recent (default 100000)")
+      ->needs(args->snapshot_option);
   cmd->add_flag("--json", args->json, "machine-readable output");
   return [args]() { return run_profile(*args); };
 }

@@ -94,14 +94,21 @@ std::string device_name(c10::DeviceIndex device) {
 
 void start_memory_history(size_t max_entries) {
   require_device(0);
-  // std::string arguments, not literals: a bare "all" would pick the older bool overload.
+  // torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="all",
+  // max_entries=..., clear_history=True) as 2.11 spells it in C++ (torch/csrc/cuda/memory_snapshot.h):
+  // enabled "state"|"all", context "state"|"alloc"|"all", stacks "python"|"all" (anything else
+  // throws). stacks="all" adds C++ frames to the Python ones, and a C++ program has only those
+  // ("python" would leave every event without frames). clearHistory drops what an earlier recording
+  // left, so the snapshot holds this one alone. std::optional<std::string> arguments, not literals: a
+  // bare "all" converts to bool first and would pick the legacy overload.
   torch::cuda::_record_memory_history(std::optional<std::string>(std::string("all")),
                                       std::optional<std::string>(std::string("all")), std::string("all"),
-                                      max_entries);
+                                      max_entries, /*clearHistory=*/true);
 }
 
 std::string memory_snapshot_pickle() { return torch::cuda::_memory_snapshot_pickled(); }
 
+// enabled=None: stops recording and clears the ring buffer (CUDACachingAllocator::recordHistory).
 void stop_memory_history() { torch::cuda::_record_memory_history(std::nullopt); }
 
 }  // namespace wxtrain::cuda

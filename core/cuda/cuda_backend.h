@@ -22,7 +22,8 @@ MemoryMeter& memory_meter(c10::DeviceIndex device);
 std::string device_name(c10::DeviceIndex device);
 
 // Starts recording the caching allocator's allocation history, as
-// torch.cuda.memory._record_memory_history(max_entries=...) does (C++ stack frames only).
+// torch.cuda.memory._record_memory_history(max_entries=..., clear_history=True) does: every event
+// with its C++ stack (stacks="all"; a C++ program has no Python frames). Drops an earlier history.
 void start_memory_history(size_t max_entries);
 // The snapshot torch.cuda.memory._dump_snapshot writes: segments, blocks and the recorded history,
 // pickled for memory_viz.
