@@ -7,7 +7,7 @@
 #   bench/run_ddp_bench.sh [BUILD_DIR=build-mpi] [ROUNDS=5]
 #   env: CONFIG (configs/storm_unet.toml) PRECISION (fp32) BATCH (8 per rank) THREADS (1 per rank)
 #        BW_ROUNDS (5) SKIP_BW=1 to leave out comm_bandwidth
-# Needs targets ddp_step and comm_bandwidth built in BUILD_DIR, and /usr/bin/python3 with torch.
+# Needs targets ddp_step and comm_bandwidth built in BUILD_DIR, and .venv/bin/python with torch (scripts/install_deps.sh).
 set -eu
 cd "$(dirname "$0")/.."
 build="${1:-build-mpi}"
@@ -34,7 +34,7 @@ for r in $(seq "$rounds"); do
   "${mpirun_cmd[@]}" "$build/bench/ddp_step" --config "$config" "${common[@]}" >> "$tmp/wx.txt"
   # OMP_NUM_THREADS for the peer too: it also sizes OpenBLAS's own pool (fp32 GEMMs), which
   # torch.set_num_threads does not; without it each peer rank would run its GEMMs on both cores.
-  OMP_NUM_THREADS="$threads" /usr/bin/python3 bench/peer/ddp_peer.py --describe "$tmp/desc.json" --ranks 2 --threads "$threads" \
+  OMP_NUM_THREADS="$threads" "${PY:-.venv/bin/python}" bench/peer/ddp_peer.py --describe "$tmp/desc.json" --ranks 2 --threads "$threads" \
       "${common[@]}" >> "$tmp/py.txt"
   echo "round $r: wxtrain $(tail -1 "$tmp/wx.txt" | field step_ms) ms, pytorch-ddp $(tail -1 "$tmp/py.txt" | field step_ms) ms" >&2
 done

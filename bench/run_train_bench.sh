@@ -4,9 +4,10 @@
 #
 #   bench/run_train_bench.sh [build-dir]          (default build-perf; ROUNDS=3 REPS=5 BATCH=8 THREADS=1)
 #
-# Both sides run with OMP_NUM_THREADS=THREADS, which sizes every pool alike: LibTorch's intra-op
-# threads, oneDNN's, and OpenBLAS's own (Debian's pthread OpenBLAS otherwise takes every core for
-# fp32 GEMMs whatever LibTorch's thread count is, and fp32 would race bf16 on more cores).
+# The peer is PyTorch from the same torch wheel wxtrain links (.venv/, scripts/install_deps.sh): the
+# same ATen, MKL and oneDNN on both sides, eager, and with torch.compile (inductor) as a further
+# column (COMPILE=0 skips it). Both sides run with OMP_NUM_THREADS=THREADS, which sizes every pool
+# alike: LibTorch's intra-op threads, MKL's and oneDNN's.
 #
 # The machine is shared and noisy, so every figure is a ratio of runs taken side by side: each
 # round runs every (model, precision) pair as wxtrain then PyTorch (then, for the U-Net and the gnn,
@@ -20,7 +21,8 @@ ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-5}
 BATCH=${BATCH:-8}
 export OMP_NUM_THREADS=${THREADS:-1}
-PY=/usr/bin/python3  # Debian's python3-torch: the same ATen build as the LibTorch we link
+PY=${PY:-.venv/bin/python}  # the torch wheel wxtrain builds against
+COMPILE=${COMPILE:-1}
 MODELS=(unet vit gnn vit_base)  # configs/storm_$m.toml
 PRECISIONS=(fp32 bf16-mixed)
 
@@ -41,8 +43,8 @@ run_cpp() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
-# wxtrain's own CPU kernels (U-Net: GroupNorm + SiLU; gnn: edge gather, bf16 SiLU; vit and gnn:
-# fp32 GEMMs through oneDNN) against ATen's path, same binary (--unfused).
+# wxtrain's own CPU kernels (U-Net: GroupNorm + SiLU, pooling, upsampling; gnn: edge gather, bf16
+# SiLU; vit and gnn: fp32 GEMMs on the BLAS called directly) against ATen's path, same binary (--unfused).
 run_unfused() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS" --unfused
@@ -52,12 +54,10 @@ run_py() {
     --batch "$BATCH" --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
 
-# Debian's OpenBLAS 0.3.21 runs its AVX2 (Haswell) kernels on AVX-512 Zen 4, where wxtrain's fp32
-# Linear layers and attention go to oneDNN (models/cpu_gemm.h). For the fairest fp32 comparison the
-# peer also runs with OpenBLAS told to use its AVX-512 kernels (an environment variable a PyTorch
-# user would have to know about), reported as its own column.
-run_py_avx512() {
-  OPENBLAS_CORETYPE=SkylakeX run_py "$@" | sed 's/impl=pytorch /impl=pytorch-avx512 /'
+# torch.compile'd peer: the first warm-up step compiles (inductor's cache makes later rounds quick).
+run_py_compile() {
+  "$PY" bench/peer/train_peer.py --config "configs/storm_$1.toml" --shape "$OUT/$1.json" --precision "$2" \
+    --batch "$BATCH" --warmup 3 --steps "$(steps_for "$1")" --reps "$REPS" --compile
 }
 
 RESULTS="$OUT/results.txt"
@@ -66,7 +66,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
     for p in "${PRECISIONS[@]}"; do
       runs=(run_cpp run_py)
       if [[ $m != vit_base ]]; then runs+=(run_unfused); fi
-      if [[ $p == fp32 && $m != unet ]]; then runs+=(run_py_avx512); fi
+      if [[ $COMPILE == 1 ]]; then runs+=(run_py_compile); fi
       if ((r % 2 == 1)); then runs=($(printf '%s\n' "${runs[@]}" | tac)); fi
       for run in "${runs[@]}"; do
         "$run" "$m" "$p" | sed "s/^/round=$r config=$m /" | tee -a "$RESULTS" >&2
@@ -105,9 +105,9 @@ def ratio_table(title, impl, other, other_label, with_precision=True):
 
 ratio_table(f"\nTraining throughput, batch 8, samples/s (median of {len(rounds)} alternating rounds; "
             f"intra-op threads: {', '.join(sorted(threads))})\n", "wxtrain", "pytorch", "PyTorch")
-ratio_table("\nfp32 against PyTorch with OpenBLAS forced to its AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX)\n",
-            "wxtrain", "pytorch-avx512", "PyTorch (AVX-512 OpenBLAS)", with_precision=False)
-ratio_table("\nwxtrain's CPU kernels (fused ops, oneDNN fp32 GEMMs) against ATen's path (same binary, --unfused)\n",
+ratio_table("\nAgainst PyTorch with torch.compile (inductor, default mode; the optimizer eager)\n",
+            "wxtrain", "pytorch-compile", "PyTorch compiled")
+ratio_table("\nwxtrain's CPU kernels (fused ops, fp32 GEMMs on the BLAS) against ATen's path (same binary, --unfused)\n",
             "fused", "wxtrain-unfused", "unfused")
 
 print("\nbf16-mixed vs fp32 (same rounds)\n")

@@ -17,7 +17,7 @@ Breakdown Estimate::breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) 
     b.optimizer = states.optimizer;
   }
   b.activations = std::max(0.0, activations.at(static_cast<double>(batch)));
-  if (gpu) b.overhead = gpu_overhead(b.allocated(), uses_convolutions, gpu->rocm).total();
+  if (gpu) b.overhead = gpu_overhead(b.allocated(), uses_convolutions, *gpu).total();
   return b;
 }
 

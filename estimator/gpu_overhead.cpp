@@ -1,33 +1,155 @@
 #include "estimator/gpu_overhead.h"
 
-#include <cmath>
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <exception>
+#include <string>
 
 namespace wxtrain::estimator {
 
 namespace {
+constexpr double KiB = 1024.0;
 constexpr double MiB = 1024.0 * 1024.0;
+
+// ATen's cuBLAS handles come from a pool with one handle per (thread, device), and each
+// (handle, stream) pair gets its own workspace (CublasHandlePool.cpp, setWorkspaceForHandle).
+// A training step uses two: the forward on the caller's thread, and autograd's device thread,
+// which runs backward on the forward's stream (CUDA semantics notes, "Stream semantics of
+// backward passes"). wxtrain's NCCL streams run no GEMMs.
+constexpr double kBlasHandles = 2;
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::optional<std::string>(v) : std::nullopt;
 }
 
-GpuOverhead gpu_overhead(double peak_allocated, bool uses_convolutions, bool rocm) {
+// CUBLAS_WORKSPACE_CONFIG as parseChosenWorkspaceSize reads it: every ":SIZE:COUNT" (SIZE in KiB)
+// adds SIZE * COUNT; a value with none of them leaves the default.
+std::optional<double> parse_workspace_config(const std::string& s) {
+  double total = 0;
+  bool any = false;
+  for (size_t i = 0; i < s.size();) {
+    auto digits = [&](size_t from) {
+      size_t j = from;
+      while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+      return j;
+    };
+    if (s[i] == ':') {
+      const size_t a = digits(i + 1);
+      if (a > i + 1 && a < s.size() && s[a] == ':') {
+        const size_t b = digits(a + 1);
+        if (b > a + 1) {
+          total += std::stod(s.substr(i + 1, a - i - 1)) * KiB * std::stod(s.substr(a + 1, b - a - 1));
+          any = true;
+          i = b;
+          continue;
+        }
+      }
+    }
+    ++i;
+  }
+  return any ? std::optional<double>(total) : std::nullopt;
+}
+
+// c10::utils::check_env: "1" is true, "0" false, anything else unset.
+std::optional<bool> flag(const std::optional<std::string>& v) {
+  if (v == "1") return true;
+  if (v == "0") return false;
+  return std::nullopt;
+}
+}  // namespace
+
+bool OverheadEnv::expandable_segments() const {
+  // CUDAAllocatorConfig::instance(): PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF; the option
+  // is "expandable_segments:True".
+  const std::optional<std::string>& conf = cuda_alloc_conf ? cuda_alloc_conf : alloc_conf;
+  if (!conf) return false;
+  const std::string key = "expandable_segments";
+  const size_t at = conf->find(key);
+  if (at == std::string::npos) return false;
+  size_t i = at + key.size();
+  auto skip_space = [&] { while (i < conf->size() && std::isspace(static_cast<unsigned char>((*conf)[i]))) ++i; };
+  skip_space();
+  if (i >= conf->size() || (*conf)[i] != ':') return false;
+  ++i;
+  skip_space();
+  return conf->compare(i, 4, "True") == 0;
+}
+
+const OverheadEnv& OverheadEnv::process() {
+  // LibTorch reads each of these once, at first use; so do we.
+  static const OverheadEnv e{env("CUBLAS_WORKSPACE_CONFIG"), env("CUBLASLT_WORKSPACE_SIZE"),
+                             env("TORCH_CUBLASLT_UNIFIED_WORKSPACE"), env("PYTORCH_CUDA_ALLOC_CONF"),
+                             env("PYTORCH_ALLOC_CONF")};
+  return e;
+}
+
+double cublas_workspace_bytes(const GpuSpec& gpu, const OverheadEnv& e) {
+  if (e.cublas_workspace_config)
+    if (auto configured = parse_workspace_config(*e.cublas_workspace_config)) return *configured;
+  // ROCm (CublasHandlePool.cpp, parseChosenWorkspaceSize): 32 MiB, 128 MiB on gfx94x/gfx95x.
+  if (gpu.rocm) return (gpu.compute_capability == 94 || gpu.compute_capability == 95 ? 128.0 : 32.0) * MiB;
+  // CUDA, same function in 2.11.0: ":4096:2:16:8" (8.125 MiB), ":4096:8" (32 MiB) only when
+  // major == 9 && minor == 0. Main after 2.11 (PR #175344) gives 32 MiB to sm_100/sm_120 too; we
+  // take 32 there, 2 x 23.9 MiB on the safe side for 2.11.0 itself. Unknown GPU: the larger.
+  const int cc = gpu.compute_capability;
+  if (cc == 0 || cc == 90 || cc >= 100) return 4096.0 * KiB * 8;
+  return 4096.0 * KiB * 2 + 16.0 * KiB * 8;
+}
+
+double cublaslt_workspace_bytes(const GpuSpec& gpu, const OverheadEnv& e) {
+  // parseCUDABlasLtWorkspaceSize: CUBLASLT_WORKSPACE_SIZE in KiB, default 1024 KiB (76 MiB for
+  // hipBLASLt); an unreadable value keeps the default.
+  double requested = (gpu.rocm ? 76.0 * 1024 : 1024.0) * KiB;
+  if (e.cublaslt_workspace_size) {
+    try {
+      const int kib = std::stoi(*e.cublaslt_workspace_size);
+      if (kib >= 0) requested = kib * KiB;
+    } catch (const std::exception&) {
+    }
+  }
+  if (gpu.rocm) return requested;  // hipBLASLt keeps its own pool
+  // getCUDABlasLtWorkspaceSize caps the size at cuBLAS's unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=0;
+  // getCUDABlasLtWorkspace shares cuBLAS's buffer only when it is 1 (2.11.0 reads the two
+  // differently; PR #175879 aligns them after 2.11). Shared: no extra bytes.
+  const std::optional<bool> unified = flag(e.cublaslt_unified);
+  if (unified == true) return 0;
+  if (unified != false) requested = std::min(requested, cublas_workspace_bytes(gpu, e));
+  return requested;
+}
+
+double cuda_context_bytes(const GpuSpec& gpu) {
+  // No public measurement of a HIP context under LibTorch was found: 1 GiB, a placeholder.
+  if (gpu.rocm) return 1024 * MiB;
+  // The context alone, created by cudaMemGetInfo with nothing loaded (lazy module loading, the
+  // default since CUDA 12.2): 414 MiB on an A100 (CUDA 12.8), 426 MiB on an RTX 6000 Ada (torch
+  // 2.10+cu130), 612 MiB on a B200; none found for Hopper, which has fewer SMs than B200 (132 vs
+  // 148; the driver reserves per-thread stack for every resident thread) on the same driver: B200's
+  // figure. Plus 150 MiB for the kernels a training step loads: training processes measure
+  // 410-500 MiB on A100s and L40S, 65-86 MiB above the bare context. Sources: docs/estimator.md.
+  const int cc = gpu.compute_capability;
+  const double bare = (cc == 0 || cc >= 90) ? 612 : cc == 89 ? 426 : 414;
+  return (bare + 150) * MiB;
+}
+
+GpuOverhead gpu_overhead(double peak_allocated, bool uses_convolutions, const GpuSpec& gpu, const OverheadEnv& e) {
   GpuOverhead o;
-  // CUDA context: PyTorch's "CUDA semantics" notes say the context alone takes several hundred MB.
-  // With lazy module loading (CUDA_MODULE_LOADING=LAZY, PyTorch's default for CUDA >= 11.7) the
-  // commonly measured figure for torch + cuBLAS/cuDNN kernels is 300-500 MiB: we take 500 MiB
-  // so the estimate errs on the safe side. ROCm's HIP runtime is similar in size.
-  o.cuda_context = (rocm ? 512.0 : 500.0) * MiB;
-  // cuBLAS: PyTorch 1.13 sizes each handle's workspace as ":4096:2:16:8" (4096 KiB x 2 + 16 KiB x 8)
-  // = 8.125 MiB unless CUBLAS_WORKSPACE_CONFIG says otherwise; forward and backward each use a
-  // handle on the default stream of their thread -> two workspaces.
-  o.cublas_workspace = 2 * 8.125 * MiB;
-  // cuDNN: with torch.backends.cudnn.benchmark off (our default) heuristics prefer algorithms
-  // with small workspaces; PyTorch caps trials at the free memory. 128 MiB covers the common
-  // 3x3 convolution algorithms (IMPLICIT_PRECOMP_GEMM / WINOGRAD_NONFUSED) at these sizes.
+  o.cuda_context = cuda_context_bytes(gpu);
+  o.cublas_workspace = kBlasHandles * cublas_workspace_bytes(gpu, e);
+  o.cublaslt_workspace = kBlasHandles * cublaslt_workspace_bytes(gpu, e);
+  // cuDNN (Conv_v8.cpp, run_single_conv): with cudnn.benchmark off (LibTorch's default) the engines
+  // come in cuDNN's heuristic order, each call allocates its workspace from the caching allocator
+  // and frees it, and an engine whose workspace does not fit is skipped for the next. So this is
+  // an allowance for the fast engines, not a floor a run needs: 128 MiB, not measured.
   o.cudnn_workspace = uses_convolutions ? 128.0 * MiB : 0.0;
-  // Caching allocator (c10/cuda/CUDACachingAllocator.cpp): sizes round up to 512 B; requests
-  // under 1 MiB share 2 MiB segments, larger ones get 20 MiB segments or their size rounded to
-  // 2 MiB; freed blocks are cached, not returned, so reserved exceeds the allocated peak by the
-  // fragmentation of the block pool — typically 5-10% for training loops of fixed shapes.
-  o.allocator_reserve = 0.08 * peak_allocated + 20.0 * MiB;
+  // Caching allocator (c10/cuda/CUDACachingAllocator.cpp, c10/core/AllocatorConfig.h): sizes round
+  // to 512 B; requests up to 1 MiB share 2 MiB segments, 1-10 MiB ones 20 MiB segments, larger ones
+  // get their size rounded to 2 MiB; freed blocks stay cached. Reserved-but-unallocated in public
+  // OOM reports of fixed-shape runs is 0-7% of allocated: 8%, plus one 20 MiB segment. With
+  // expandable_segments the cached pages of a free block can be unmapped and mapped where needed,
+  // leaving at most a part-used 2 MiB page per live block: 2% (700 blocks at a 70 GiB peak).
+  o.allocator_reserve = (e.expandable_segments() ? 0.02 : 0.08) * peak_allocated + 20.0 * MiB;
   return o;
 }
 

@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch's own DistributedDataParallel (Gloo backend, torch.multiprocessing.spawn) on the storm
 U-Net, timed like bench/ddp_step.cpp: the same architecture and parameter count, the same residual
 (tendency) prediction, latitude-weighted MSE, AdamW and global-norm clipping, synthetic batches of
 the storm grid, the same threads per rank.
 
-  /usr/bin/python3 bench/peer/ddp_peer.py --describe FILE [--ranks 2] [--batch 8] [--threads 1]
+  .venv/bin/python bench/peer/ddp_peer.py --describe FILE [--ranks 2] [--batch 8] [--threads 1]
       [--warmup 3] [--steps 10] [--reps 5] [--precision fp32|bf16-mixed]
 
 FILE is the JSON that `ddp_step --config ... --describe` prints (shape, parameter count, the

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The PyTorch (Python API) peer of bench/train_throughput.cpp.
 
 The same three storm models as models/{unet,vit,gnn}.cpp, layer for layer (the parameter count is
@@ -7,7 +7,7 @@ asserted against what the C++ benchmark reports), the same latitude-weighted MSE
 torch.optim.AdamW at its CPU defaults, on synthetic batches of the same shape, timed the same way:
 after `warmup` steps, `reps` repetitions of `steps` steps; the median repetition's samples/s.
 
-  /usr/bin/python3 bench/peer/train_peer.py --config configs/storm_unet.toml \
+  .venv/bin/python bench/peer/train_peer.py --config configs/storm_unet.toml \
       --shape shape.json --precision bf16-mixed [--batch 8 --warmup 3 --steps 10 --reps 5]
 
 shape.json is `train_throughput --config ... --describe`: grid, channels, latitudes, parameter
@@ -270,6 +270,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", help="write a chrome trace of `steps` steps after warm-up instead of timing")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (inductor; the optimizer stays eager); reported as impl=pytorch-compile")
     args = ap.parse_args()
 
     with open(args.config, "rb") as f:
@@ -286,6 +288,9 @@ def main():
         sys.exit(f"train_peer: {m['name']} has {params} parameters, wxtrain's has {shape['params']}: "
                  "the architectures differ")
     model.train()
+    if args.compile:
+        # Compiled on the first warm-up step; the rollout calls the same compiled module each step.
+        model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=t["lr"], betas=(t.get("beta1", 0.9), t.get("beta2", 0.999)),
                             eps=t.get("eps", 1e-8), weight_decay=t.get("weight_decay", 0.01))
     grad_clip = t.get("grad_clip", 0.0)
@@ -326,7 +331,8 @@ def main():
         for _ in range(args.steps):
             loss = step()
         rates.append(args.steps * args.batch / (time.perf_counter() - start))
-    print(f"impl=pytorch model={m['name']} precision={args.precision} batch={args.batch} params={params} "
+    impl = "pytorch-compile" if args.compile else "pytorch"
+    print(f"impl={impl} model={m['name']} precision={args.precision} batch={args.batch} params={params} "
           f"threads={torch.get_num_threads()} loss={loss:.5g} reps={','.join(f'{r:.2f}' for r in rates)} "
           f"samples_per_s={statistics.median(rates):.3f}")
 

@@ -130,11 +130,66 @@ TEST(Estimate, MaxBatchIsTheLargestThatFits) {
 }
 
 TEST(GpuCatalog, HasTheCardsUsersRentAndFindsThemLoosely) {
-  for (const char* name : {"T4", "RTX3080", "RTX4060Ti", "RTX4090", "A10G", "L4", "V100", "A100-40", "A100-80",
-                           "H100", "H200", "MI250X"})
+  for (const char* name : {"T4", "RTX3080", "RTX4060Ti", "RTX4090", "RTX6000Ada", "A10G", "L4", "L40S", "V100",
+                           "A100-40", "A100-80", "H100", "H100-PCIe", "H100-NVL", "GH200", "H200", "B200", "MI250X",
+                           "MI300X"})
     EXPECT_TRUE(find_gpu(name).has_value()) << name;
   EXPECT_EQ(find_gpu("a100 80gb")->name, "A100-80");
   EXPECT_EQ(find_gpu("rtx-4090")->name, "RTX4090");
+  EXPECT_EQ(find_gpu("H100 80GB")->name, "H100");
+  EXPECT_EQ(find_gpu("h100 nvl")->name, "H100-NVL");
   EXPECT_FALSE(find_gpu("GTX 9999").has_value());
-  EXPECT_NEAR(find_gpu("H200")->memory_bytes / 1e9, 150.8, 0.5);  // 143771 MiB as nvidia-smi reports
+  // Every board says which architecture it is, so the overhead model can pick its figures.
+  for (const auto& g : gpu_catalog()) EXPECT_GT(g.compute_capability, 0) << g.name;
+  EXPECT_EQ(find_gpu("A100-80")->compute_capability, 80);
+  EXPECT_EQ(find_gpu("L40S")->compute_capability, 89);
+  EXPECT_EQ(find_gpu("H200")->compute_capability, 90);
+  EXPECT_EQ(find_gpu("B200")->compute_capability, 100);
+  EXPECT_TRUE(find_gpu("MI300X")->rocm);
+  // `wxtrain estimate` prices its one-GPU column on the last entry: a CUDA board.
+  EXPECT_FALSE(gpu_catalog().back().rocm);
+}
+
+// The catalog holds cudaMemGetInfo's total, which is what the caching allocator can get; nvidia-smi's
+// Total is larger by what the driver reserves (H100 81559 vs 81008 MiB, H200 143771 vs 143156,
+// B200 183359 vs 182631).
+TEST(GpuCatalog, MemoryIsWhatCudaMemGetInfoReportsNotNvidiaSmisTotal) {
+  constexpr int64_t MiB = 1 << 20;
+  EXPECT_EQ(find_gpu("H100")->memory_bytes, 81008 * MiB);
+  EXPECT_EQ(find_gpu("H200")->memory_bytes, 143156 * MiB);
+  EXPECT_EQ(find_gpu("B200")->memory_bytes, 182631 * MiB);
+  EXPECT_NEAR(find_gpu("H200")->memory_bytes / 1e9, 150.1, 0.05);
+  // Where only nvidia-smi's Total is known the catalog takes 1 GiB off it, more than the largest gap
+  // measured (768 MiB, A100 80GB: 81920 vs 81152).
+  EXPECT_EQ(find_gpu("H100-NVL")->memory_bytes, (95830 - 1024) * MiB);
+  EXPECT_EQ(find_gpu("GH200")->memory_bytes, (97871 - 1024) * MiB);
+
+  // What that is worth to a user: a ViT step that nvidia-smi's H100 total would take at a larger batch.
+  RunConfig config = small_run(kVit);
+  Estimate e = estimate(config, models::model_shape(config), {});
+  const GpuSpec h100 = *find_gpu("H100");
+  GpuSpec smi_total = h100;
+  smi_total.memory_bytes = 81559 * MiB;
+  EXPECT_GT(e.max_batch(smi_total.memory_bytes, smi_total), e.max_batch(h100.memory_bytes, h100));
+}
+
+// Near the H100's boundary: the batch one past the largest an H100 takes does not fit it and fits an
+// H200, whose cuBLAS workspace and context are the same sm_90 figures.
+TEST(GpuCatalog, H200FitsABatchThatH100DoesNot) {
+  RunConfig config = small_run(kUnet);
+  const auto shape = models::model_shape(config);
+  Estimate e = estimate(config, shape, {});
+  const GpuSpec h100 = *find_gpu("H100"), h200 = *find_gpu("H200");
+  const int64_t h100_max = e.max_batch(h100.memory_bytes, h100);
+  ASSERT_GT(h100_max, 0);
+  EstimateOptions at_boundary;
+  at_boundary.batch = h100_max + 1;
+  Estimate past = estimate(config, shape, at_boundary);
+  const GpuFit on_h100 = past.fit(h100), on_h200 = past.fit(h200);
+  EXPECT_FALSE(on_h100.fits);
+  EXPECT_TRUE(on_h200.fits);
+  EXPECT_EQ(on_h100.max_batch, h100_max);
+  EXPECT_GT(on_h200.max_batch, h100_max);
+  // Same architecture, same overhead but for the allocator's share of the (equal) peak.
+  EXPECT_DOUBLE_EQ(on_h100.at_batch.overhead, on_h200.at_batch.overhead);
 }

@@ -300,7 +300,9 @@ void expect_saved_and_stopped(Process& p, const std::string& dir, bool exit_zero
   const int code = p.wait_for(60);
   const std::string out = p.output();
   ASSERT_NE(code, -1) << "the job did not stop within 60 s:\n" << out;
-  if (exit_zero) EXPECT_EQ(code, 0) << out;
+  if (exit_zero) {
+    EXPECT_EQ(code, 0) << out;
+  }
   EXPECT_NE(out.find("stopped at step"), std::string::npos) << out;
   const Checkpoint c = checkpoint_in(dir);
   EXPECT_GE(c.step, 3);

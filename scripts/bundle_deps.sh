@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# Gathers wxtrain's dependencies other than LibTorch from this machine's Debian packages into one
+# relocatable folder, for GPU machines that are offline or not Debian. Nothing is installed: the
+# folder can be moved or copied anywhere and used as it is.
+#
+#   scripts/bundle_deps.sh [DIR]      (default deps-bundle/; run scripts/install_deps.sh first)
+#   . DIR/env.sh                      PATH, LD_LIBRARY_PATH, OPAL_PREFIX, PMIX_PREFIX, CMAKE_PREFIX_PATH
+#   cmake -S . -B build -DCMAKE_PREFIX_PATH="<torch.utils.cmake_prefix_path>;$WXTRAIN_BUNDLE"
+#   scripts/gpu_check.sh --bundle DIR  (does the above itself)
+#
+# The layout mirrors /usr (include/, lib/<multiarch>/, share/), so OpenMPI relocates with OPAL_PREFIX
+# and PMIx with PMIX_PREFIX, and the packages' own CMake config files, which find their prefix
+# relative to themselves, work from CMAKE_PREFIX_PATH unchanged; only netCDF's, which names its
+# dependencies by absolute path, is rewritten. In the bundle:
+#   - headers and CMake configs of toml++, CLI11, nlohmann-json, fmt, GoogleTest (its static
+#     libgtest, the only form Debian ships) and netCDF-C; OpenMPI's mpi.h and what it includes;
+#   - the shared libraries of toml++, fmt, netCDF-C and OpenMPI and everything they load (ldd):
+#     HDF5, curl with its TLS/Kerberos/LDAP stack, libxml2 with ICU, hwloc, libevent, PMIx, ...;
+#     not glibc and not the compiler's runtime (libstdc++, libgcc_s), which the machine that
+#     builds wxtrain has (MANIFEST records the newest GLIBC_/GLIBCXX_ symbol versions needed);
+#   - OpenMPI's launcher (mpirun, mpiexec, orterun; prterun where the version has it), ompi_info,
+#     the wrapper compilers FindMPI runs (mpicc, mpicxx), the MCA plugins except InfiniBand, UCX,
+#     OFI, PSM and OpenSHMEM ones (a single node needs none of them, and their libraries would
+#     double the bundle), help and wrapper-data files; PMIx's plugins and help files;
+#   - ncdump, and the storm NetCDF files of libncarg-data that configs/storm_*.toml read
+#     (share/ncarg/data/cdf/; scripts/gpu_check.sh points copies of the configs at them).
+# Programs in bin/ are small bash wrappers that set the library path and the OpenMPI/PMIx prefixes
+# and exec the real binary from libexec/wxtrain-bundle/, so `DIR/bin/mpirun` works without env.sh.
+# No docs, man pages, pkg-config files or static libraries other than GoogleTest's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "bundle_deps.sh: $*" >&2; exit 1; }
+[[ $# -le 1 && ${1:-} != -* ]] || die "usage: scripts/bundle_deps.sh [DIR]   (default deps-bundle/)"
+B=$(realpath -m "${1:-deps-bundle}")
+MARKER="wxtrain dependency bundle"
+
+packages=(libtomlplusplus-dev libtomlplusplus3 libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev
+          libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libnetcdf-dev libnetcdf19 netcdf-bin libncarg-data)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] || die "missing Debian packages: ${missing[*]} (run scripts/install_deps.sh)"
+MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+L=/usr/lib/$MA
+
+if [[ -e $B ]]; then
+  if [[ -f $B/MANIFEST ]] && head -1 "$B/MANIFEST" | grep -q "^# $MARKER"; then
+    rm -rf "$B"
+  elif [[ -n $(ls -A "$B") ]]; then
+    die "$B exists and is not a bundle made by this script: not overwriting it"
+  fi
+fi
+mkdir -p "$B"
+echo "# $MARKER: incomplete (bundle_deps.sh did not finish)" >"$B/MANIFEST"
+
+# bundle_rel PATH: where PATH goes in the bundle (/usr/x and /lib/x -> x, /etc/x -> etc/x). The
+# directory is canonicalised (merged /usr: /lib -> /usr/lib), the file name kept (soname links).
+bundle_rel() {
+  local d
+  d=$(readlink -f "$(dirname "$1")")
+  local p="$d/$(basename "$1")"
+  case $p in
+    /usr/*) echo "${p#/usr/}" ;;
+    /etc/*) echo "${p#/}" ;;
+    *) die "not under /usr or /etc: $1" ;;
+  esac
+}
+
+# put SRC: copies a file or a symlink (and what it points to) to its place in the bundle.
+put() {
+  local src=$1 rel dst target
+  rel=$(bundle_rel "$src")
+  dst="$B/$rel"
+  [[ -e $dst || -L $dst ]] && return 0
+  mkdir -p "$(dirname "$dst")"
+  if [[ -L $src ]]; then
+    target=$(readlink "$src")
+    if [[ $target == /* ]]; then
+      put "$target"
+      ln -s "$(realpath -m --relative-to="$(dirname "$dst")" "$B/$(bundle_rel "$target")")" "$dst"
+    else
+      ln -s "$target" "$dst"
+      put "$(dirname "$src")/$target"
+    fi
+  elif [[ -f $src ]]; then
+    cp -p "$src" "$dst"
+  else
+    die "not a file: $src"
+  fi
+}
+
+# glibc and the compiler runtime: every machine that builds wxtrain has its own (and a newer one
+# is backward compatible); bundling them would break the programs of the machine they run on.
+is_system_lib() {
+  case $1 in
+    linux-vdso.so.* | ld-linux*.so.* | libc.so.6 | libm.so.6 | libdl.so.2 | libpthread.so.0 | librt.so.1 | \
+      libresolv.so.2 | libutil.so.1 | libanl.so.1 | libmvec.so.1 | libBrokenLocale.so.1 | libthread_db.so.1 | \
+      libnss_*.so.2 | libstdc++.so.6 | libgcc_s.so.1) return 0 ;;
+  esac
+  return 1
+}
+
+# put_closure FILE...: the shared libraries each FILE loads (ldd: the whole transitive set), but
+# the system ones.
+put_closure() {
+  local f name path
+  for f in "$@"; do
+    while read -r name path; do
+      is_system_lib "$name" && continue
+      [[ $path == /* ]] || die "$f needs $name, which is not found on this machine"
+      put "$path"
+    done < <(ldd "$f" | awk '/=>/ {print $1, $3}')
+  done
+}
+
+# put_lib LIB: a shared library with its soname link and what it loads.
+put_lib() {
+  put "$1"
+  put "$(dirname "$1")/$(objdump -p "$(readlink -f "$1")" | awk '/SONAME/ {print $2}')"
+  put_closure "$1"
+}
+
+# put_package PKG REGEX: the package's files (and symlinks) whose path matches REGEX.
+put_package() {
+  local f
+  while read -r f; do
+    [[ -f $f || -L $f ]] || continue
+    put "$f"
+  done < <(dpkg -L "$1" | grep -E "$2" | grep -vE '/(doc|doc-base|man|pkgconfig)/')
+}
+
+# wrapper NAME REAL: bin/NAME runs libexec/wxtrain-bundle/REAL (argv[0] = NAME: OpenMPI's wrapper
+# compiler picks its data file by that name) with the bundle's libraries and prefixes.
+wrapper() {
+  cat >"$B/bin/$1" <<EOF
+#!/usr/bin/env bash
+# $MARKER: runs the bundled $2 with the bundle's libraries, OpenMPI and PMIx.
+b=\$(cd "\$(dirname "\$(readlink -f "\${BASH_SOURCE[0]}")")/.." && pwd)
+export LD_LIBRARY_PATH="\$b/lib/$MA\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export OPAL_PREFIX="\$b" OPAL_SYSCONFDIR="\$b/etc/openmpi" PMIX_PREFIX="\$b/lib/$MA/pmix2"
+exec -a "$1" "\$b/libexec/wxtrain-bundle/$2" "\$@"
+EOF
+  chmod +x "$B/bin/$1"
+}
+
+real_program() {  # libexec/wxtrain-bundle/NAME: the program behind /usr/bin/NAME (alternatives resolved)
+  mkdir -p "$B/libexec/wxtrain-bundle"
+  cp -p "$(readlink -f "/usr/bin/$1")" "$B/libexec/wxtrain-bundle/$1"
+  put_closure "$B/libexec/wxtrain-bundle/$1"
+}
+
+echo "bundling into $B"
+
+# --- headers, CMake configs, link-time libraries of the header-only and small libraries
+put_package libtomlplusplus-dev '^/usr/(include/|lib/.*/cmake/|lib/.*\.so$)'
+put_package libcli11-dev '^/usr/(include/|share/cmake/)'
+put_package nlohmann-json3-dev '^/usr/(include/|share/cmake/)'
+put_package libfmt-dev '^/usr/(include/|lib/.*/cmake/|lib/.*\.so$)'
+put_package libgtest-dev '^/usr/(include/|lib/.*/cmake/|lib/.*\.a$)'
+put_package libnetcdf-dev '^/usr/(include/|lib/.*/cmake/|lib/.*\.so$)'
+for f in libtomlplusplus.so libfmt.so libnetcdf.so; do put_lib "$L/$f"; done
+
+# netCDF's targets name HDF5, curl, libxml2, ... (and glibc's static libpthread.a and libdl.a) by
+# absolute path, for static linking; the shared libnetcdf loads them itself.
+targets="$B/lib/$MA/cmake/netCDF/netCDFTargets.cmake"
+[[ -f $targets ]] || die "no $targets: libnetcdf-dev's layout changed"
+sed -i -E 's|^(  INTERFACE_LINK_LIBRARIES ).*$|\1"dl;m"|' "$targets"
+grep -q '^  INTERFACE_LINK_LIBRARIES "dl;m"$' "$targets" || die "could not rewrite netCDF's INTERFACE_LINK_LIBRARIES"
+
+# --- OpenMPI: libmpi, mpi.h and what it includes (C and C++), the launcher, the wrapper compilers
+put_lib "$L/libmpi.so.40"
+put "$L/openmpi/lib/libmpi.so"  # -lmpi for FindMPI (the wrapper's libdir)
+inc=$L/openmpi/include
+for lang in c c++; do
+  printf '#include <mpi.h>\n#include <mpi-ext.h>\n' | g++ -x "$lang" -M -I"$inc/openmpi" -I"$inc" - | tr ' \\' '\n\n' |
+    grep "^$inc/" | while read -r h; do put "$h"; done
+done
+mkdir -p "$B/bin"
+launchers=()
+for p in orterun prterun; do [[ -x /usr/bin/$p ]] && launchers+=("$p"); done
+[[ ${#launchers[@]} -gt 0 ]] || die "openmpi-bin has neither orterun nor prterun"
+for p in "${launchers[@]}" orted prted ompi_info opal_wrapper; do
+  if [[ -x /usr/bin/$p ]]; then real_program "$p"; fi
+done
+launcher=${launchers[0]}
+for p in "${launchers[@]}"; do wrapper "$p" "$p"; done
+wrapper mpirun "$launcher"
+wrapper mpiexec "$launcher"
+for p in orted prted; do
+  if [[ -x $B/libexec/wxtrain-bundle/$p ]]; then wrapper "$p" "$p"; fi
+done
+wrapper ompi_info ompi_info
+for w in mpicc mpicxx mpic++; do
+  put "/usr/share/openmpi/$w-wrapper-data.txt"
+  wrapper "$w" opal_wrapper
+done
+for f in /usr/share/openmpi/help-*.txt; do put "$f"; done
+# MCA plugins (pkglibdir, found through OPAL_PREFIX), less the high-speed interconnects and OpenSHMEM.
+plugins=$L/openmpi/lib/openmpi3
+[[ -d $plugins ]] || plugins=$(ls -d "$L"/openmpi/lib/openmpi* | head -1)
+skipped=0
+for f in "$plugins"/mca_*.so; do
+  case $(basename "$f") in
+    *ucx* | *ofi* | *openib* | *psm* | *_uct* | *verbs* | *usnic* | mca_spml_* | mca_sshmem_* | mca_atomic_* | \
+      mca_scoll_* | mca_memheap_*) skipped=$((skipped + 1)); continue ;;
+  esac
+  put "$f"
+  put_closure "$f"
+done
+# Only what the plugins left out turned off; Debian's file also excludes them, which would name
+# components the bundle does not have.
+mkdir -p "$B/etc/openmpi"
+cat >"$B/etc/openmpi/openmpi-mca-params.conf" <<EOF
+# $MARKER (OPAL_SYSCONFDIR): Debian's defaults, less the exclusions of plugins not bundled.
+btl_base_warn_component_unused = 0
+EOF
+# PMIx (OpenMPI's external runtime): its plugins and help files, relocated by PMIX_PREFIX.
+pmix=$(dirname "$(dirname "$(readlink -f "$L/libpmix.so.2")")")  # .../pmix2
+if [[ -d $pmix ]]; then
+  for f in "$pmix"/lib/pmix/*.so; do put "$f"; put_closure "$f"; done
+  for f in "$pmix"/share/pmix/help-*.txt; do put "$f"; done
+  # Debian's file names the plugin folder by absolute path; the default is the same folder, relocated.
+  echo "# $MARKER: PMIx's plugins are found under PMIX_PREFIX" >"$B/$(bundle_rel "$pmix/share/pmix-mca-params.conf")"
+fi
+
+# --- netCDF's ncdump, and the storm data the configs use
+real_program ncdump
+wrapper ncdump ncdump
+for f in /usr/share/ncarg/data/cdf/*storm*.cdf; do put "$f"; done
+
+# --- env.sh
+cat >"$B/env.sh" <<EOF
+# $MARKER: source it from bash or zsh (. $(basename "$B")/env.sh). It works wherever the folder is.
+if [ -n "\${BASH_SOURCE:-}" ]; then WXTRAIN_BUNDLE=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
+elif [ -n "\${ZSH_VERSION:-}" ]; then WXTRAIN_BUNDLE=\$(cd "\$(dirname "\${(%):-%x}")" && pwd)
+elif [ -z "\${WXTRAIN_BUNDLE:-}" ]; then echo "env.sh: set WXTRAIN_BUNDLE to the bundle's folder first (this shell cannot tell)" >&2; return 1
+fi
+export WXTRAIN_BUNDLE
+export PATH="\$WXTRAIN_BUNDLE/bin\${PATH:+:\$PATH}"
+export LD_LIBRARY_PATH="\$WXTRAIN_BUNDLE/lib/$MA\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export CMAKE_PREFIX_PATH="\$WXTRAIN_BUNDLE\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
+export MPI_HOME="\$WXTRAIN_BUNDLE"                       # FindMPI looks for bin/mpicc here
+export OPAL_PREFIX="\$WXTRAIN_BUNDLE"                    # OpenMPI's plugins, help and wrapper data
+export OPAL_SYSCONFDIR="\$WXTRAIN_BUNDLE/etc/openmpi"    # not the host's /etc/openmpi
+export PMIX_PREFIX="\$WXTRAIN_BUNDLE/lib/$MA/pmix2"      # PMIx's plugins and help
+EOF
+
+# --- MANIFEST: what is in it, from which package, and what the libraries need of the host
+elfs=$(find "$B/lib" "$B/libexec" -type f \( -name '*.so*' -o -path '*/libexec/*' \))
+newest() { echo "$elfs" | xargs objdump -T 2>/dev/null | grep -oE "\\b$1_[0-9.]+" | sort -uV | tail -1; }
+{
+  echo "# $MARKER, made $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME") ($MA)"
+  echo "# host needs: glibc >= $(newest GLIBC | sed 's/GLIBC_//'), libstdc++ with $(newest GLIBCXX), libgcc_s"
+  echo "# packages: $(for p in "${packages[@]}"; do dpkg-query -W -f='${Package}=${Version} ' "$p"; done)"
+  echo "# OpenMPI plugins left out (InfiniBand, UCX, OFI, PSM, OpenSHMEM): $skipped"
+  (cd "$B" && find . -type f -o -type l | sed 's|^\./||' | sort)
+} >"$B/MANIFEST"
+
+size=$(du -sm "$B" | cut -f1)
+echo "bundle: $B"
+echo "  $(find "$B" -type f | wc -l) files, $(du -sh "$B" | cut -f1) ($size MiB):" \
+  "libraries $(du -shc "$B/lib/$MA"/*.so* | tail -1 | cut -f1)," \
+  "OpenMPI/PMIx plugins and help $(du -shc "$B/lib/$MA/openmpi" "$B/lib/$MA/pmix2" "$B/share/openmpi" | tail -1 | cut -f1)," \
+  "headers $(du -sh "$B/include" | cut -f1), data $(du -sh "$B/share/ncarg" | cut -f1)"
+echo "  $(sed -n 2p "$B/MANIFEST" | sed 's/^# //')"
+echo "use: . $B/env.sh"
