@@ -3,10 +3,11 @@
 # relocatable folder, for GPU machines that are offline or not Debian. Nothing is installed: the
 # folder can be moved or copied anywhere and used as it is.
 #
-#   scripts/bundle_deps.sh [DIR]      (default deps-bundle/; run scripts/install_deps.sh first)
-#   . DIR/env.sh                      PATH, LD_LIBRARY_PATH, OPAL_PREFIX, PMIX_PREFIX, CMAKE_PREFIX_PATH
+#   scripts/bundle_deps.sh [--archive] [DIR]   (default deps-bundle/; run scripts/install_deps.sh first)
+#       --archive   also write DIR.tar.gz (about 40% of the folder's size) for machines you copy it to
+#   . DIR/env.sh     PATH, LD_LIBRARY_PATH, OPAL_PREFIX, PMIX_PREFIX, MPI_HOME, CMAKE_PREFIX_PATH
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH="<torch.utils.cmake_prefix_path>;$WXTRAIN_BUNDLE"
-#   scripts/gpu_check.sh --bundle DIR  (does the above itself)
+#   scripts/gpu_check.sh --bundle DIR[.tar.gz]  (does that itself)
 #
 # The layout mirrors /usr (include/, lib/<multiarch>/, share/), so OpenMPI relocates with OPAL_PREFIX
 # and PMIx with PMIX_PREFIX, and the packages' own CMake config files, which find their prefix
@@ -15,24 +16,34 @@
 #   - headers and CMake configs of toml++, CLI11, nlohmann-json, fmt, GoogleTest (its static
 #     libgtest, the only form Debian ships) and netCDF-C; OpenMPI's mpi.h and what it includes;
 #   - the shared libraries of toml++, fmt, netCDF-C and OpenMPI and everything they load (ldd):
-#     HDF5, curl with its TLS/Kerberos/LDAP stack, libxml2 with ICU, hwloc, libevent, PMIx, ...;
-#     not glibc and not the compiler's runtime (libstdc++, libgcc_s), which the machine that
-#     builds wxtrain has (MANIFEST records the newest GLIBC_/GLIBCXX_ symbol versions needed);
+#     HDF5, curl with its TLS/Kerberos/LDAP stack, libxml2 with ICU (whose data alone is 30 MiB),
+#     hwloc, libevent, PMIx, ...; not glibc and not the compiler's runtime (libstdc++, libgcc_s),
+#     which the machine that builds wxtrain has (MANIFEST says which versions the bundle needs);
 #   - OpenMPI's launcher (mpirun, mpiexec, orterun; prterun where the version has it), ompi_info,
-#     the wrapper compilers FindMPI runs (mpicc, mpicxx), the MCA plugins except InfiniBand, UCX,
-#     OFI, PSM and OpenSHMEM ones (a single node needs none of them, and their libraries would
+#     the wrapper compilers FindMPI runs (mpicc, mpicxx), the MCA plugins except the InfiniBand,
+#     UCX, OFI, PSM and OpenSHMEM ones (one node needs none of them, and their libraries would
 #     double the bundle), help and wrapper-data files; PMIx's plugins and help files;
 #   - ncdump, and the storm NetCDF files of libncarg-data that configs/storm_*.toml read
 #     (share/ncarg/data/cdf/; scripts/gpu_check.sh points copies of the configs at them).
 # Programs in bin/ are small bash wrappers that set the library path and the OpenMPI/PMIx prefixes
-# and exec the real binary from libexec/wxtrain-bundle/, so `DIR/bin/mpirun` works without env.sh.
+# and exec the real binary from libexec/wxtrain-bundle/, so DIR/bin/mpirun works without env.sh.
 # No docs, man pages, pkg-config files or static libraries other than GoogleTest's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 die() { echo "bundle_deps.sh: $*" >&2; exit 1; }
-[[ $# -le 1 && ${1:-} != -* ]] || die "usage: scripts/bundle_deps.sh [DIR]   (default deps-bundle/)"
-B=$(realpath -m "${1:-deps-bundle}")
+usage="usage: scripts/bundle_deps.sh [--archive] [DIR]   (default deps-bundle/)"
+archive=0
+dir=
+for a in "$@"; do
+  case $a in
+    --archive) archive=1 ;;
+    -h | --help) echo "$usage"; exit 0 ;;
+    -*) die "unknown option $a; $usage" ;;
+    *) [[ -z $dir ]] || die "$usage"; dir=$a ;;
+  esac
+done
+B=$(realpath -m "${dir:-deps-bundle}")
 MARKER="wxtrain dependency bundle"
 
 packages=(libtomlplusplus-dev libtomlplusplus3 libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev
@@ -54,41 +65,68 @@ if [[ -e $B ]]; then
 fi
 mkdir -p "$B"
 echo "# $MARKER: incomplete (bundle_deps.sh did not finish)" >"$B/MANIFEST"
+echo "bundling into $B"
 
-# bundle_rel PATH: where PATH goes in the bundle (/usr/x and /lib/x -> x, /etc/x -> etc/x). The
-# directory is canonicalised (merged /usr: /lib -> /usr/lib), the file name kept (soname links).
+declare -A canonical_dirs=() done_files=() made_dirs=()
+elf_files=()  # everything whose shared libraries the bundle needs (one ldd at the end)
+
+# bundle_rel PATH: sets REPLY to where PATH goes in the bundle (/usr/x and /lib/x -> x,
+# /etc/x -> etc/x). The directory is canonicalised (merged /usr: /lib -> /usr/lib), the file name
+# kept (soname links).
 bundle_rel() {
-  local d
-  d=$(readlink -f "$(dirname "$1")")
-  local p="$d/$(basename "$1")"
-  case $p in
-    /usr/*) echo "${p#/usr/}" ;;
-    /etc/*) echo "${p#/}" ;;
+  local d=${1%/*}
+  [[ -n ${canonical_dirs[$d]:-} ]] || canonical_dirs[$d]=$(readlink -f "$d")
+  REPLY="${canonical_dirs[$d]}/${1##*/}"
+  case $REPLY in
+    /usr/*) REPLY=${REPLY#/usr/} ;;
+    /etc/*) REPLY=${REPLY#/} ;;
     *) die "not under /usr or /etc: $1" ;;
   esac
 }
 
-# put SRC: copies a file or a symlink (and what it points to) to its place in the bundle.
+# put SRC: copies a file, or a symlink and what it points to, to its place in the bundle.
 put() {
-  local src=$1 rel dst target
-  rel=$(bundle_rel "$src")
-  dst="$B/$rel"
+  local src=$1 dst target
+  [[ -z ${done_files[$src]:-} ]] || return 0
+  done_files[$src]=1
+  bundle_rel "$src"
+  dst="$B/$REPLY"
   [[ -e $dst || -L $dst ]] && return 0
-  mkdir -p "$(dirname "$dst")"
+  if [[ -z ${made_dirs[${dst%/*}]:-} ]]; then
+    mkdir -p "${dst%/*}"
+    made_dirs[${dst%/*}]=1
+  fi
   if [[ -L $src ]]; then
     target=$(readlink "$src")
     if [[ $target == /* ]]; then
       put "$target"
-      ln -s "$(realpath -m --relative-to="$(dirname "$dst")" "$B/$(bundle_rel "$target")")" "$dst"
+      bundle_rel "$target"
+      ln -s "$(realpath -m --relative-to="${dst%/*}" "$B/$REPLY")" "$dst"
     else
       ln -s "$target" "$dst"
-      put "$(dirname "$src")/$target"
+      put "${src%/*}/$target"
     fi
   elif [[ -f $src ]]; then
     cp -p "$src" "$dst"
   else
     die "not a file: $src"
   fi
+}
+
+# put_lib LIB: a shared library with its soname link; what it loads comes with the closure.
+put_lib() {
+  put "$1"
+  put "${1%/*}/$(objdump -p "$(readlink -f "$1")" | awk '/SONAME/ {print $2}')"
+  elf_files+=("$1")
+}
+
+# put_package PKG REGEX: the package's files (and symlinks) whose path matches REGEX.
+put_package() {
+  local f
+  while read -r f; do
+    [[ -f $f || -L $f ]] || continue
+    put "$f"
+  done < <(dpkg -L "$1" | grep -E "$2" | grep -vE '/(doc|doc-base|man|pkgconfig)/')
 }
 
 # glibc and the compiler runtime: every machine that builds wxtrain has its own (and a newer one
@@ -102,33 +140,23 @@ is_system_lib() {
   return 1
 }
 
-# put_closure FILE...: the shared libraries each FILE loads (ldd: the whole transitive set), but
+# The shared libraries everything in elf_files loads (ldd lists the whole transitive set), but
 # the system ones.
 put_closure() {
-  local f name path
-  for f in "$@"; do
-    while read -r name path; do
-      is_system_lib "$name" && continue
-      [[ $path == /* ]] || die "$f needs $name, which is not found on this machine"
-      put "$path"
-    done < <(ldd "$f" | awk '/=>/ {print $1, $3}')
-  done
-}
-
-# put_lib LIB: a shared library with its soname link and what it loads.
-put_lib() {
-  put "$1"
-  put "$(dirname "$1")/$(objdump -p "$(readlink -f "$1")" | awk '/SONAME/ {print $2}')"
-  put_closure "$1"
-}
-
-# put_package PKG REGEX: the package's files (and symlinks) whose path matches REGEX.
-put_package() {
-  local f
-  while read -r f; do
-    [[ -f $f || -L $f ]] || continue
-    put "$f"
-  done < <(dpkg -L "$1" | grep -E "$2" | grep -vE '/(doc|doc-base|man|pkgconfig)/')
+  local line name path file
+  while read -r line; do
+    case $line in
+      *:) file=${line%:} ;;
+      *" => "*)
+        name=${line%% *}
+        path=${line#* => }
+        path=${path%% (*}
+        is_system_lib "$name" && continue
+        [[ $path == /* ]] || die "$file needs $name, which is not on this machine"
+        put "$path"
+        ;;
+    esac
+  done < <(ldd "${elf_files[@]}" 2>&1)
 }
 
 # wrapper NAME REAL: bin/NAME runs libexec/wxtrain-bundle/REAL (argv[0] = NAME: OpenMPI's wrapper
@@ -145,15 +173,14 @@ EOF
   chmod +x "$B/bin/$1"
 }
 
-real_program() {  # libexec/wxtrain-bundle/NAME: the program behind /usr/bin/NAME (alternatives resolved)
-  mkdir -p "$B/libexec/wxtrain-bundle"
+# real_program NAME: libexec/wxtrain-bundle/NAME, the program behind /usr/bin/NAME (alternatives resolved).
+real_program() {
   cp -p "$(readlink -f "/usr/bin/$1")" "$B/libexec/wxtrain-bundle/$1"
-  put_closure "$B/libexec/wxtrain-bundle/$1"
+  elf_files+=("$B/libexec/wxtrain-bundle/$1")
 }
+mkdir -p "$B/bin" "$B/libexec/wxtrain-bundle"
 
-echo "bundling into $B"
-
-# --- headers, CMake configs, link-time libraries of the header-only and small libraries
+# --- headers, CMake configs and libraries of toml++, CLI11, nlohmann-json, fmt, GoogleTest, netCDF
 put_package libtomlplusplus-dev '^/usr/(include/|lib/.*/cmake/|lib/.*\.so$)'
 put_package libcli11-dev '^/usr/(include/|share/cmake/)'
 put_package nlohmann-json3-dev '^/usr/(include/|share/cmake/)'
@@ -169,60 +196,58 @@ targets="$B/lib/$MA/cmake/netCDF/netCDFTargets.cmake"
 sed -i -E 's|^(  INTERFACE_LINK_LIBRARIES ).*$|\1"dl;m"|' "$targets"
 grep -q '^  INTERFACE_LINK_LIBRARIES "dl;m"$' "$targets" || die "could not rewrite netCDF's INTERFACE_LINK_LIBRARIES"
 
-# --- OpenMPI: libmpi, mpi.h and what it includes (C and C++), the launcher, the wrapper compilers
+# --- OpenMPI: libmpi, mpi.h and what it includes, the launcher, the wrapper compilers. The C API
+# only, as wxtrain uses it (OMPI_SKIP_MPICXX: the deprecated C++ bindings would need libmpi_cxx).
 put_lib "$L/libmpi.so.40"
-put "$L/openmpi/lib/libmpi.so"  # -lmpi for FindMPI (the wrapper's libdir)
+put "$L/openmpi/lib/libmpi.so"  # -lmpi in the wrapper compiler's libdir, for FindMPI
 inc=$L/openmpi/include
-for lang in c c++; do
-  printf '#include <mpi.h>\n#include <mpi-ext.h>\n' | g++ -x "$lang" -M -I"$inc/openmpi" -I"$inc" - | tr ' \\' '\n\n' |
-    grep "^$inc/" | while read -r h; do put "$h"; done
-done
-mkdir -p "$B/bin"
+while read -r h; do put "$h"; done < <(printf '#include <mpi.h>\n#include <mpi-ext.h>\n' |
+  gcc -x c -M -I"$inc/openmpi" -I"$inc" - | tr ' \\' '\n\n' | grep "^$inc/")
 launchers=()
-for p in orterun prterun; do [[ -x /usr/bin/$p ]] && launchers+=("$p"); done
+for p in orterun prterun; do
+  if [[ -x /usr/bin/$p ]]; then launchers+=("$p"); fi
+done
 [[ ${#launchers[@]} -gt 0 ]] || die "openmpi-bin has neither orterun nor prterun"
 for p in "${launchers[@]}" orted prted ompi_info opal_wrapper; do
   if [[ -x /usr/bin/$p ]]; then real_program "$p"; fi
 done
-launcher=${launchers[0]}
-for p in "${launchers[@]}"; do wrapper "$p" "$p"; done
-wrapper mpirun "$launcher"
-wrapper mpiexec "$launcher"
-for p in orted prted; do
+for p in "${launchers[@]}" orted prted ompi_info; do
   if [[ -x $B/libexec/wxtrain-bundle/$p ]]; then wrapper "$p" "$p"; fi
 done
-wrapper ompi_info ompi_info
+wrapper mpirun "${launchers[0]}"
+wrapper mpiexec "${launchers[0]}"
 for w in mpicc mpicxx mpic++; do
   put "/usr/share/openmpi/$w-wrapper-data.txt"
   wrapper "$w" opal_wrapper
 done
 for f in /usr/share/openmpi/help-*.txt; do put "$f"; done
 # MCA plugins (pkglibdir, found through OPAL_PREFIX), less the high-speed interconnects and OpenSHMEM.
-plugins=$L/openmpi/lib/openmpi3
-[[ -d $plugins ]] || plugins=$(ls -d "$L"/openmpi/lib/openmpi* | head -1)
+plugins=$(ls -d "$L"/openmpi/lib/openmpi* | head -1)
 skipped=0
 for f in "$plugins"/mca_*.so; do
-  case $(basename "$f") in
+  case ${f##*/} in
     *ucx* | *ofi* | *openib* | *psm* | *_uct* | *verbs* | *usnic* | mca_spml_* | mca_sshmem_* | mca_atomic_* | \
       mca_scoll_* | mca_memheap_*) skipped=$((skipped + 1)); continue ;;
   esac
   put "$f"
-  put_closure "$f"
+  elf_files+=("$f")
 done
-# Only what the plugins left out turned off; Debian's file also excludes them, which would name
-# components the bundle does not have.
+# Debian's openmpi-mca-params.conf also excludes the plugins left out, which would name components
+# the bundle does not have; OPAL_SYSCONFDIR points OpenMPI here rather than at the host's /etc/openmpi.
 mkdir -p "$B/etc/openmpi"
 cat >"$B/etc/openmpi/openmpi-mca-params.conf" <<EOF
 # $MARKER (OPAL_SYSCONFDIR): Debian's defaults, less the exclusions of plugins not bundled.
 btl_base_warn_component_unused = 0
 EOF
 # PMIx (OpenMPI's external runtime): its plugins and help files, relocated by PMIX_PREFIX.
-pmix=$(dirname "$(dirname "$(readlink -f "$L/libpmix.so.2")")")  # .../pmix2
-if [[ -d $pmix ]]; then
-  for f in "$pmix"/lib/pmix/*.so; do put "$f"; put_closure "$f"; done
+pmix=$(readlink -f "$L/libpmix.so.2" 2>/dev/null || true)
+pmix=${pmix%/lib/*}  # .../pmix2
+if [[ -d $pmix/lib/pmix ]]; then
+  for f in "$pmix"/lib/pmix/*.so; do put "$f"; elf_files+=("$f"); done
   for f in "$pmix"/share/pmix/help-*.txt; do put "$f"; done
   # Debian's file names the plugin folder by absolute path; the default is the same folder, relocated.
-  echo "# $MARKER: PMIx's plugins are found under PMIX_PREFIX" >"$B/$(bundle_rel "$pmix/share/pmix-mca-params.conf")"
+  bundle_rel "$pmix/share/pmix-mca-params.conf"
+  echo "# $MARKER: PMIx's plugins are found under PMIX_PREFIX" >"$B/$REPLY"
 fi
 
 # --- netCDF's ncdump, and the storm data the configs use
@@ -230,9 +255,11 @@ real_program ncdump
 wrapper ncdump ncdump
 for f in /usr/share/ncarg/data/cdf/*storm*.cdf; do put "$f"; done
 
+put_closure
+
 # --- env.sh
 cat >"$B/env.sh" <<EOF
-# $MARKER: source it from bash or zsh (. $(basename "$B")/env.sh). It works wherever the folder is.
+# $MARKER: source it from bash or zsh (. $(basename "$B")/env.sh), wherever the folder is.
 if [ -n "\${BASH_SOURCE:-}" ]; then WXTRAIN_BUNDLE=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
 elif [ -n "\${ZSH_VERSION:-}" ]; then WXTRAIN_BUNDLE=\$(cd "\$(dirname "\${(%):-%x}")" && pwd)
 elif [ -z "\${WXTRAIN_BUNDLE:-}" ]; then echo "env.sh: set WXTRAIN_BUNDLE to the bundle's folder first (this shell cannot tell)" >&2; return 1
@@ -241,28 +268,34 @@ export WXTRAIN_BUNDLE
 export PATH="\$WXTRAIN_BUNDLE/bin\${PATH:+:\$PATH}"
 export LD_LIBRARY_PATH="\$WXTRAIN_BUNDLE/lib/$MA\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export CMAKE_PREFIX_PATH="\$WXTRAIN_BUNDLE\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
-export MPI_HOME="\$WXTRAIN_BUNDLE"                       # FindMPI looks for bin/mpicc here
-export OPAL_PREFIX="\$WXTRAIN_BUNDLE"                    # OpenMPI's plugins, help and wrapper data
-export OPAL_SYSCONFDIR="\$WXTRAIN_BUNDLE/etc/openmpi"    # not the host's /etc/openmpi
-export PMIX_PREFIX="\$WXTRAIN_BUNDLE/lib/$MA/pmix2"      # PMIx's plugins and help
+export MPI_HOME="\$WXTRAIN_BUNDLE"                    # FindMPI finds bin/mpicc here
+export OPAL_PREFIX="\$WXTRAIN_BUNDLE"                 # OpenMPI's plugins, help and wrapper data
+export OPAL_SYSCONFDIR="\$WXTRAIN_BUNDLE/etc/openmpi" # not the host's /etc/openmpi
+export PMIX_PREFIX="\$WXTRAIN_BUNDLE/lib/$MA/pmix2"   # PMIx's plugins and help
 EOF
 
-# --- MANIFEST: what is in it, from which package, and what the libraries need of the host
-elfs=$(find "$B/lib" "$B/libexec" -type f \( -name '*.so*' -o -path '*/libexec/*' \))
-newest() { echo "$elfs" | xargs objdump -T 2>/dev/null | grep -oE "\\b$1_[0-9.]+" | sort -uV | tail -1; }
+# --- MANIFEST: what is in it, from which packages, and what its binaries need of the host
+needs=$(find "$B/lib" "$B/libexec" -type f \( -name '*.so*' -o -path '*/libexec/*' \) -print0 |
+  xargs -0 objdump -T 2>/dev/null | grep -oE '\b(GLIBC|GLIBCXX)_[0-9.]+\b' | sort -uV)
+glibc=$(grep '^GLIBC_' <<<"$needs" | tail -1)
+glibcxx=$(grep '^GLIBCXX_' <<<"$needs" | tail -1)
 {
   echo "# $MARKER, made $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME") ($MA)"
-  echo "# host needs: glibc >= $(newest GLIBC | sed 's/GLIBC_//'), libstdc++ with $(newest GLIBCXX), libgcc_s"
+  echo "# host needs: glibc >= ${glibc#GLIBC_}, libstdc++ with ${glibcxx:-nothing}, libgcc_s"
   echo "# packages: $(for p in "${packages[@]}"; do dpkg-query -W -f='${Package}=${Version} ' "$p"; done)"
   echo "# OpenMPI plugins left out (InfiniBand, UCX, OFI, PSM, OpenSHMEM): $skipped"
-  (cd "$B" && find . -type f -o -type l | sed 's|^\./||' | sort)
-} >"$B/MANIFEST"
+  (cd "$B" && find . \( -type f -o -type l \) ! -name 'MANIFEST*' | sed 's|^\./||' | sort)
+} >"$B/MANIFEST.tmp"
+mv "$B/MANIFEST.tmp" "$B/MANIFEST"
 
-size=$(du -sm "$B" | cut -f1)
+mib() { du -smc "$@" | tail -1 | cut -f1; }
 echo "bundle: $B"
-echo "  $(find "$B" -type f | wc -l) files, $(du -sh "$B" | cut -f1) ($size MiB):" \
-  "libraries $(du -shc "$B/lib/$MA"/*.so* | tail -1 | cut -f1)," \
-  "OpenMPI/PMIx plugins and help $(du -shc "$B/lib/$MA/openmpi" "$B/lib/$MA/pmix2" "$B/share/openmpi" | tail -1 | cut -f1)," \
-  "headers $(du -sh "$B/include" | cut -f1), data $(du -sh "$B/share/ncarg" | cut -f1)"
+echo "  $(find "$B" -type f | wc -l) files, $(mib "$B") MiB: shared libraries $(mib "$B/lib/$MA"/*.so*)," \
+  "OpenMPI/PMIx plugins and help $(mib "$B/lib/$MA/openmpi" "$B/lib/$MA/pmix2" "$B/share/openmpi")," \
+  "headers $(mib "$B/include" "$B/lib/$MA/openmpi/include"), data $(mib "$B/share/ncarg")"
 echo "  $(sed -n 2p "$B/MANIFEST" | sed 's/^# //')"
+if [[ $archive == 1 ]]; then
+  tar -C "$(dirname "$B")" -czf "$B.tar.gz" "$(basename "$B")"
+  echo "archive: $B.tar.gz, $(du -m "$B.tar.gz" | cut -f1) MiB"
+fi
 echo "use: . $B/env.sh"

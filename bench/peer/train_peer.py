@@ -12,6 +12,10 @@ after `warmup` steps, `reps` repetitions of `steps` steps; the median repetition
 
 shape.json is `train_throughput --config ... --describe`: grid, channels, latitudes, parameter
 count and LibTorch's default thread count (the peer uses the same).
+
+--device cuda runs the same step on the GPU (the peer of `gpu_check throughput`, which prints the
+same line; scripts/gpu_check.sh runs both): model, batches and latitude weights on cuda:0, autocast
+on CUDA, AdamW at its CUDA defaults (foreach), and the clock read after torch.cuda.synchronize().
 """
 import argparse
 import json
@@ -208,7 +212,8 @@ class InteractionLayer(nn.Module):
         pre.add_(self.edge_mlp.project(2, h).index_select(1, receivers))
         pre = pre + self.edge_mlp.project(0, e)
         e_new = e + self.edge_mlp.finish(pre)
-        agg = torch.zeros(h.shape[0], h.shape[1], e_new.shape[-1], dtype=e_new.dtype).index_add_(1, receivers, e_new)
+        agg = torch.zeros(h.shape[0], h.shape[1], e_new.shape[-1], dtype=e_new.dtype,
+                          device=e_new.device).index_add_(1, receivers, e_new)
         h_new = h + self.node_mlp.finish(self.node_mlp.project(0, h) + self.node_mlp.project(1, agg))
         return h_new, e_new
 
@@ -270,6 +275,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", help="write a chrome trace of `steps` steps after warm-up instead of timing")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: the step on cuda:0 (timed after torch.cuda.synchronize())")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model (inductor; the optimizer stays eager); reported as impl=pytorch-compile")
     args = ap.parse_args()
@@ -288,6 +295,10 @@ def main():
         sys.exit(f"train_peer: {m['name']} has {params} parameters, wxtrain's has {shape['params']}: "
                  "the architectures differ")
     model.train()
+    device = torch.device(args.device)
+    model.to(device)  # before the optimizer takes the parameters (a no-op on the CPU)
+    # The clock is read on the host: on CUDA after the queued kernels are done.
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if args.compile:
         # Compiled on the first warm-up step; the rollout calls the same compiled module each step.
         model = torch.compile(model)
@@ -299,15 +310,16 @@ def main():
     if shape["latitudes"]:
         lat_w = torch.tensor(shape["latitudes"], dtype=torch.float64).mul(math.pi / 180).cos().clamp_min(0).float()
         lat_w = lat_w / lat_w.mean()
+    lat_w = lat_w.to(device)
     steps_out = shape["rollout_steps"]
     V = shape["out_channels"]
-    x = torch.randn(args.batch, shape["in_channels"], shape["lat"], shape["lon"])
-    y = torch.randn(args.batch, steps_out, V, shape["lat"], shape["lon"])
+    x = torch.randn(args.batch, shape["in_channels"], shape["lat"], shape["lon"], device=device)
+    y = torch.randn(args.batch, steps_out, V, shape["lat"], shape["lon"], device=device)
     bf16 = args.precision == "bf16-mixed"
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = weighted_mse(rollout(model, x, steps_out, V), y, lat_w)
         value = loss.item()
         loss.backward()
@@ -327,12 +339,15 @@ def main():
         return
     rates = []
     for _ in range(args.reps):
+        sync()
         start = time.perf_counter()
         for _ in range(args.steps):
             loss = step()
+        sync()
         rates.append(args.steps * args.batch / (time.perf_counter() - start))
     impl = "pytorch-compile" if args.compile else "pytorch"
-    print(f"impl={impl} model={m['name']} precision={args.precision} batch={args.batch} params={params} "
+    on = " device=cuda" if device.type == "cuda" else ""
+    print(f"impl={impl}{on} model={m['name']} precision={args.precision} batch={args.batch} params={params} "
           f"threads={torch.get_num_threads()} loss={loss:.5g} reps={','.join(f'{r:.2f}' for r in rates)} "
           f"samples_per_s={statistics.median(rates):.3f}")
 

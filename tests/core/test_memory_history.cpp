@@ -49,7 +49,11 @@ c10::Dict<c10::IValue, c10::IValue> find_segment(const c10::IValue& snapshot, ui
 class MemoryHistory : public ::testing::Test {
  protected:
   void SetUp() override {
-    cpu_meter().release_cached();  // fresh blocks come from the system: segment_alloc events
+    // The cache keeps no more than the highest `allocated` seen: make that 16 MiB above now, so the
+    // blocks freed below are cached whichever tests ran before (ctest runs each alone).
+    MemoryMeter& meter = cpu_meter();  // installs the counting allocator first
+    { torch::Tensor high_water = torch::empty({16 << 20}, torch::kUInt8); }
+    meter.release_cached();  // fresh blocks come from the system: segment_alloc events
   }
   void TearDown() override {
     mh::stop();

@@ -190,6 +190,6 @@ TEST(GpuCatalog, H200FitsABatchThatH100DoesNot) {
   EXPECT_TRUE(on_h200.fits);
   EXPECT_EQ(on_h100.max_batch, h100_max);
   EXPECT_GT(on_h200.max_batch, h100_max);
-  // Same architecture, same overhead but for the allocator's share of the (equal) peak.
+  // Same architecture and the same peak, so the same overhead: only the memory differs.
   EXPECT_DOUBLE_EQ(on_h100.at_batch.overhead, on_h200.at_batch.overhead);
 }

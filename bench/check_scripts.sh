@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# The CTest checks (label `scripts`, bench/CMakeLists.txt) of scripts/bundle_deps.sh and
+# scripts/gpu_check.sh, on a machine without a GPU:
+#
+#   bench/check_scripts.sh bundle-make  WORK  bundle_deps.sh into WORK/made, the expected files, then
+#                                             the bundle moved to WORK/moved/deps-bundle (it must be
+#                                             relocatable)
+#   bench/check_scripts.sh bundle-run   WORK  from the moved bundle in a clean environment: env.sh,
+#                                             ncdump -h on the storm data, mpirun --version, a C program
+#                                             built with the bundle's mpicc under mpirun -np 2, a C
+#                                             program against netCDF
+#   bench/check_scripts.sh bundle-cmake WORK  find_package of every dependency from the bundle alone
+#                                             (CMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF), a program using
+#                                             them all
+#   bench/check_scripts.sh no-device WORK GPU_CHECK [PYTHON]
+#                                             scripts/gpu_check.sh and the gpu_check binary stop at
+#                                             once with "no CUDA device" and exit code 3, building
+#                                             nothing; with PYTHON (a torch) also when nvidia-smi
+#                                             lists a GPU torch cannot use. Skipped (77) where a GPU is.
+#
+# "Clean": env -i, and, where this runs as root and may make a mount namespace (unshare -m), every
+# file the bundle provides is also hidden at its original place on this machine (/dev/null bound over
+# it), except the libraries the host's own tools (bash, cmake, the compiler) load, so the bundle
+# cannot lean on the Debian packages it came from. Without the namespace the checks say so.
+set -euo pipefail
+usage="usage: check_scripts.sh bundle-make|bundle-run|bundle-cmake|no-device WORK [GPU_CHECK [PYTHON]]"
+mode=${1:?$usage}
+work=$(realpath -m "${2:?$usage}")
+src=$(cd "$(dirname "$0")/.." && pwd)
+bundle=$work/moved/deps-bundle
+MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# hide_host BUNDLE: in a private mount namespace, hides the host's copy of each file of BUNDLE.
+hide_host() {
+  local b=$1 rel host n=0 tool lib
+  local -A keep=()
+  for tool in bash cmake ctest gcc g++ cc ld as make ninja find sed grep cat ls readlink dirname env; do
+    tool=$(command -v "$tool" 2>/dev/null) || continue
+    while read -r lib; do keep[$lib]=1; done < <(ldd "$tool" 2>/dev/null | awk '/=>/ {print $1}')
+  done
+  for tool in cc1 cc1plus collect2 lto-wrapper; do
+    tool=$(gcc -print-prog-name=$tool)
+    [[ -x $tool ]] || continue
+    while read -r lib; do keep[$lib]=1; done < <(ldd "$tool" 2>/dev/null | awk '/=>/ {print $1}')
+  done
+  while IFS= read -r rel; do
+    case $rel in
+      env.sh | MANIFEST) continue ;;
+      bin/* | libexec/wxtrain-bundle/*) host=/usr/bin/${rel##*/} ;;
+      etc/*) host=/$rel ;;
+      *) host=/usr/$rel ;;
+    esac
+    [[ -n ${keep[${rel##*/}]:-} ]] && continue
+    if [[ -e $host ]]; then mount --bind /dev/null "$host" && n=$((n + 1)); fi
+  done < <(cd "$b" && find . \( -type f -o -type l \) | sed 's|^\./||')
+  echo "isolation: $n files of this machine that the bundle provides are hidden (${#keep[@]} libraries of the host's tools kept)"
+}
+
+# isolated SCRIPT: bash -c SCRIPT with a clean environment and the host's copies hidden where possible.
+isolated() {
+  local clean=(env -i HOME="$work" PATH=/usr/bin:/bin LANG=C.UTF-8 TMPDIR="$work" B="$bundle" W="$work"
+               OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
+  if [[ $(id -u) == 0 ]] && unshare -m true 2>/dev/null; then
+    unshare -m -- "${clean[@]}" bash -c "set -euo pipefail; $(declare -f hide_host); hide_host \"\$B\"; $1"
+  else
+    echo "isolation: none (not root, or no mount namespace here): the host's packages stay visible"
+    "${clean[@]}" bash -c "set -euo pipefail; $1"
+  fi
+}
+
+case $mode in
+  bundle-make)
+    rm -rf "$work"
+    mkdir -p "$work"
+    "$src/scripts/bundle_deps.sh" "$work/made"
+    b=$work/made
+    for f in env.sh MANIFEST bin/mpirun bin/mpiexec bin/mpicc bin/ncdump include/toml++/toml.h \
+      include/CLI/CLI.hpp include/nlohmann/json.hpp include/fmt/core.h include/gtest/gtest.h include/netcdf.h \
+      lib/$MA/openmpi/include/mpi.h lib/$MA/openmpi/lib/libmpi.so lib/$MA/libmpi.so.40 lib/$MA/libnetcdf.so.19 \
+      lib/$MA/libhdf5_serial.so.103 lib/$MA/libfmt.so.9 lib/$MA/libtomlplusplus.so.3 lib/$MA/libgtest.a \
+      lib/$MA/cmake/netCDF/netCDFConfig.cmake lib/$MA/cmake/fmt/fmt-config.cmake lib/$MA/cmake/GTest/GTestConfig.cmake \
+      lib/$MA/cmake/tomlplusplus/tomlplusplusConfig.cmake share/cmake/CLI11/CLI11Config.cmake \
+      share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake share/openmpi/help-orterun.txt \
+      share/openmpi/mpicc-wrapper-data.txt etc/openmpi/openmpi-mca-params.conf; do
+      [[ -e $b/$f ]] || fail "the bundle has no $f"
+    done
+    for v in P T U V U500 V500; do [[ -s $b/share/ncarg/data/cdf/${v}storm.cdf ]] || fail "no ${v}storm.cdf"; done
+    ls "$b/lib/$MA/openmpi/lib/openmpi"*/mca_btl_vader.so >/dev/null || fail "no OpenMPI plugins"
+    # Nothing from the documentation, no other static library, no glibc, no link pointing outside.
+    [[ -z $(find "$b" -path '*/doc/*' -o -path '*/man/*' -o -name '*.pc') ]] || fail "docs or pkg-config files bundled"
+    [[ -z $(find "$b" -name '*.a' ! -name 'libgtest*.a') ]] || fail "static libraries other than GoogleTest's"
+    [[ -z $(find "$b" -name 'libc.so*' -o -name 'libstdc++.so*' -o -name 'ld-linux*') ]] || fail "glibc or libstdc++ bundled"
+    while read -r l; do
+      [[ $(readlink -f "$l") == "$b"/* ]] || fail "$l points outside the bundle ($(readlink "$l"))"
+    done < <(find "$b" -type l)
+    grep -q "^# wxtrain dependency bundle, made" "$b/MANIFEST" || fail "MANIFEST incomplete"
+    grep -q '^  INTERFACE_LINK_LIBRARIES "dl;m"$' "$b/lib/$MA/cmake/netCDF/netCDFTargets.cmake" || fail "netCDF targets not rewritten"
+    mkdir -p "$work/moved"
+    mv "$b" "$bundle"
+    echo "bundle made and moved to $bundle ($(du -sm "$bundle" | cut -f1) MiB)"
+    ;;
+
+  bundle-run)
+    [[ -f $bundle/env.sh ]] || fail "no bundle in $bundle (run the make check first)"
+    out=$(isolated '
+      . "$B/env.sh"
+      [ "$WXTRAIN_BUNDLE" = "$B" ] || { echo "env.sh: WXTRAIN_BUNDLE=$WXTRAIN_BUNDLE"; exit 1; }
+      case ":$LD_LIBRARY_PATH:" in *":$B/lib/'"$MA"':"*) ;; *) echo "LD_LIBRARY_PATH lacks the bundle"; exit 1 ;; esac
+      [ "$OPAL_PREFIX" = "$B" ] || { echo "OPAL_PREFIX=$OPAL_PREFIX"; exit 1; }
+      [ "$(command -v mpirun)" = "$B/bin/mpirun" ] || { echo "mpirun is $(command -v mpirun)"; exit 1; }
+      case ":$CMAKE_PREFIX_PATH:" in *":$B:"*) ;; *) echo "CMAKE_PREFIX_PATH lacks the bundle"; exit 1 ;; esac
+      ncdump -h "$B/share/ncarg/data/cdf/Pstorm.cdf" | head -3
+      mpirun --version | head -1
+      cd "$W"
+      printf "%s\n" "#include <mpi.h>" "#include <stdio.h>" \
+        "int main(int c, char** v) { int r, n, s, t = 0; MPI_Init(&c, &v); MPI_Comm_rank(MPI_COMM_WORLD, &r);" \
+        "  MPI_Comm_size(MPI_COMM_WORLD, &n); s = r + 1; MPI_Allreduce(&s, &t, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);" \
+        "  if (r == 0) printf(\"mpi ranks %d sum %d\\n\", n, t); MPI_Finalize(); return 0; }" >hello_mpi.c
+      mpicc hello_mpi.c -o hello_mpi
+      mpirun -np 2 ./hello_mpi
+      printf "%s\n" "#include <netcdf.h>" "#include <stdio.h>" \
+        "int main(int c, char** v) { int nc, nd, nv; if (nc_open(v[1], NC_NOWRITE, &nc)) return 1;" \
+        "  nc_inq(nc, &nd, &nv, 0, 0); printf(\"netcdf %.5s: %d dims %d vars\\n\", nc_inq_libvers(), nd, nv);" \
+        "  return nc_close(nc); }" >hello_nc.c
+      cc -I"$B/include" hello_nc.c -L"$B/lib/'"$MA"'" -lnetcdf -o hello_nc
+      ./hello_nc "$B/share/ncarg/data/cdf/Tstorm.cdf"
+      ldd ./hello_nc | grep -E "libnetcdf|libhdf5_serial\." ' 2>&1) || { echo "$out"; fail "the bundle does not run on its own"; }
+    echo "$out"
+    grep -q "^netcdf Pstorm" <<<"$out" || fail "ncdump -h printed no header"
+    grep -q "Open MPI" <<<"$out" || fail "mpirun --version"
+    grep -q "^mpi ranks 2 sum 3$" <<<"$out" || fail "mpirun -np 2 of a program built with the bundle's mpicc"
+    grep -q "^netcdf 4\.9.*dims" <<<"$out" || fail "a C program against the bundle's netCDF"
+    ! grep -E "=> (/usr)?/lib/" <<<"$out" || fail "libraries loaded from the host, not the bundle"
+    ;;
+
+  bundle-cmake)
+    [[ -f $bundle/env.sh ]] || fail "no bundle in $bundle (run the make check first)"
+    rm -rf "$work/cmake-src" "$work/cmake-build"
+    mkdir -p "$work/cmake-src"
+    cat >"$work/cmake-src/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.18)
+project(bundle_check C CXX)
+set(CMAKE_CXX_STANDARD 17)
+# As the top-level CMakeLists.txt finds them.
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(netCDF REQUIRED)
+find_package(tomlplusplus REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(fmt REQUIRED)
+find_package(GTest REQUIRED)
+get_target_property(mpi_include MPI::MPI_C INTERFACE_INCLUDE_DIRECTORIES)
+foreach(v netCDF_DIR tomlplusplus_DIR CLI11_DIR nlohmann_json_DIR fmt_DIR GTest_DIR MPI_C_COMPILER mpi_include MPI_mpi_LIBRARY)
+  message(STATUS "found ${v} = ${${v}}")
+endforeach()
+add_executable(deps deps.cpp)
+target_link_libraries(deps PRIVATE MPI::MPI_C netCDF::netcdf tomlplusplus::tomlplusplus CLI11::CLI11
+                      nlohmann_json::nlohmann_json fmt::fmt GTest::gtest)
+target_compile_definitions(deps PRIVATE OMPI_SKIP_MPICXX)  # as wxtrain_distributed: the C API only
+EOF
+    cat >"$work/cmake-src/deps.cpp" <<'EOF'
+#include <mpi.h>
+#include <netcdf.h>
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+TEST(Bundle, EveryDependencyWorks) {
+  int nc = 0, dims = 0;
+  ASSERT_EQ(nc_open(std::getenv("STORM"), NC_NOWRITE, &nc), NC_NOERR);
+  ASSERT_EQ(nc_inq_ndims(nc, &dims), NC_NOERR);
+  nc_close(nc);
+  const auto t = toml::parse("[train]\nbatch_size = 8\n");
+  const nlohmann::json j = {{"dims", dims}, {"batch", t["train"]["batch_size"].value_or(0)}};
+  CLI::App app("deps");
+  int ranks = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  fmt::print("deps: {} ranks {}\n", j.dump(), ranks);
+  EXPECT_EQ(j["batch"], 8);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int status = RUN_ALL_TESTS();
+  MPI_Finalize();
+  return status;
+}
+EOF
+    out=$(isolated '
+      . "$B/env.sh"
+      cmake -S "$W/cmake-src" -B "$W/cmake-build" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF | grep -E "^-- found "
+      cmake --build "$W/cmake-build" -j2 >/dev/null
+      STORM="$B/share/ncarg/data/cdf/Ustorm.cdf" mpirun -np 1 "$W/cmake-build/deps" | grep -E "^deps:|PASSED" ' 2>&1) ||
+      { echo "$out"; fail "a CMake project could not find, build or run against the bundle"; }
+    echo "$out"
+    [[ $(grep -c "^-- found " <<<"$out") == 9 ]] || fail "not every package was reported"
+    while read -r line; do
+      [[ $line == *" = $bundle/"* ]] || fail "found outside the bundle: $line"
+    done < <(grep "^-- found " <<<"$out")
+    grep -q '^deps: {"batch":8,"dims":[0-9]*} ranks 1$' <<<"$out" || fail "the program against every dependency"
+    ;;
+
+  no-device)
+    gpu_check=${3:?$usage}
+    python=${4:-}
+    if { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; } ||
+      compgen -G '/dev/nvidia[0-9]*' >/dev/null; then
+      echo "a GPU is present: this checks the machines without one"
+      exit 77
+    fi
+    rm -rf "$work"
+    mkdir -p "$work"
+    # expect_no_device WHAT CMD...: exit code 3, "no CUDA device" on stderr, within 60 s.
+    expect_no_device() {
+      local what=$1 rc=0 t0=$SECONDS
+      shift
+      timeout 60 "$@" >"$work/out.txt" 2>"$work/err.txt" || rc=$?
+      echo "$what: exit $rc in $((SECONDS - t0)) s: $(head -c 300 "$work/err.txt")"
+      [[ $rc == 3 ]] || { cat "$work/out.txt" "$work/err.txt"; fail "$what exited $rc, not 3"; }
+      grep -q "no CUDA device" "$work/err.txt" || fail "$what did not say \"no CUDA device\""
+    }
+    expect_no_device "gpu_check.sh" "$src/scripts/gpu_check.sh" --out "$work/report" --build "$work/build"
+    [[ ! -e $work/build && ! -e $work/report ]] || fail "gpu_check.sh made its build or report folder before the device check"
+    expect_no_device "gpu_check device" "$gpu_check" device
+    expect_no_device "gpu_check accuracy" "$gpu_check" accuracy --config "$src/configs/storm_unet.toml"
+    # A driver that lists a GPU which torch cannot use (a fake nvidia-smi): torch's verdict decides.
+    if [[ -n $python ]] && "$python" -c 'import torch' 2>/dev/null; then
+      mkdir -p "$work/fakebin"
+      printf '#!/bin/sh\necho "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)"\n' >"$work/fakebin/nvidia-smi"
+      chmod +x "$work/fakebin/nvidia-smi"
+      expect_no_device "gpu_check.sh with a GPU torch cannot use" env PATH="$work/fakebin:$PATH" \
+        "$src/scripts/gpu_check.sh" --python "$python" --out "$work/report" --build "$work/build"
+      [[ ! -e $work/build ]] || fail "gpu_check.sh made its build folder before the device check"
+    else
+      echo "no Python with torch given: the torch side of the device check is not exercised"
+    fi
+    ;;
+
+  *) fail "unknown mode $mode; $usage" ;;
+esac
+echo "PASS: check_scripts.sh $mode"

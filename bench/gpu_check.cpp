@@ -1,0 +1,530 @@
+// The GPU check's measurements (scripts/gpu_check.sh runs them and writes the report; docs/gpu_check.md):
+// what the estimator predicts and what the training step and tune-batch's probes really take on
+// cuda:0. Every mode prints one JSON object (or key=value line) per case on stdout.
+//
+//   gpu_check device
+//       the device, its memory, the CUDA runtime and driver, as JSON
+//   gpu_check accuracy --config FILE [--precision fp32] [--checkpointing off] [--batches 1,2,4,8,16,32,64]
+//                      [--steps 3]
+//       per batch: the estimator's per-rank total for this device (GPU overhead included, as
+//       `wxtrain estimate` prints it) against what real training steps hold: the caching allocator's
+//       peak reserved bytes plus the CUDA context (cudaMemGetInfo's total - free, less reserved), with
+//       the peak allocated bytes beside it. Each batch starts from an emptied cache.
+//   gpu_check fit --config FILE [--precision P] [--checkpointing off] [--gpus A10G,L4,A100-40,T4]
+//                 [--steps 2] [--max-batch 65536]
+//       per catalog GPU smaller than this one: the estimate's largest batch for it (`wxtrain estimate
+//       --gpu`) against the largest batch that trains with the caching allocator capped, through
+//       MemoryMeter::set_limit (the per-process memory fraction), to that GPU's memory less the CUDA
+//       context measured here (a context the cap does not cover), found exactly by tune-batch's
+//       search. A predicted batch above the real one is a predicted fit that runs out of memory.
+//   gpu_check throughput --config FILE --precision P [--batch 8] [--warmup 3] [--steps 20] [--reps 5]
+//       samples/s of the real TrainingStep on cuda:0 (bench/peer/train_peer.py --device cuda is the peer)
+//   gpu_check describe --config FILE
+//       what the peer needs to build the same model (as train_throughput --describe)
+//
+// --gpus also takes sizes ("12GiB") for caps that are no catalog GPU. --device cpu runs every mode
+// on the CPU's counting allocator instead (no context, reserved = allocated + the CPU cache): a test
+// of the check's plumbing on a machine without a GPU, whose numbers mean nothing.
+//
+// The run file's train.device is set to "cuda" (the estimate is then for a GPU: the CPU trace runs
+// without wxtrain's fused CPU kernels, as the GPU step does). The storm configs read their NetCDF
+// files for the grid and latitudes; the batches themselves are synthetic.
+//
+// Exit codes: 0 measured (the report judges the numbers), 1 an error, 2 a usage error, 3 no CUDA
+// device: no GPU, no driver, or a build against a LibTorch without CUDA (message "no CUDA device").
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+#include <torch/version.h>
+
+#ifdef WXTRAIN_GPU_CHECK_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include "autotune/batch_search.h"
+#include "core/config.h"
+#include "core/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "core/memory_meter.h"
+#include "core/units.h"
+#include "data/dataset.h"
+#include "distributed/communicator.h"
+#include "distributed/world.h"
+#include "estimator/estimate.h"
+#include "trainer/training_step.h"
+#include "step_bench_args.h"
+
+namespace {
+
+using namespace wxtrain;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// cuda:0; the CPU only for --device cpu (the plumbing test).
+torch::Device g_device(torch::kCUDA, 0);
+bool on_cpu() { return g_device.is_cpu(); }
+
+// ---- what only the CUDA runtime and the caching allocator can tell (cuda:0)
+
+struct DeviceMemory {
+  int64_t free = 0, total = 0;
+};
+
+// --device cpu: the counting allocator's figures in their place.
+DeviceMemory cpu_memory() {
+  MemoryMeter& meter = memory_meter(torch::Device(torch::kCPU));
+  return {meter.capacity() - meter.snapshot().reserved, meter.capacity()};
+}
+
+#ifdef WXTRAIN_GPU_CHECK_CUDA
+std::string cuda_error(const char* call, cudaError_t e) { return std::string(call) + ": " + cudaGetErrorString(e); }
+
+// Empty when cuda:0 is usable; otherwise why not.
+std::string why_no_device() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return cuda_error("cudaGetDeviceCount", e);
+  if (count == 0) return "cudaGetDeviceCount found none";
+  return "";
+}
+
+DeviceMemory mem_get_info() {
+  if (on_cpu()) return cpu_memory();
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (e != cudaSuccess) throw Error(cuda_error("cudaMemGetInfo", e));
+  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
+// The caching allocator's highest reserved bytes since the last reset_peak() (the meter reports the
+// allocated peak only).
+int64_t peak_reserved() {
+  if (on_cpu()) return memory_meter(g_device).snapshot().reserved;  // the CPU meter keeps no reserved peak
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+}
+
+void synchronize() {
+  if (!on_cpu()) c10::cuda::device_synchronize();
+}
+
+int compute_capability() {
+  if (on_cpu()) return 0;
+  cudaDeviceProp p{};
+  const cudaError_t e = cudaGetDeviceProperties(&p, 0);
+  if (e != cudaSuccess) throw Error(cuda_error("cudaGetDeviceProperties", e));
+  return p.major * 10 + p.minor;
+}
+
+json versions() {
+  if (on_cpu()) return json::object();
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  cudaDeviceProp p{};
+  cudaGetDeviceProperties(&p, 0);
+  auto v = [](int x) { return std::to_string(x / 1000) + "." + std::to_string(x % 1000 / 10); };
+  return {{"cuda_runtime", v(runtime)}, {"cuda_driver", v(driver)},
+          {"capability", std::to_string(p.major) + "." + std::to_string(p.minor)}, {"multiprocessors", p.multiProcessorCount}};
+}
+#else
+std::string why_no_device() {
+  return "this gpu_check was built against a LibTorch without CUDA (WXTRAIN_CUDA=OFF); build it against a CUDA "
+         "LibTorch";
+}
+DeviceMemory mem_get_info() { return cpu_memory(); }
+int64_t peak_reserved() { return memory_meter(g_device).snapshot().reserved; }
+void synchronize() {}
+int compute_capability() { return 0; }
+json versions() { return json::object(); }
+#endif
+
+// ---- arguments
+
+struct Args {
+  std::string mode;
+  std::string config;
+  std::string precision = "fp32";
+  bool checkpointing = false;
+  std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
+  std::vector<std::string> gpus = {"A10G", "L4", "A100-40", "T4"};
+  int64_t batch = 8;
+  int warmup = 3;
+  int steps = -1;  // per mode: accuracy 3, fit 2, throughput 20
+  int reps = 5;
+  int64_t max_batch = 65536;
+  bool cpu = false;  // --device cpu
+};
+
+const char* kUsage =
+    "gpu_check device\n"
+    "       gpu_check accuracy --config FILE [--precision fp32|bf16-mixed] [--checkpointing on|off] [--batches 1,2,4]"
+    " [--steps N]\n"
+    "       gpu_check fit --config FILE [--precision P] [--checkpointing on|off] [--gpus A10G,L4,A100-40,T4]"
+    " [--steps N] [--max-batch N]\n"
+    "       gpu_check throughput --config FILE --precision P [--batch N] [--warmup N] [--steps N] [--reps N]\n"
+    "       gpu_check describe --config FILE\n"
+    "       (every mode: [--device cuda|cpu]; cpu tests the plumbing only)";
+
+template <typename T>
+std::vector<T> split(const std::string& text, T (*convert)(const std::string&)) {
+  std::vector<T> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(convert(item));
+  return out;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  if (argc < 2) bench::bench_usage(kUsage, "a mode is required");
+  a.mode = argv[1];
+  if (a.mode == "-h" || a.mode == "--help") {
+    std::printf("usage: %s\n", kUsage);
+    std::exit(0);
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) bench::bench_usage(kUsage, arg + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (arg == "--config") a.config = value();
+      else if (arg == "--precision") a.precision = value();
+      else if (arg == "--checkpointing") {
+        const std::string v = value();
+        if (v != "on" && v != "off") bench::bench_usage(kUsage, "--checkpointing on|off");
+        a.checkpointing = v == "on";
+      } else if (arg == "--batches") a.batches = split<int64_t>(value(), [](const std::string& s) { return static_cast<int64_t>(std::stoll(s)); });
+      else if (arg == "--gpus") a.gpus = split<std::string>(value(), [](const std::string& s) { return s; });
+      else if (arg == "--batch") a.batch = std::stoll(value());
+      else if (arg == "--warmup") a.warmup = std::stoi(value());
+      else if (arg == "--steps") a.steps = std::stoi(value());
+      else if (arg == "--reps") a.reps = std::stoi(value());
+      else if (arg == "--max-batch") a.max_batch = std::stoll(value());
+      else if (arg == "--device") {
+        const std::string v = value();
+        if (v != "cuda" && v != "cpu") bench::bench_usage(kUsage, "--device cuda|cpu");
+        a.cpu = v == "cpu";
+      }
+      else bench::bench_usage(kUsage, "unknown argument '" + arg + "'");
+    } catch (const std::logic_error&) {  // stoi/stoll
+      bench::bench_usage(kUsage, arg + ": not a number");
+    }
+  }
+  const std::vector<std::string> modes = {"device", "accuracy", "fit", "throughput", "describe"};
+  if (std::find(modes.begin(), modes.end(), a.mode) == modes.end()) bench::bench_usage(kUsage, "unknown mode '" + a.mode + "'");
+  if (a.mode != "device" && a.config.empty()) bench::bench_usage(kUsage, "--config is required");
+  if (a.precision != "fp32" && a.precision != "bf16-mixed" && a.precision != "fp16-mixed" && a.precision != "bf16")
+    bench::bench_usage(kUsage, "--precision fp32|bf16-mixed|fp16-mixed|bf16");
+  if (a.batches.empty() || a.batch < 1 || a.reps < 1 || a.warmup < 0 || a.max_batch < 1)
+    bench::bench_usage(kUsage, "batches, reps and --max-batch must be positive");
+  for (int64_t b : a.batches)
+    if (b < 1) bench::bench_usage(kUsage, "--batches must be positive");
+  if (a.steps < 0) a.steps = a.mode == "accuracy" ? 3 : a.mode == "fit" ? 2 : 20;
+  if (a.steps < 1) bench::bench_usage(kUsage, "--steps must be positive");
+  return a;
+}
+
+// ---- the run
+
+struct Run {
+  RunConfig config;
+  models::ModelShape shape;
+  std::vector<double> latitudes;
+};
+
+Run load_run(const Args& a) {
+  Run r;
+  r.config = load_config(a.config, {"train.precision=" + a.precision,
+                                    std::string("train.checkpointing=") + (a.checkpointing ? "true" : "false"),
+                                    "train.device=cuda"});  // the estimate is for a GPU, even with --device cpu
+  // The grid and latitudes from the data, as in training; fixed in the config from here on so the
+  // estimator does not open the files again.
+  const data::Dataset dataset(r.config.data);
+  r.config.data.lat = dataset.num_lat();
+  r.config.data.lon = dataset.num_lon();
+  r.shape = models::model_shape(r.config);
+  if (dataset.has_coordinates()) r.latitudes = dataset.lat();
+  return r;
+}
+
+json case_json(const Run& run, const Args& a, const char* kind) {
+  return {{"kind", kind}, {"config", run.config.path}, {"model", run.config.model.name}, {"precision", a.precision},
+          {"checkpointing", a.checkpointing}};
+}
+
+// Real training steps at `batch` on cuda:0 from an emptied cache (an optional cap on reserved bytes):
+// what the process holds at the end and at its peaks.
+struct Measured {
+  int64_t batch = 0;
+  bool oom = false;
+  int64_t baseline_allocated = 0;  // allocated before (the cuBLAS workspaces of earlier steps)
+  int64_t peak_allocated = 0;
+  int64_t peak_reserved = 0;
+  int64_t context = 0;             // device memory in use beyond the allocator's reserve: context, kernels, handles
+  int64_t total() const { return peak_reserved + context; }
+  double loss = 0;
+  double seconds = 0;
+};
+
+Measured measure_steps(const Run& run, int64_t batch, int steps, int64_t cap = 0) {
+  MemoryMeter& meter = memory_meter(g_device);
+  meter.release_cached();
+  Measured m;
+  m.batch = batch;
+  m.baseline_allocated = meter.snapshot().allocated;
+  const auto t0 = Clock::now();
+  meter.set_limit(cap);
+  meter.reset_peak();
+  try {
+    auto comm = distributed::make_communicator(distributed::World{}, run.config.distributed, g_device);
+    auto state = trainer::build_training_state(run.config, run.shape, comm, g_device, run.latitudes);
+    auto micro = trainer::synthetic_micro_batches(run.config, run.shape, batch, run.config.train.accumulation, g_device);
+    trainer::TrainingStep step(*state);
+    for (int i = 0; i < steps; ++i) m.loss = step.run(micro, run.config.train.lr).loss;
+    synchronize();
+    const MemorySnapshot s = meter.snapshot();
+    const DeviceMemory d = mem_get_info();
+    m.context = (d.total - d.free) - s.reserved;  // while everything is still held
+  } catch (const c10::OutOfMemoryError&) {
+    m.oom = true;
+  }
+  m.peak_allocated = meter.snapshot().peak;
+  m.peak_reserved = peak_reserved();
+  meter.set_limit(0);
+  meter.release_cached();
+  m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return m;
+}
+
+// This GPU as the estimator describes one: cudaMemGetInfo's total and the compute capability (which
+// picks the per-architecture context and cuBLAS workspace figures).
+estimator::GpuSpec this_gpu() {
+  return {"device", on_cpu() ? "cpu (plumbing test)" : cuda::device_name(0), mem_get_info().total, false,
+          compute_capability()};
+}
+
+json breakdown_json(const estimator::Estimate& e, const estimator::Breakdown& b, const estimator::GpuSpec& gpu) {
+  const estimator::GpuOverhead o = estimator::gpu_overhead(b.allocated(), e.uses_convolutions, gpu);
+  return {{"params", b.params},
+          {"grads", b.grads},
+          {"optimizer", b.optimizer},
+          {"activations", b.activations},
+          {"allocated", b.allocated()},
+          {"overhead", {{"cuda_context", o.cuda_context},
+                        {"cublas_workspace", o.cublas_workspace},
+                        {"cublaslt_workspace", o.cublaslt_workspace},
+                        {"cudnn_workspace", o.cudnn_workspace},
+                        {"allocator_reserve", o.allocator_reserve},
+                        {"total", b.overhead}}},
+          {"total", b.total()}};
+}
+
+int run_device() {
+  const DeviceMemory d = mem_get_info();
+  json j = {{"kind", "device"}, {"name", this_gpu().label}, {"total_bytes", d.total}, {"free_bytes", d.free},
+            {"torch", TORCH_VERSION}, {"cpu_threads", at::get_num_threads()}};
+  j.update(versions());
+  // The catalog entry the estimator would use for this GPU, if any.
+  for (const auto& g : estimator::gpu_catalog())
+    if (!g.rocm && std::llabs(g.memory_bytes - d.total) < 512LL * 1024 * 1024) j["catalog_match"] = g.name;
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+int run_accuracy(const Args& a) {
+  const Run run = load_run(a);
+  const estimator::Estimate e = estimator::estimate(run.config, run.shape, {});
+  const estimator::GpuSpec gpu = this_gpu();
+  std::vector<int64_t> batches = a.batches;
+  std::sort(batches.begin(), batches.end());
+  for (int64_t b : batches) {
+    const Measured m = measure_steps(run, b, a.steps);
+    const estimator::Breakdown p = e.breakdown(b, gpu);
+    json j = case_json(run, a, "accuracy");
+    j["batch"] = b;
+    j["gpu"] = gpu.label;
+    j["estimate_method"] = e.method;
+    j["predicted"] = breakdown_json(e, p, gpu);
+    j["measured"] = {{"oom", m.oom},
+                     {"baseline_allocated", m.baseline_allocated},
+                     {"peak_allocated", m.peak_allocated},
+                     {"peak_reserved", m.peak_reserved},
+                     {"context", m.context},
+                     {"total", m.total()},
+                     {"loss", m.loss},
+                     {"seconds", m.seconds}};
+    if (!m.oom) {
+      j["error_total"] = (p.total() - static_cast<double>(m.total())) / static_cast<double>(m.total());
+      j["error_allocated"] = (p.allocated() - static_cast<double>(m.peak_allocated)) / static_cast<double>(m.peak_allocated);
+    }
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int run_fit(const Args& a) {
+  const Run run = load_run(a);
+  const estimator::Estimate e = estimator::estimate(run.config, run.shape, {});
+  const int64_t device_total = mem_get_info().total;
+  struct Target {
+    estimator::GpuSpec gpu;
+    int64_t predicted = 0;
+  };
+  std::vector<Target> targets;
+  for (const auto& name : a.gpus) {
+    auto g = estimator::find_gpu(name);
+    if (!g) {  // a size: a cap that is no catalog GPU (the architecture-independent overhead figures)
+      const auto bytes = parse_bytes(name);
+      if (!bytes || *bytes <= 0)
+        throw Error("--gpus: '" + name + "' is neither a GPU (" + estimator::gpu_names() + ") nor a size such as 12GiB");
+      g = estimator::GpuSpec{name, name, *bytes, false, 0};
+    }
+    json j = case_json(run, a, "fit");
+    j["gpu"] = g->name;
+    j["gpu_memory"] = g->memory_bytes;
+    if (g->rocm || g->memory_bytes >= device_total) {
+      j["skipped"] = g->rocm ? "an AMD GPU" : "not smaller than this device";
+      std::printf("%s\n", j.dump().c_str());
+      continue;
+    }
+    targets.push_back({*g, e.max_batch(g->memory_bytes, *g)});
+  }
+  if (targets.empty()) return 0;
+
+  // The context (and the kernels of this model) first, uncapped, at the largest predicted batch that
+  // fits this device: the cap below covers only the caching allocator.
+  int64_t warm = 1;
+  for (const auto& t : targets) warm = std::max(warm, std::min(t.predicted, a.max_batch));
+  Measured w = measure_steps(run, warm, 1);
+  while (w.oom && warm > 1) w = measure_steps(run, warm /= 2, 1);
+  if (w.oom) throw Error("even batch 1 runs out of memory on the whole device");
+  const int64_t context = w.context;
+
+  for (const auto& t : targets) {
+    const auto t0 = Clock::now();
+    const int64_t cap = t.gpu.memory_bytes - context;
+    autotune::SearchOptions so;
+    so.target = cap;  // a probe that does not run out of memory passes: allocated <= reserved <= cap
+    so.budget = cap;
+    so.max_batch = a.max_batch;
+    so.start = std::clamp<int64_t>(t.predicted, 1, a.max_batch);
+    so.slope = e.activations.per_sample();
+    const autotune::ProbeFn probe = [&](int64_t batch) {
+      const Measured m = measure_steps(run, batch, a.steps, cap);
+      autotune::Probe p;
+      p.batch = batch;
+      p.oom = m.oom;
+      p.passed = !m.oom;
+      p.peak = m.peak_allocated;
+      p.seconds = m.seconds;
+      p.leaked = 0;
+      return p;
+    };
+    const autotune::SearchResult found = autotune::secant_search(so, probe);
+    json j = case_json(run, a, "fit");
+    j["gpu"] = t.gpu.name;
+    j["gpu_memory"] = t.gpu.memory_bytes;
+    j["context"] = context;
+    j["cap"] = cap;
+    j["predicted_max"] = t.predicted;
+    j["predicted_total"] = e.breakdown(std::max<int64_t>(t.predicted, 1), t.gpu).total();
+    j["real_max"] = found.batch;
+    j["max_batch_bound"] = a.max_batch;
+    j["probes"] = json::array();
+    std::optional<bool> predicted_oom;
+    for (const auto& p : found.probes) {
+      j["probes"].push_back({{"batch", p.batch}, {"oom", p.oom}, {"peak_allocated", p.peak}, {"seconds", p.seconds}});
+      if (p.batch == t.predicted) predicted_oom = p.oom;
+    }
+    // The search is exact below max_batch, so a predicted batch above the real largest one would
+    // have run out of memory (and did, when it was probed).
+    const bool verifiable = t.predicted <= a.max_batch;
+    j["predicted_fit_ooms"] = verifiable && t.predicted > found.batch;
+    if (predicted_oom) j["predicted_probe_oom"] = *predicted_oom;
+    if (!verifiable) j["unverified"] = "the predicted batch is above --max-batch";
+    j["seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int run_throughput(const Args& a) {
+  const Run run = load_run(a);
+  auto comm = distributed::make_communicator(distributed::World{}, run.config.distributed, g_device);
+  auto state = trainer::build_training_state(run.config, run.shape, comm, g_device, run.latitudes);
+  int64_t params = 0;
+  for (const auto& p : state->model->parameters()) params += p.numel();
+  const auto batches = trainer::synthetic_micro_batches(run.config, run.shape, a.batch, 1, g_device);
+  trainer::TrainingStep step(*state);
+  const double lr = run.config.train.lr;
+  double last_loss = 0;
+  for (int i = 0; i < a.warmup; ++i) last_loss = step.run(batches, lr).loss;
+  synchronize();
+  std::vector<double> rates;
+  for (int r = 0; r < a.reps; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < a.steps; ++i) last_loss = step.run(batches, lr).loss;
+    synchronize();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    rates.push_back(static_cast<double>(a.steps * a.batch) / seconds);
+  }
+  // The line train_throughput and the peer print.
+  std::printf("impl=wxtrain device=%s model=%s precision=%s batch=%lld params=%lld threads=%d loss=%.5g reps=",
+              on_cpu() ? "cpu" : "cuda", run.config.model.name.c_str(), a.precision.c_str(), static_cast<long long>(a.batch),
+              static_cast<long long>(params), at::get_num_threads(), last_loss);
+  for (size_t i = 0; i < rates.size(); ++i) std::printf("%s%.2f", i ? "," : "", rates[i]);
+  std::printf(" samples_per_s=%.3f\n", bench::median(rates));
+  return 0;
+}
+
+int run_describe(const Args& a) {
+  const Run run = load_run(a);
+  torch::manual_seed(run.config.train.seed);
+  const auto model = models::build_model(run.config.model, run.shape);
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  const json j = {{"model", run.config.model.name}, {"params", params}, {"threads", at::get_num_threads()},
+                  {"in_channels", run.shape.in_channels}, {"out_channels", run.shape.out_channels},
+                  {"lat", run.shape.lat}, {"lon", run.shape.lon}, {"rollout_steps", run.config.data.rollout_steps},
+                  {"latitudes", run.latitudes}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The estimator traces the step on the CPU under wxtrain's counting allocator, installed first.
+  memory_meter(torch::Device(torch::kCPU));
+  const Args args = parse_args(argc, argv);
+  if (args.cpu) g_device = torch::Device(torch::kCPU);
+  if (const std::string why = args.cpu ? "" : why_no_device(); !why.empty()) {
+    std::fprintf(stderr, "gpu_check: no CUDA device (%s)\n", why.c_str());
+    return 3;
+  }
+  try {
+    if (args.mode == "device") return run_device();
+    if (args.mode == "accuracy") return run_accuracy(args);
+    if (args.mode == "fit") return run_fit(args);
+    if (args.mode == "throughput") return run_throughput(args);
+    return run_describe(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_check %s: %s\n", args.mode.c_str(), e.what());
+    return 1;
+  }
+}
