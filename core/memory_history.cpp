@@ -169,7 +169,7 @@ void record_alloc(const void* data, size_t bytes, size_t capacity, bool new_segm
   const int64_t t = now_us();
   const uint64_t addr = address(data);
   if (new_segment) push(s, Action::segment_alloc, addr, static_cast<int64_t>(capacity), t);
-  push(s, Action::alloc, addr, static_cast<int64_t>(capacity), t);
+  push(s, Action::alloc, addr, static_cast<int64_t>(bytes), t);
   s.blocks[addr] = Block{bytes, capacity, true, s.context};
 }
 

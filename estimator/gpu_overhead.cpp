@@ -122,12 +122,9 @@ double cublaslt_workspace_bytes(const GpuSpec& gpu, const OverheadEnv& e) {
 double cuda_context_bytes(const GpuSpec& gpu) {
   // No public measurement of a HIP context under LibTorch was found: 1 GiB, a placeholder.
   if (gpu.rocm) return 1024 * MiB;
-  // The context alone, created by cudaMemGetInfo with nothing loaded (lazy module loading, the
-  // default since CUDA 12.2): 414 MiB on an A100 (CUDA 12.8), 426 MiB on an RTX 6000 Ada (torch
-  // 2.10+cu130), 612 MiB on a B200; none found for Hopper, which has fewer SMs than B200 (132 vs
-  // 148; the driver reserves per-thread stack for every resident thread) on the same driver: B200's
-  // figure. Plus 150 MiB for the kernels a training step loads: training processes measure
-  // 410-500 MiB on A100s and L40S, 65-86 MiB above the bare context. Sources: docs/estimator.md.
+  // Bare context (lazy loading, CUDA's default since 12.2) as measured: A100 414, RTX 6000 Ada 426,
+  // B200 612 MiB; Hopper has no measurement and B200's bounds it (fewer SMs, same driver). Plus
+  // 150 MiB for the kernels a step loads (65-86 MiB measured). Sources: docs/estimator.md.
   const int cc = gpu.compute_capability;
   const double bare = (cc == 0 || cc >= 90) ? 612 : cc == 89 ? 426 : 414;
   return (bare + 150) * MiB;
@@ -138,17 +135,12 @@ GpuOverhead gpu_overhead(double peak_allocated, bool uses_convolutions, const Gp
   o.cuda_context = cuda_context_bytes(gpu);
   o.cublas_workspace = kBlasHandles * cublas_workspace_bytes(gpu, e);
   o.cublaslt_workspace = kBlasHandles * cublaslt_workspace_bytes(gpu, e);
-  // cuDNN (Conv_v8.cpp, run_single_conv): with cudnn.benchmark off (LibTorch's default) the engines
-  // come in cuDNN's heuristic order, each call allocates its workspace from the caching allocator
-  // and frees it, and an engine whose workspace does not fit is skipped for the next. So this is
-  // an allowance for the fast engines, not a floor a run needs: 128 MiB, not measured.
+  // cuDNN (Conv_v8.cpp, try_configs): engines in heuristic order (benchmark off), each call's
+  // workspace allocated and freed, one that does not fit skipped: an allowance, not measured.
   o.cudnn_workspace = uses_convolutions ? 128.0 * MiB : 0.0;
-  // Caching allocator (c10/cuda/CUDACachingAllocator.cpp, c10/core/AllocatorConfig.h): sizes round
-  // to 512 B; requests up to 1 MiB share 2 MiB segments, 1-10 MiB ones 20 MiB segments, larger ones
-  // get their size rounded to 2 MiB; freed blocks stay cached. Reserved-but-unallocated in public
-  // OOM reports of fixed-shape runs is 0-7% of allocated: 8%, plus one 20 MiB segment. With
-  // expandable_segments the cached pages of a free block can be unmapped and mapped where needed,
-  // leaving at most a part-used 2 MiB page per live block: 2% (700 blocks at a 70 GiB peak).
+  // Caching allocator (CUDACachingAllocator.cpp): freed blocks stay cached in 2 MiB / 20 MiB /
+  // size-rounded segments; public OOM reports of fixed-shape runs show 0-7% reserved-unallocated.
+  // expandable_segments remaps free pages, leaving a part-used 2 MiB page per live block: 2%.
   o.allocator_reserve = (e.expandable_segments() ? 0.02 : 0.08) * peak_allocated + 20.0 * MiB;
   return o;
 }

@@ -181,7 +181,8 @@ int run_profile(const ProfileArgs& args) {
                   << "  python -m torch.cuda._memory_viz trace_plot " << args.snapshot << " -o " << args.snapshot
                   << ".html\n";
         if (world.size > 1)
-          std::cout << "  ranks 1.." << world.size - 1 << ": " << snapshot_path(args.snapshot, 1) << " ...\n";
+          std::cout << "  the other ranks': " << snapshot_path(args.snapshot, 1)
+                    << (world.size > 2 ? " .. " + snapshot_path(args.snapshot, world.size - 1) : std::string()) << "\n";
       }
     }
     if (verdict) {
