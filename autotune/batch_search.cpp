@@ -6,6 +6,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "core/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
 #include "core/units.h"
@@ -233,8 +234,11 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   RunConfig on_device = config;
   on_device.train.device = device.is_cuda() ? "cuda" : "cpu";
   const estimator::Estimate e = estimator::estimate(on_device, shape, eo);
+  // The device's architecture picks the overhead model's cuBLAS workspace and context figures.
   const std::optional<estimator::GpuSpec> gpu =
-      device.is_cuda() ? std::optional(estimator::GpuSpec{"device", report.meter, report.target}) : std::nullopt;
+      device.is_cuda() ? std::optional(estimator::GpuSpec{"device", report.meter, report.target, false,
+                                                          cuda::compute_capability(device.has_index() ? device.index() : 0)})
+                       : std::nullopt;
   const int64_t room = device.is_cuda() ? report.target : report.target - report.baseline;
   report.estimated_batch = e.max_batch(room, gpu);
   report.estimated_slope = slope_at(e.activations, static_cast<double>(std::max<int64_t>(report.estimated_batch, 1)));

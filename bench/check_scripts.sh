@@ -17,13 +17,19 @@
 #                                             once with "no CUDA device" and exit code 3, building
 #                                             nothing; with PYTHON (a torch) also when nvidia-smi
 #                                             lists a GPU torch cannot use. Skipped (77) where a GPU is.
+#   bench/check_scripts.sh plumbing WORK BUILD PYTHON STAGES [fresh]
+#                                             scripts/gpu_check.sh --device cpu --only STAGES on the
+#                                             storm unet with the binaries of BUILD, into WORK (emptied
+#                                             first with `fresh`): exit 0, each stage RAN or PASS in
+#                                             report.json, and its raw results there. Skipped (77)
+#                                             without a torch in PYTHON or the binaries in BUILD.
 #
 # "Clean": env -i, and, where this runs as root and may make a mount namespace (unshare -m), every
 # file the bundle provides is also hidden at its original place on this machine (/dev/null bound over
 # it), except the libraries the host's own tools (bash, cmake, the compiler) load, so the bundle
 # cannot lean on the Debian packages it came from. Without the namespace the checks say so.
 set -euo pipefail
-usage="usage: check_scripts.sh bundle-make|bundle-run|bundle-cmake|no-device WORK [GPU_CHECK [PYTHON]]"
+usage="usage: check_scripts.sh bundle-make|bundle-run|bundle-cmake WORK | no-device WORK GPU_CHECK [PYTHON] | plumbing WORK BUILD PYTHON STAGES [fresh]"
 mode=${1:?$usage}
 work=$(realpath -m "${2:?$usage}")
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -111,9 +117,11 @@ case $mode in
       [ "$OPAL_PREFIX" = "$B" ] || { echo "OPAL_PREFIX=$OPAL_PREFIX"; exit 1; }
       [ "$(command -v mpirun)" = "$B/bin/mpirun" ] || { echo "mpirun is $(command -v mpirun)"; exit 1; }
       case ":$CMAKE_PREFIX_PATH:" in *":$B:"*) ;; *) echo "CMAKE_PREFIX_PATH lacks the bundle"; exit 1 ;; esac
-      ncdump -h "$B/share/ncarg/data/cdf/Pstorm.cdf" | head -3
-      mpirun --version | head -1
       cd "$W"
+      ncdump -h "$B/share/ncarg/data/cdf/Pstorm.cdf" >ncdump.txt  # (no pipe into head: SIGPIPE)
+      mpirun --version >mpirun.txt
+      head -3 ncdump.txt
+      head -1 mpirun.txt
       printf "%s\n" "#include <mpi.h>" "#include <stdio.h>" \
         "int main(int c, char** v) { int r, n, s, t = 0; MPI_Init(&c, &v); MPI_Comm_rank(MPI_COMM_WORLD, &r);" \
         "  MPI_Comm_size(MPI_COMM_WORLD, &n); s = r + 1; MPI_Allreduce(&s, &t, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);" \
@@ -240,6 +248,43 @@ EOF
     else
       echo "no Python with torch given: the torch side of the device check is not exercised"
     fi
+    ;;
+
+  plumbing)
+    build=${3:?$usage} python=${4:?$usage} stages=${5:?$usage}
+    "$python" -c 'import torch' 2>/dev/null || { echo "no torch in $python"; exit 77; }
+    [[ -x $build/bench/gpu_check && -x $build/cli/wxtrain ]] || { echo "no gpu_check or wxtrain in $build"; exit 77; }
+    if [[ ${6:-} == fresh ]]; then rm -rf "$work"; fi
+    rc=0
+    "$src/scripts/gpu_check.sh" --device cpu --configs storm_unet --build "$build" --python "$python" --out "$work" \
+      --only "$stages" || rc=$?
+    [[ $rc == 0 ]] || fail "gpu_check.sh --device cpu --only $stages exited $rc"
+    "$python" - "$work" "$stages" <<'EOF' || fail "the report or the raw results are not as expected"
+import glob, json, os, sys
+out, stages = sys.argv[1], sys.argv[2].split(",")
+report = json.load(open(os.path.join(out, "report.json")))
+assert report["device_kind"] == "cpu", report["device_kind"]
+for s in stages:
+    assert report["stages"][s]["result"] in ("RAN", "PASS"), (s, report["stages"][s])
+parts = os.path.join(out, "parts")
+if "accuracy" in stages:
+    cases = [json.loads(l) for l in open(os.path.join(parts, "accuracy.jsonl"))]
+    assert len(cases) == 2 and all("error_total" in c and c["measured"]["peak_allocated"] > 0 for c in cases), cases
+    assert all(c["predicted"]["overhead"]["total"] > 0 for c in cases)
+if "fit" in stages:
+    fits = [json.loads(l) for l in open(os.path.join(parts, "fit.jsonl"))]
+    assert len(fits) == 1 and fits[0]["real_max"] > 0 and fits[0]["probes"], fits
+    probes = fits[0]["probes"]  # the search ends on a pass at real_max and a failure just above it
+    assert any(p["batch"] == fits[0]["real_max"] and not p["oom"] for p in probes), probes
+    assert any(p["batch"] == fits[0]["real_max"] + 1 and p["oom"] for p in probes), probes
+if "tune" in stages:
+    tunes = glob.glob(os.path.join(parts, "tune", "*.json"))
+    assert tunes and all(json.load(open(t))["batch"] > 0 for t in tunes), tunes
+if "throughput" in stages:
+    impls = {l.split()[1] for l in open(os.path.join(parts, "throughput.txt"))}
+    assert impls == {"impl=wxtrain", "impl=pytorch"}, impls
+print("report.json and parts/ as expected for", ", ".join(stages))
+EOF
     ;;
 
   *) fail "unknown mode $mode; $usage" ;;

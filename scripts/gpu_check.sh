@@ -301,7 +301,7 @@ stage_tune() {
 }
 
 stage_throughput() {
-  echo "== (e) samples/s: wxtrain vs PyTorch (bench/peer/train_peer.py --device cuda), batches ${TP_BATCHES[*]}"
+  echo "== (e) samples/s: wxtrain vs PyTorch (bench/peer/train_peer.py --device $device), batches ${TP_BATCHES[*]}"
   need_binaries || return 1
   local c name p b rc log shape round=0 runs
   : >"$PARTS/throughput.txt"
@@ -515,7 +515,7 @@ if on == "cpu":
 md += [f"# wxtrain GPU check: {verdict}", "",
        f"{dev}; commit {report['commit'] or 'unknown'}; {report['date']}", "",
        "| check | result | detail |", "|---|---|---|"]
-md += [f"| {names[s]} | {verdicts[s][0]} | {verdicts[s][1]} |" for s in order]
+md += [f"| {names[s]} | {verdicts[s][0]} | {verdicts[s][1].replace('|', chr(92) + '|')} |" for s in order]
 if missing and verdict != "FAIL":
     md += ["", f"Not run yet: {', '.join(missing)} (`scripts/gpu_check.sh --only {','.join(missing)}` adds them)."]
 
@@ -586,7 +586,7 @@ with open(os.path.join(out, "report.md"), "w") as f:
     f.write("\n".join(md) + "\n")
 with open(os.path.join(out, "report.json"), "w") as f:
     json.dump(report, f, indent=1)
-print("\n".join(md[:len(order) + 6]))
+print("\n".join(md[:next((i for i, l in enumerate(md) if l.startswith("## ")), len(md))]).rstrip())
 print(f"\nreport: {os.path.join(out, 'report.md')} and report.json")
 sys.exit(1 if verdict == "FAIL" else 0)
 EOF

@@ -83,13 +83,22 @@ MemoryMeter& memory_meter(c10::DeviceIndex device) {
   return *meter;
 }
 
-std::string device_name(c10::DeviceIndex device) {
+namespace {
+cudaDeviceProp properties_of(c10::DeviceIndex device) {
   cudaDeviceProp properties{};
   const cudaError_t result = cudaGetDeviceProperties(&properties, device);
   if (result != cudaSuccess) {
     throw Error("cudaGetDeviceProperties on cuda:" + std::to_string(device) + " failed: " + cudaGetErrorString(result));
   }
-  return properties.name;
+  return properties;
+}
+}  // namespace
+
+std::string device_name(c10::DeviceIndex device) { return properties_of(device).name; }
+
+int compute_capability(c10::DeviceIndex device) {
+  const cudaDeviceProp properties = properties_of(device);
+  return properties.major * 10 + properties.minor;
 }
 
 void start_memory_history(size_t max_entries) {

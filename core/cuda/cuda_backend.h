@@ -21,6 +21,9 @@ MemoryMeter& memory_meter(c10::DeviceIndex device);
 // The GPU's name as the driver reports it ("NVIDIA H100 80GB HBM3").
 std::string device_name(c10::DeviceIndex device);
 
+// major * 10 + minor (90 on an H100), as torch.cuda.get_device_capability reports it.
+int compute_capability(c10::DeviceIndex device);
+
 // Starts recording the caching allocator's allocation history, as
 // torch.cuda.memory._record_memory_history(max_entries=..., clear_history=True) does: every event
 // with its C++ stack (stacks="all"; a C++ program has no Python frames). Drops an earlier history.

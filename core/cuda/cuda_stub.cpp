@@ -15,6 +15,7 @@ namespace {
 bool built() { return false; }
 MemoryMeter& memory_meter(c10::DeviceIndex device) { no_cuda("memory meter for cuda:" + std::to_string(device)); }
 std::string device_name(c10::DeviceIndex device) { no_cuda("name of cuda:" + std::to_string(device)); }
+int compute_capability(c10::DeviceIndex device) { no_cuda("capability of cuda:" + std::to_string(device)); }
 void start_memory_history(size_t) { no_cuda("CUDA memory history"); }
 std::string memory_snapshot_pickle() { no_cuda("CUDA memory snapshot"); }
 void stop_memory_history() {}
