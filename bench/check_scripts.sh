@@ -42,14 +42,25 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 hide_host() {
   local b=$1 rel host n=0 tool lib
   local -A keep=()
-  for tool in bash cmake ctest gcc g++ cc ld as make ninja find sed grep cat ls readlink dirname env; do
+  keep_libs() {  # the sonames a program loads and the files they point to
+    local name path
+    while read -r name path; do
+      keep[$name]=1
+      [[ $path == /* ]] && keep[$(basename "$(readlink -f "$path")")]=1
+    done < <(ldd "$1" 2>/dev/null | awk '/=>/ {print $1, $3}')
+  }
+  for tool in bash cmake ctest gcc g++ cc ld as make ninja find sed grep cat ls readlink dirname env python3 tar gzip; do
     tool=$(command -v "$tool" 2>/dev/null) || continue
-    while read -r lib; do keep[$lib]=1; done < <(ldd "$tool" 2>/dev/null | awk '/=>/ {print $1}')
+    keep_libs "$tool"
   done
   for tool in cc1 cc1plus collect2 lto-wrapper; do
     tool=$(gcc -print-prog-name=$tool)
     [[ -x $tool ]] || continue
-    while read -r lib; do keep[$lib]=1; done < <(ldd "$tool" 2>/dev/null | awk '/=>/ {print $1}')
+    keep_libs "$tool"
+  done
+  for tool in /usr/bin/python3* /usr/lib/python3*/lib-dynload/*.so; do  # Python and its modules (ssl, hashlib, ...)
+    [[ -f $tool ]] || continue
+    keep_libs "$tool"
   done
   while IFS= read -r rel; do
     case $rel in
@@ -167,6 +178,22 @@ add_executable(deps deps.cpp)
 target_link_libraries(deps PRIVATE MPI::MPI_C netCDF::netcdf tomlplusplus::tomlplusplus CLI11::CLI11
                       nlohmann_json::nlohmann_json fmt::fmt GTest::gtest)
 target_compile_definitions(deps PRIVATE OMPI_SKIP_MPICXX)  # as wxtrain_distributed: the C API only
+# Linked as scripts/gpu_check.sh links wxtrain (an RPATH): runs with no LD_LIBRARY_PATH at all.
+add_executable(rpath_only rpath_only.c)
+target_link_libraries(rpath_only PRIVATE MPI::MPI_C netCDF::netcdf)
+EOF
+    cat >"$work/cmake-src/rpath_only.c" <<'EOF'
+#include <mpi.h>
+#include <netcdf.h>
+#include <stdio.h>
+int main(int argc, char** argv) {
+  int nc = 0, dims = 0, mpi = 1;
+  MPI_Initialized(&mpi);  /* libmpi and what it loads, without a launcher */
+  if (nc_open(argv[1], NC_NOWRITE, &nc) || nc_inq_ndims(nc, &dims)) return 1;
+  nc_close(nc);
+  printf("rpath_only: netcdf %.5s, %d dims, MPI initialized %d\n", nc_inq_libvers(), dims, mpi);
+  return 0;
+}
 EOF
     cat >"$work/cmake-src/deps.cpp" <<'EOF'
 #include <mpi.h>
@@ -199,12 +226,19 @@ int main(int argc, char** argv) {
   return status;
 }
 EOF
+    # Built as scripts/gpu_check.sh builds wxtrain: env.sh, but no LD_LIBRARY_PATH for cmake and the
+    # compiler, the linker pointed at the bundle instead, and an RPATH into it.
     out=$(isolated '
       . "$B/env.sh"
+      unset LD_LIBRARY_PATH
+      lib="$B/lib/'"$MA"'"
       cmake -S "$W/cmake-src" -B "$W/cmake-build" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF | grep -E "^-- found "
+        -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath-link,$lib" \
+        "-DCMAKE_BUILD_RPATH=$lib" | grep -E "^-- found "
       cmake --build "$W/cmake-build" -j2 >/dev/null
-      STORM="$B/share/ncarg/data/cdf/Ustorm.cdf" mpirun -np 1 "$W/cmake-build/deps" | grep -E "^deps:|PASSED" ' 2>&1) ||
+      STORM="$B/share/ncarg/data/cdf/Ustorm.cdf" mpirun -np 1 "$W/cmake-build/deps" | grep -E "^deps:|PASSED"
+      "$W/cmake-build/rpath_only" "$B/share/ncarg/data/cdf/Vstorm.cdf"
+      ldd "$W/cmake-build/rpath_only" | grep -E "libhdf5_serial\.|libopen-pal" ' 2>&1) ||
       { echo "$out"; fail "a CMake project could not find, build or run against the bundle"; }
     echo "$out"
     [[ $(grep -c "^-- found " <<<"$out") == 9 ]] || fail "not every package was reported"
@@ -212,6 +246,8 @@ EOF
       [[ $line == *" = $bundle/"* ]] || fail "found outside the bundle: $line"
     done < <(grep "^-- found " <<<"$out")
     grep -q '^deps: {"batch":8,"dims":[0-9]*} ranks 1$' <<<"$out" || fail "the program against every dependency"
+    grep -q '^rpath_only: netcdf 4\.9.*MPI initialized 0$' <<<"$out" || fail "a program linked with an RPATH, without LD_LIBRARY_PATH"
+    ! grep -E "=> (/usr)?/lib/" <<<"$out" || fail "libraries loaded from the host, not the bundle"
     ;;
 
   no-device)

@@ -1,5 +1,5 @@
 // The ceiling on bf16 against fp32 on this CPU: a square matmul at a few sizes, in GFLOP/s, in fp32
-// through LibTorch's own path (torch::mm: the system BLAS, Debian's OpenBLAS) and through oneDNN's
+// through LibTorch's own path (torch::mm: the torch wheel's MKL) and through oneDNN's
 // sgemm (models/cpu_gemm.h, what the zoo's fp32 Linear layers and attention use on the CPU), and in
 // bf16 (torch::mm: oneDNN), alternating over rounds and taking medians. A training step also runs
 // normalisation, activations and casts that bf16 does not speed up, so its bf16 / fp32 ratio is
@@ -51,7 +51,6 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("GEMMs, %d intra-op thread(s), median of %d alternating rounds\n\n", at::get_num_threads(), rounds);
-  if (!wxtrain::models::blas_sgemm_available()) std::printf("(no dnnl_sgemm in this LibTorch: both fp32 columns are torch::mm)\n\n");
   std::printf("| n | fp32 torch::mm GFLOP/s | fp32 oneDNN GFLOP/s | bf16 GFLOP/s | oneDNN / torch::mm fp32 | bf16 / fp32 oneDNN |\n"
               "|---:|---:|---:|---:|---:|---:|\n");
   for (const int64_t n : {128, 256, 512, 1024, 2048}) {

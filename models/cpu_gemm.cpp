@@ -4,7 +4,6 @@
 #include <ATen/autocast_mode.h>
 #include <dlfcn.h>
 
-#include <limits>
 #include <optional>
 
 #include "models/cpu_fusion.h"
@@ -15,30 +14,29 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The Fortran BLAS entry point LibTorch itself links (MKL inside the torch wheel's libtorch_cpu,
-// LP64: 32-bit integers), column-major. Looked up at run time so that a LibTorch built without a
-// BLAS keeps ATen's path.
-using FortranSgemm = void (*)(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                              const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                              const float* beta, float* c, const int* ldc);
+// oneDNN's BLAS-style GEMM from Debian's libdnnl (oneDNN 2.6, package libdnnl2): row-major
+// C = alpha * op(A) op(B) + beta * C; returns dnnl_success (0) or an error status. Declared here,
+// not through <dnnl.h>, whose 3.x version the torch wheel puts first on the include path.
+using DnnlSgemm = int (*)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-FortranSgemm blas_sgemm() {
-  static const auto fn = reinterpret_cast<FortranSgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
+// Loaded with RTLD_DEEPBIND, so that libdnnl binds its own symbols first: libtorch_cpu exports weak
+// symbols of its built-in oneDNN 3.x (template instantiations, call_once thunks of the GEMM JIT),
+// which would otherwise take over oneDNN 2.6's internals (dnnl_sgemm then answers "unimplemented").
+// Without the library the zoo keeps ATen's path.
+DnnlSgemm dnnl_sgemm() {
+  static const DnnlSgemm fn = [] {
+    void* library = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    return library ? reinterpret_cast<DnnlSgemm>(dlsym(library, "dnnl_sgemm")) : nullptr;
+  }();
   return fn;
 }
 
-int blas_int(int64_t value, const char* what) {
-  TORCH_CHECK(value >= 0 && value <= std::numeric_limits<int>::max(), "sgemm: ", what, " = ", value,
-              " does not fit the BLAS's 32-bit integers");
-  return static_cast<int>(value);
-}
-
-// Row-major C = alpha * op(A) op(B) + beta * C, as the column-major C^T = op(B)^T op(A)^T.
 void sgemm(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const int m = blas_int(N, "N"), n = blas_int(M, "M"), k = blas_int(K, "K");
-  const int la = blas_int(lda, "lda"), lb = blas_int(ldb, "ldb"), lc = blas_int(ldc, "ldc");
-  blas_sgemm()(&transb, &transa, &m, &n, &k, &alpha, B, &lb, A, &la, &beta, C, &lc);
+  const int status = dnnl_sgemm()(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  TORCH_CHECK(status == 0, "oneDNN dnnl_sgemm(", transa, transb, ", M=", M, ", N=", N, ", K=", K,
+              ") failed with status ", status);
 }
 
 // How a [rows, cols] matrix with strides (row_stride, col_stride) reads as a row-major BLAS
@@ -174,19 +172,19 @@ class ScaledMatmulFp32 : public torch::autograd::Function<ScaledMatmulFp32> {
   }
 };
 
-bool takes_blas_path(const torch::Tensor& a, const torch::Tensor& b) {
-  return cpu_fusion_enabled() && !at::autocast::is_autocast_enabled(at::kCPU) && a.device().is_cpu() && b.device().is_cpu() &&
-         a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat && a.numel() > 0 && b.numel() > 0 &&
-         blas_sgemm_available();
+bool takes_onednn_path(const torch::Tensor& a, const torch::Tensor& b) {
+  return cpu_fusion_enabled() && !at::autocast::is_autocast_enabled(at::kCPU) && a.device().is_cpu() &&
+         b.device().is_cpu() && a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat && a.numel() > 0 &&
+         b.numel() > 0 && onednn_sgemm_available();
 }
 
 }  // namespace
 
-bool blas_sgemm_available() { return blas_sgemm() != nullptr; }
+bool onednn_sgemm_available() { return dnnl_sgemm() != nullptr; }
 
 torch::Tensor linear_2d(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   const bool fp32_bias = !bias.defined() || (bias.scalar_type() == torch::kFloat && bias.device().is_cpu());
-  if (x.dim() == 2 && weight.dim() == 2 && fp32_bias && takes_blas_path(x, weight)) {
+  if (x.dim() == 2 && weight.dim() == 2 && fp32_bias && takes_onednn_path(x, weight)) {
     return bias.defined() ? LinearFp32::apply(x, weight, bias) : LinearNoBiasFp32::apply(x, weight);
   }
   return at::linear(x, weight, bias);
@@ -194,7 +192,7 @@ torch::Tensor linear_2d(const torch::Tensor& x, const torch::Tensor& weight, con
 
 torch::Tensor scaled_matmul(const torch::Tensor& a, const torch::Tensor& b, double alpha) {
   if (a.dim() >= 2 && a.dim() == b.dim() && a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2) &&
-      a.size(-1) == b.size(-2) && takes_blas_path(a, b)) {
+      a.size(-1) == b.size(-2) && takes_onednn_path(a, b)) {
     return ScaledMatmulFp32::apply(a, b, alpha);
   }
   torch::Tensor out = torch::matmul(a, b);

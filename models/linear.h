@@ -6,7 +6,7 @@
 // bias add: a second pass over the output, and under CPU autocast a slow bf16 one. Python's
 // nn.Linear calls ATen's at::linear, which folds the bias into the GEMM (addmm) for a contiguous
 // 3-D input. Flattening the leading dimensions gets that single addmm for any input; an fp32 CPU
-// input gets the BLAS called directly instead (models/cpu_gemm.h).
+// input gets oneDNN's GEMM instead (models/cpu_gemm.h).
 #include <torch/torch.h>
 
 #include "models/cpu_gemm.h"

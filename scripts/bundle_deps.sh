@@ -5,7 +5,7 @@
 #
 #   scripts/bundle_deps.sh [--archive] [DIR]   (default deps-bundle/; run scripts/install_deps.sh first)
 #       --archive   also write DIR.tar.gz (about 40% of the folder's size) for machines you copy it to
-#   . DIR/env.sh     PATH, LD_LIBRARY_PATH, OPAL_PREFIX, PMIX_PREFIX, MPI_HOME, CMAKE_PREFIX_PATH
+#   . DIR/env.sh     PATH, LD_LIBRARY_PATH, CMAKE_PREFIX_PATH, MPI_HOME, OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_PREFIX
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH="<torch.utils.cmake_prefix_path>;$WXTRAIN_BUNDLE"
 #   scripts/gpu_check.sh --bundle DIR[.tar.gz]  (does that itself)
 #
@@ -27,9 +27,12 @@
 #     (share/ncarg/data/cdf/; scripts/gpu_check.sh points copies of the configs at them).
 # Programs in bin/ are small bash wrappers that set the library path and the OpenMPI/PMIx prefixes
 # and exec the real binary from libexec/wxtrain-bundle/, so DIR/bin/mpirun works without env.sh.
-# No docs, man pages, pkg-config files or static libraries other than GoogleTest's.
+# OpenMPI's RUNPATHs (/usr/lib/<multiarch>/openmpi/lib) are rewritten to $ORIGIN-relative ones, so a
+# program linked with an RPATH into the bundle finds everything with no LD_LIBRARY_PATH (the way
+# scripts/gpu_check.sh builds wxtrain). No docs, man pages, pkg-config files or static libraries
+# other than GoogleTest's.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+default_dir=$(cd "$(dirname "$0")/.." && pwd)/deps-bundle
 
 die() { echo "bundle_deps.sh: $*" >&2; exit 1; }
 usage="usage: scripts/bundle_deps.sh [--archive] [DIR]   (default deps-bundle/)"
@@ -43,7 +46,7 @@ for a in "$@"; do
     *) [[ -z $dir ]] || die "$usage"; dir=$a ;;
   esac
 done
-B=$(realpath -m "${dir:-deps-bundle}")
+B=$(realpath -m "${dir:-$default_dir}")  # DIR is the caller's; the default is in the checkout
 MARKER="wxtrain dependency bundle"
 
 packages=(libtomlplusplus-dev libtomlplusplus3 libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev
@@ -256,6 +259,91 @@ wrapper ncdump ncdump
 for f in /usr/share/ncarg/data/cdf/*storm*.cdf; do put "$f"; done
 
 put_closure
+
+# OpenMPI's libraries, plugins and programs carry RUNPATH=/usr/lib/<multiarch>/openmpi/lib, which
+# outranks an executable's RPATH for what they load (and would find a host's own OpenMPI there):
+# rewritten in place, as chrpath does, to $ORIGIN-relative paths into the bundle's lib/<multiarch>/,
+# so a program linked with an RPATH into the bundle needs no LD_LIBRARY_PATH.
+python3 - "$B" "$B/lib/$MA" <<'EOF'
+import os, struct, sys
+
+bundle, libdir = sys.argv[1], sys.argv[2]
+patched = 0
+
+
+def patch(path):
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:  # ELF64, little-endian only
+        return 0
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    loads, dynamic = [], None
+    for i in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize)
+        if p_type == 1:
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == 2:
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        return 0
+
+    def file_offset(vaddr):
+        for va, off, size in loads:
+            if va <= vaddr < va + size:
+                return vaddr - va + off
+        raise ValueError(f"{path}: address {vaddr:#x} outside the loaded segments")
+
+    strtab, paths, names = None, [], []
+    for j in range(dynamic[1] // 16):
+        tag, val = struct.unpack_from("<qQ", data, dynamic[0] + 16 * j)
+        if tag == 0:
+            break
+        if tag == 5:
+            strtab = val
+        elif tag in (15, 29):  # DT_RPATH, DT_RUNPATH
+            paths.append(val)
+        elif tag in (1, 14):  # DT_NEEDED, DT_SONAME
+            names.append(val)
+    # Symbol names in .dynstr, which the linker may have merged with a tail of the path.
+    symbol_names = []
+    for i in range(shnum):
+        sh_name, sh_type, _, _, sh_offset, sh_size, _, _, _, sh_entsize = struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+        if sh_type == 11 and sh_entsize:  # SHT_DYNSYM
+            symbol_names += [struct.unpack_from("<I", data, sh_offset + k * sh_entsize)[0] for k in range(sh_size // sh_entsize)]
+    base = file_offset(strtab)
+    count = 0
+    for p in paths:
+        start = base + p
+        end = data.index(b"\0", start)
+        old = bytes(data[start:end]).decode()
+        if not old.startswith("/usr/"):
+            continue
+        rel = os.path.relpath(libdir, os.path.dirname(path))
+        new = "$ORIGIN" if rel == "." else "$ORIGIN/" + rel
+        if len(new) > len(old):
+            sys.exit(f"bundle_deps.sh: {path}: RUNPATH {old} is shorter than {new}")
+        if any(start < base + n <= end for n in names + symbol_names):
+            sys.exit(f"bundle_deps.sh: {path}: a dynamic string shares the tail of its RUNPATH {old}")
+        data[start:start + len(old)] = new.encode() + b"\0" * (len(old) - len(new))
+        count += 1
+    if count:
+        with open(path, "r+b") as f:
+            f.write(data)
+    return count
+
+
+for root, _, files in os.walk(bundle):
+    for name in files:
+        path = os.path.join(root, name)
+        if not os.path.islink(path) and (".so" in name or "/libexec/" in path):
+            patched += patch(path)
+print(f"  RUNPATH into the bundle: {patched} OpenMPI files")
+EOF
+left=$(find "$B" -type f \( -name '*.so*' -o -path '*/libexec/*' \) -exec objdump -p {} + 2>/dev/null |
+  grep -E '^\s+(RUNPATH|RPATH)\s+/' || true)
+[[ -z $left ]] || die "RUNPATHs outside the bundle are left: $left"
 
 # --- env.sh
 cat >"$B/env.sh" <<EOF

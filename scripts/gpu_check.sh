@@ -28,6 +28,7 @@
 #   --quick    fewer cases: the unet, vit and gnn; batches 1, 8, 64; fits for the T4 and A100-40 in
 #              bf16-mixed; throughput at batch 8
 #   --configs  comma-separated config names (default every configs/storm_*.toml that trains)
+#   --jobs     parallel compile jobs of the build (default: every core)
 #   --device cpu  a test of the plumbing (script, binary, report) on a machine without a GPU: every
 #              stage on the CPU with tiny cases; the numbers mean nothing and no GPU is checked
 #
@@ -40,13 +41,14 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
   echo "usage: scripts/gpu_check.sh [--bundle DIR|DIR.tar.gz] [--out DIR] [--build DIR] [--python PY] [--only STAGES]"
-  echo "                            [--quick] [--configs NAMES] [--device cuda|cpu]"
+  echo "                            [--quick] [--configs NAMES] [--jobs N] [--device cuda|cpu]"
   echo "       stages: build,ctest,accuracy,fit,tune,throughput (default all); see the comment at the top of $0"
 }
 die() { echo "gpu_check.sh: $*" >&2; exit 1; }
 no_device() { echo "gpu_check.sh: no CUDA device ($*)" >&2; exit 3; }
 
 bundle_arg="" OUT="gpu-check-report" BUILD="build-gpu-check" PY="${WXTRAIN_PYTHON:-}" only="" quick=0 names="" device=cuda
+jobs=$(nproc)
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) bundle_arg=${2:?--bundle needs a folder or .tar.gz}; shift 2 ;;
@@ -56,6 +58,7 @@ while [[ $# -gt 0 ]]; do
     --only) only=${2:?--only needs stages}; shift 2 ;;
     --quick) quick=1; shift ;;
     --configs) names=${2:?--configs needs names}; shift 2 ;;
+    --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
     --device)
       device=${2:?--device needs cuda or cpu}
       [[ $device == cuda || $device == cpu ]] || { echo "gpu_check.sh: --device cuda|cpu" >&2; exit 2; }
@@ -164,6 +167,7 @@ if [[ -n $bundle_arg ]]; then
   [[ -n $LD_LIBRARY_PATH ]] || unset LD_LIBRARY_PATH
   ncdump -h "$bundle/share/ncarg/data/cdf/Pstorm.cdf" >"$LOGS/bundle.log" 2>&1 && mpirun --version >>"$LOGS/bundle.log" 2>&1 ||
     die "the bundle's programs do not run here ($(tail -1 "$LOGS/bundle.log")); the bundle needs $(sed -n 2p "$bundle/MANIFEST" | sed 's/^# host needs: //')"
+  bundle_lib=$(dirname "$(ls "$bundle"/lib/*/libnetcdf.so.* | head -1)")  # lib/<multiarch>
   echo "gpu_check: dependencies from the bundle $bundle"
 fi
 
@@ -212,18 +216,21 @@ stage_build() {
   local t0=$SECONDS gen=() flags=()
   if command -v ninja >/dev/null && [[ ! -f $BUILD/Makefile ]]; then gen=(-G Ninja); fi
   flags=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$torch_prefix${bundle:+;$bundle}" "-DTorch_DIR=$torch_prefix/Torch"
-         "-DWXTRAIN_TEST_COMPONENTS=${WXTRAIN_TEST_COMPONENTS:-cuda}"
-         # DT_RPATH rather than RUNPATH: the executables then find the bundle's libraries for the
-         # libraries they load too (libnetcdf -> libhdf5), with no LD_LIBRARY_PATH for any tool.
-         "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags")
+         "-DWXTRAIN_TEST_COMPONENTS=${WXTRAIN_TEST_COMPONENTS:-cuda}")
   if [[ -n $bundle ]]; then
-    flags+=("-DMPI_C_COMPILER=$bundle/bin/mpicc" "-DMPIEXEC_EXECUTABLE=$bundle/bin/mpiexec")
+    # No LD_LIBRARY_PATH for the host's tools, so: the linker finds what the bundle's libraries load
+    # there (-rpath-link), and the executables carry an RPATH into the bundle, an RPATH rather than a
+    # RUNPATH (--disable-new-dtags) so that it also serves the libraries they load (libnetcdf ->
+    # libhdf5; OpenMPI's own RUNPATHs point into the bundle, scripts/bundle_deps.sh).
+    flags+=("-DMPI_C_COMPILER=$bundle/bin/mpicc" "-DMPIEXEC_EXECUTABLE=$bundle/bin/mpiexec"
+            "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath-link,$bundle_lib"
+            "-DCMAKE_BUILD_RPATH=$bundle_lib")
   fi
   if [[ ! -x /usr/local/cuda/bin/nvcc ]] && command -v nvcc >/dev/null; then
     flags+=("-DCMAKE_CUDA_COMPILER=$(command -v nvcc)")
   fi
   local rc=0
-  { cmake -S "$SRC" -B "$BUILD" "${gen[@]}" "${flags[@]}" && cmake --build "$BUILD" -j"$(nproc)"; } >"$LOGS/build.log" 2>&1 || rc=$?
+  { cmake -S "$SRC" -B "$BUILD" "${gen[@]}" "${flags[@]}" && cmake --build "$BUILD" -j"$jobs"; } >"$LOGS/build.log" 2>&1 || rc=$?
   grep -E '^-- wxtrain:' "$LOGS/build.log" || true
   pyjson "$PARTS/build.jsonl" kind=build exit=$rc seconds=$((SECONDS - t0)) torch="$torch_version" torch_prefix="$torch_prefix" \
     bundle="${bundle:-system packages}" generator="${gen[*]:-default}"
@@ -238,13 +245,18 @@ stage_build() {
 stage_ctest() {
   echo "== (a) ctest -L cuda"
   need_binaries || return 1
-  local rc=0 listed
-  listed=$(ctest --test-dir "$BUILD" -N -L cuda 2>&1 | sed -n 's/^Total Tests: //p')
-  ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 600 >"$LOGS/ctest.log" 2>&1 || rc=$?
-  local failed
-  failed=$(sed -nE 's/^[[:space:]]*[0-9]+ - (.*) \([^)]*\)$/\1/p' "$LOGS/ctest.log" | paste -sd, -)
-  tail -3 "$LOGS/ctest.log"
-  pyjson "$PARTS/ctest.jsonl" kind=ctest label=cuda tests="${listed:-0}" exit=$rc failed="$failed" log="$LOGS/ctest.log"
+  local rc=0 listed failed skipped
+  listed=$(cd "$BUILD" && ctest -N -L cuda 2>&1 | sed -n 's/^Total Tests: //p')
+  # -V: each test's output, where GoogleTest says which tests skipped themselves (CTest counts them
+  # as passed); on a GPU none of the cuda tests should.
+  (cd "$BUILD" && ctest -V -L cuda --timeout 600) >"$LOGS/ctest.log" 2>&1 || rc=$?
+  failed=$(sed -nE 's/^[[:space:]]*[0-9]+ - (.*) \((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted|[A-Za-z ]*[Ee]rror[A-Za-z ]*)\)$/\1/p' \
+    "$LOGS/ctest.log" | sort -u | paste -sd, -)
+  skipped=$({ sed -nE 's/^[0-9]+: \[  SKIPPED \] ([A-Za-z0-9_./]+) \([0-9]+ ms\)$/\1/p' "$LOGS/ctest.log"
+              sed -nE 's/^[[:space:]]*[0-9]+ - (.*) \(Skipped\)$/\1/p' "$LOGS/ctest.log"; } | sort -u | paste -sd, -)
+  grep -E '^(Total Test time|[0-9]+% tests passed)' "$LOGS/ctest.log" || tail -3 "$LOGS/ctest.log"
+  pyjson "$PARTS/ctest.jsonl" kind=ctest label=cuda tests="${listed:-0}" exit=$rc failed="$failed" skipped="$skipped" \
+    log="$LOGS/ctest.log"
 }
 
 stage_accuracy() {
@@ -337,8 +349,27 @@ stage_throughput() {
   done
 }
 
+# A stage run again replaces its earlier results (and errors) in parts/.
+reset_stage() {
+  case $1 in
+    build | ctest) rm -f "$PARTS/$1.jsonl" ;;
+    accuracy | fit) rm -f "$PARTS/$1.jsonl" ;;
+    tune) rm -rf "$PARTS/tune" ;;
+    throughput) rm -f "$PARTS/throughput.txt" "$PARTS"/shape-*.json ;;
+  esac
+  if [[ -f $PARTS/errors.jsonl ]]; then
+    "$PY" - "$PARTS/errors.jsonl" "$1" <<'EOF'
+import json, sys
+path, stage = sys.argv[1], sys.argv[2]
+kept = [l for l in open(path) if l.strip() and json.loads(l).get("stage") != stage]
+open(path, "w").writelines(kept)
+EOF
+  fi
+}
+
 status=0
 for s in "${stages[@]}"; do
+  reset_stage "$s"
   "stage_$s" || { status=1; [[ $s == build ]] && break; }
 done
 # The device as the check's own binary sees it (else as torch does), for the report's heading.
@@ -402,10 +433,13 @@ if ct is None:
 else:
     c = ct[-1]
     report["ctest"] = c
+    skipped = [t for t in str(c.get("skipped") or "").split(",") if t]
     if int(c["tests"] or 0) == 0:
         verdicts["ctest"] = ("WARN", "no CTest test carries the label cuda")
+    elif c["exit"] == 0 and skipped and on == "cuda":
+        verdicts["ctest"] = ("WARN", f"{c['tests']} tests passed, but these skipped themselves on a GPU: {', '.join(skipped)}")
     elif c["exit"] == 0:
-        verdicts["ctest"] = ("PASS", f"{c['tests']} tests passed")
+        verdicts["ctest"] = ("PASS", f"{c['tests']} tests passed" + (f" ({len(skipped)} skipped)" if skipped else ""))
     else:
         verdicts["ctest"] = ("FAIL", f"{c['tests']} tests, failed: {c['failed'] or 'see logs/ctest.log'}")
 

@@ -13,6 +13,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   python3 python3-venv                # the virtual environment that holds the torch wheel
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  libdnnl2                            # oneDNN's sgemm for fp32 CPU GEMMs (the wheel's MKL runs AVX2 kernels on AMD)
   libgtest-dev
   libopenmpi-dev openmpi-bin
   libnetcdf-dev netcdf-bin

@@ -211,12 +211,12 @@ TEST(GatherEdges, EqualsTheUnfusedGatherAndSum) {
   at::set_num_threads(threads);
 }
 
-// ---- fp32 GEMMs through the BLAS called directly (models/cpu_gemm.h) ----
+// ---- fp32 GEMMs through oneDNN (Debian's libdnnl) (models/cpu_gemm.h) ----
 
 std::string grad_fn_name(const torch::Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : "none"; }
 
 TEST(OneDnnLinear, MatchesAtLinearWithAndWithoutBias) {
-  if (!blas_sgemm_available()) GTEST_SKIP() << "this process has no BLAS sgemm_: ATen's path is the only one";
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "no libdnnl.so.2 (Debian's libdnnl2): ATen's path is the only one";
   torch::manual_seed(7);
   const int64_t M = 37, K = 19, N = 23;
   // The input is a transposed view (not contiguous), as a permuted activation can be.
@@ -241,7 +241,7 @@ TEST(OneDnnLinear, MatchesAtLinearWithAndWithoutBias) {
 }
 
 TEST(OneDnnLinear, FrozenWeightGetsNoGradientAndAutocastKeepsAtenPath) {
-  if (!blas_sgemm_available()) GTEST_SKIP() << "this process has no BLAS sgemm_";
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "no libdnnl.so.2 (Debian's libdnnl2): ATen's path is the only one";
   torch::manual_seed(8);
   const torch::Tensor w = torch::randn({5, 4}), b = torch::randn({5});  // frozen: no requires_grad
   torch::Tensor x = torch::randn({6, 4}).requires_grad_(true);
@@ -257,7 +257,7 @@ TEST(OneDnnLinear, FrozenWeightGetsNoGradientAndAutocastKeepsAtenPath) {
 }
 
 TEST(OneDnnMatmul, AttentionProductsOnPermutedViewsMatchMatmul) {
-  if (!blas_sgemm_available()) GTEST_SKIP() << "this process has no BLAS sgemm_";
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "no libdnnl.so.2 (Debian's libdnnl2): ATen's path is the only one";
   torch::manual_seed(9);
   const int threads = at::get_num_threads();
   at::set_num_threads(2);  // batch items split between threads
@@ -283,7 +283,7 @@ TEST(OneDnnMatmul, AttentionProductsOnPermutedViewsMatchMatmul) {
 }
 
 TEST(OneDnnMatmul, BroadcastOperandIsCopiedNotMisread) {
-  if (!blas_sgemm_available()) GTEST_SKIP() << "this process has no BLAS sgemm_";
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "no libdnnl.so.2 (Debian's libdnnl2): ATen's path is the only one";
   torch::manual_seed(10);
   // Stride 0 in a matrix dimension is neither row- nor column-major: the op must copy it.
   const torch::Tensor a = torch::randn({2, 1, 6}).expand({2, 4, 6}), b = torch::randn({2, 6, 3});
