@@ -44,7 +44,7 @@ run_cpp() {
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
 # wxtrain's own CPU kernels (U-Net: GroupNorm + SiLU, pooling, upsampling; gnn: edge gather, bf16
-# SiLU; vit and gnn: fp32 GEMMs on the BLAS called directly) against ATen's path, same binary (--unfused).
+# SiLU; vit and gnn: fp32 GEMMs through oneDNN) against ATen's path, same binary (--unfused).
 run_unfused() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS" --unfused
@@ -107,7 +107,7 @@ ratio_table(f"\nTraining throughput, batch 8, samples/s (median of {len(rounds)}
             f"intra-op threads: {', '.join(sorted(threads))})\n", "wxtrain", "pytorch", "PyTorch")
 ratio_table("\nAgainst PyTorch with torch.compile (inductor, default mode; the optimizer eager)\n",
             "wxtrain", "pytorch-compile", "PyTorch compiled")
-ratio_table("\nwxtrain's CPU kernels (fused ops, fp32 GEMMs on the BLAS) against ATen's path (same binary, --unfused)\n",
+ratio_table("\nwxtrain's CPU kernels (fused ops, oneDNN fp32 GEMMs) against ATen's path (same binary, --unfused)\n",
             "fused", "wxtrain-unfused", "unfused")
 
 print("\nbf16-mixed vs fp32 (same rounds)\n")

@@ -15,7 +15,8 @@
 #   --only     comma-separated stages, run in this order; the report is written from whatever
 #              results --out holds, so a long check can be split over several calls:
 #                build       configure and build against that torch's LibTorch: the CLI, the
-#                            benchmarks and the tests of tests/cuda (WXTRAIN_TEST_COMPONENTS=cuda;
+#                            benchmarks, the tests of tests/cuda and tests/autotune (whose CLI test
+#                            profile_snapshot_cuda is labelled cuda) (WXTRAIN_TEST_COMPONENTS=cuda;autotune;
 #                            set that variable in the environment for more)
 #                ctest       (a) the CTest tests labelled cuda (ctest -L cuda)
 #                accuracy    (b) estimator vs measured GPU memory: every storm config, fp32 and
@@ -216,7 +217,7 @@ stage_build() {
   local t0=$SECONDS gen=() flags=()
   if command -v ninja >/dev/null && [[ ! -f $BUILD/Makefile ]]; then gen=(-G Ninja); fi
   flags=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$torch_prefix${bundle:+;$bundle}" "-DTorch_DIR=$torch_prefix/Torch"
-         "-DWXTRAIN_TEST_COMPONENTS=${WXTRAIN_TEST_COMPONENTS:-cuda}")
+         "-DWXTRAIN_TEST_COMPONENTS=${WXTRAIN_TEST_COMPONENTS:-cuda;autotune}")
   if [[ -n $bundle ]]; then
     # No LD_LIBRARY_PATH for the host's tools, so: the linker finds what the bundle's libraries load
     # there (-rpath-link), and the executables carry an RPATH into the bundle, an RPATH rather than a
