@@ -92,9 +92,13 @@ RunConfig storm_config(const std::string& extra = "") {
 }
 
 // The same seed, weights and batch: the first fp32 step's loss and gradient norm on the GPU equal
-// the CPU's to float rounding (cuDNN's convolutions sum in another order).
+// the CPU's to float rounding (cuDNN's convolutions sum in another order). TF32, which PyTorch
+// allows for cuDNN's convolutions by default, is off here: it rounds inputs to 10-bit mantissas.
 TEST(CudaTraining, Fp32StepMatchesTheCpu) {
   REQUIRE_CUDA();
+  const bool tf32_cudnn = at::globalContext().allowTF32CuDNN(), tf32_cublas = at::globalContext().allowTF32CuBLAS();
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
   const RunConfig config = storm_config("device = \"cuda\"\n");
   auto cpu = state_on(config, torch::kCPU);
   auto gpu = state_on(config, kGpu);
@@ -108,6 +112,8 @@ TEST(CudaTraining, Fp32StepMatchesTheCpu) {
   EXPECT_NEAR(g.loss, c.loss, 1e-4 * std::abs(c.loss));
   EXPECT_NEAR(g.grad_norm, c.grad_norm, 1e-3 * c.grad_norm);
   EXPECT_GT(g.peak_forward_backward, 0);
+  at::globalContext().setAllowTF32CuDNN(tf32_cudnn);
+  at::globalContext().setAllowTF32CuBLAS(tf32_cublas);
 }
 
 // fp16-mixed on the GPU: an inf in the batch skips the update and halves the scale (the fused
