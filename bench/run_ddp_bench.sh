@@ -32,8 +32,8 @@ echo
 common=(--batch "$batch" --precision "$precision" --warmup 3 --steps 10 --reps 3)
 for r in $(seq "$rounds"); do
   "${mpirun_cmd[@]}" "$build/bench/ddp_step" --config "$config" "${common[@]}" >> "$tmp/wx.txt"
-  # OMP_NUM_THREADS for the peer too: it also sizes OpenBLAS's own pool (fp32 GEMMs), which
-  # torch.set_num_threads does not; without it each peer rank would run its GEMMs on both cores.
+  # OMP_NUM_THREADS for the peer too, so that every pool (ATen's, MKL's, oneDNN's) of each peer
+  # rank is sized as wxtrain's are.
   OMP_NUM_THREADS="$threads" "${PY:-.venv/bin/python}" bench/peer/ddp_peer.py --describe "$tmp/desc.json" --ranks 2 --threads "$threads" \
       "${common[@]}" >> "$tmp/py.txt"
   echo "round $r: wxtrain $(tail -1 "$tmp/wx.txt" | field step_ms) ms, pytorch-ddp $(tail -1 "$tmp/py.txt" | field step_ms) ms" >&2
