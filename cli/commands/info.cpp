@@ -6,6 +6,7 @@
 #include "core/device.h"
 #include "core/units.h"
 #include "distributed/nccl/nccl_communicator.h"
+#include "models/cpu_gemm.h"
 
 namespace wxtrain::cli {
 
@@ -29,13 +30,15 @@ Action add_info_command(CLI::App& app) {
   return [json]() {
     const BuildInfo b = build_info();
     const std::string nccl = distributed::nccl_version();
+    const bool onednn_sgemm = models::onednn_sgemm_available();  // the zoo's fp32 CPU GEMMs use it
     if (*json) {
       nlohmann::json j{{"wxtrain", b.wxtrain_version}, {"libtorch", b.torch_version},
                        {"cuda_built", b.cuda_built},    {"cuda_version", b.cuda_version},
                        {"cudnn_version", b.cudnn_version}, {"nccl_version", nccl},
                        {"cuda_available", b.cuda_available}, {"blas", b.blas},
                        {"sgemm_library", b.sgemm_library}, {"blas_interposed", b.blas_interposed},
-                       {"onednn", b.mkldnn},            {"threads", b.threads}};
+                       {"onednn", b.mkldnn},            {"onednn_sgemm", onednn_sgemm},
+                       {"threads", b.threads}};
       for (const auto& d : b.devices) j["devices"].push_back({{"name", d.name}, {"memory_bytes", d.memory_bytes}});
       std::cout << j.dump(2) << "\n";
       return 0;
@@ -46,7 +49,10 @@ Action add_info_command(CLI::App& app) {
               << "\n"
               << "BLAS      " << b.blas << (b.sgemm_library.empty() ? "" : " (sgemm_ from " + b.sgemm_library + ")")
               << "\n"
-              << "oneDNN    " << (b.mkldnn ? "yes (bf16 GEMMs and convolutions on the CPU)" : "no") << "\n"
+              << "oneDNN    " << (b.mkldnn ? "yes (bf16 GEMMs and convolutions on the CPU)" : "no")
+              << (onednn_sgemm ? "; the zoo's fp32 GEMMs through Debian's libdnnl"
+                               : "; no libdnnl.so.2: the zoo's fp32 GEMMs run on the BLAS (install libdnnl2)")
+              << "\n"
               << "threads   " << b.threads << " (intra-op)\n";
     for (const auto& d : b.devices) std::cout << "device    " << d.name << ", " << format_bytes(d.memory_bytes) << "\n";
     if (b.blas_interposed) {
