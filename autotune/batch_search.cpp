@@ -237,7 +237,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   // The device's architecture picks the overhead model's cuBLAS workspace and context figures.
   const std::optional<estimator::GpuSpec> gpu =
       device.is_cuda() ? std::optional(estimator::GpuSpec{"device", report.meter, report.target, false,
-                                                          cuda::compute_capability(device.has_index() ? device.index() : 0)})
+                                                          cuda::properties(device.has_index() ? device.index() : 0).compute_capability})
                        : std::nullopt;
   const int64_t room = device.is_cuda() ? report.target : report.target - report.baseline;
   report.estimated_batch = e.max_batch(room, gpu);

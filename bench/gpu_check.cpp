@@ -45,12 +45,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
-#ifdef WXTRAIN_GPU_CHECK_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <cuda_runtime_api.h>
-#endif
-
 #include "autotune/batch_search.h"
 #include "core/config.h"
 #include "core/cuda/cuda_backend.h"
@@ -74,80 +68,29 @@ using nlohmann::json;
 torch::Device g_device(torch::kCUDA, 0);
 bool on_cpu() { return g_device.is_cpu(); }
 
-// ---- what only the CUDA runtime and the caching allocator can tell (cuda:0)
+// ---- the device's figures: cuda:0 through core/cuda/cuda_backend.h; --device cpu (the plumbing
+// test) takes the counting allocator's in their place.
 
-struct DeviceMemory {
-  int64_t free = 0, total = 0;
-};
-
-// --device cpu: the counting allocator's figures in their place.
-DeviceMemory cpu_memory() {
+cuda::DeviceMemory mem_get_info() {
+  if (!on_cpu()) return cuda::memory_info(0);
   MemoryMeter& meter = memory_meter(torch::Device(torch::kCPU));
   return {meter.capacity() - meter.snapshot().reserved, meter.capacity()};
 }
 
-#ifdef WXTRAIN_GPU_CHECK_CUDA
-std::string cuda_error(const char* call, cudaError_t e) { return std::string(call) + ": " + cudaGetErrorString(e); }
-
-// Empty when cuda:0 is usable; otherwise why not.
-std::string why_no_device() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return cuda_error("cudaGetDeviceCount", e);
-  if (count == 0) return "cudaGetDeviceCount found none";
-  return "";
-}
-
-DeviceMemory mem_get_info() {
-  if (on_cpu()) return cpu_memory();
-  size_t free_bytes = 0, total_bytes = 0;
-  const cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes);
-  if (e != cudaSuccess) throw Error(cuda_error("cudaMemGetInfo", e));
-  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
-}
-
-// The caching allocator's highest reserved bytes since the last reset_peak() (the meter reports the
-// allocated peak only).
-int64_t peak_reserved() {
-  if (on_cpu()) return memory_meter(g_device).snapshot().reserved;  // the CPU meter keeps no reserved peak
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
-}
+// The caching allocator's reserved peak (the CPU meter keeps no reserved peak: its current value).
+int64_t peak_reserved() { return on_cpu() ? memory_meter(g_device).snapshot().reserved : cuda::peak_reserved(0); }
 
 void synchronize() {
-  if (!on_cpu()) c10::cuda::device_synchronize();
-}
-
-int compute_capability() {
-  if (on_cpu()) return 0;
-  cudaDeviceProp p{};
-  const cudaError_t e = cudaGetDeviceProperties(&p, 0);
-  if (e != cudaSuccess) throw Error(cuda_error("cudaGetDeviceProperties", e));
-  return p.major * 10 + p.minor;
+  if (!on_cpu()) cuda::synchronize(0);
 }
 
 json versions() {
   if (on_cpu()) return json::object();
-  int runtime = 0, driver = 0;
-  cudaRuntimeGetVersion(&runtime);
-  cudaDriverGetVersion(&driver);
-  cudaDeviceProp p{};
-  cudaGetDeviceProperties(&p, 0);
-  auto v = [](int x) { return std::to_string(x / 1000) + "." + std::to_string(x % 1000 / 10); };
-  return {{"cuda_runtime", v(runtime)}, {"cuda_driver", v(driver)},
-          {"capability", std::to_string(p.major) + "." + std::to_string(p.minor)}, {"multiprocessors", p.multiProcessorCount}};
+  const cuda::DeviceProperties p = cuda::properties(0);
+  return {{"cuda_runtime", p.runtime_version}, {"cuda_driver", p.driver_version},
+          {"capability", std::to_string(p.compute_capability / 10) + "." + std::to_string(p.compute_capability % 10)},
+          {"multiprocessors", p.multiprocessors}};
 }
-#else
-std::string why_no_device() {
-  return "this gpu_check was built against a LibTorch without CUDA (WXTRAIN_CUDA=OFF); build it against a CUDA "
-         "LibTorch";
-}
-DeviceMemory mem_get_info() { return cpu_memory(); }
-int64_t peak_reserved() { return memory_meter(g_device).snapshot().reserved; }
-void synchronize() {}
-int compute_capability() { return 0; }
-json versions() { return json::object(); }
-#endif
 
 // ---- arguments
 
@@ -296,7 +239,7 @@ Measured measure_steps(const Run& run, int64_t batch, int steps, int64_t cap = 0
     for (int i = 0; i < steps; ++i) m.loss = step.run(micro, run.config.train.lr).loss;
     synchronize();
     const MemorySnapshot s = meter.snapshot();
-    const DeviceMemory d = mem_get_info();
+    const cuda::DeviceMemory d = mem_get_info();
     m.context = (d.total - d.free) - s.reserved;  // while everything is still held
   } catch (const c10::OutOfMemoryError&) {
     m.oom = true;
@@ -312,8 +255,9 @@ Measured measure_steps(const Run& run, int64_t batch, int steps, int64_t cap = 0
 // This GPU as the estimator describes one: cudaMemGetInfo's total and the compute capability (which
 // picks the per-architecture context and cuBLAS workspace figures).
 estimator::GpuSpec this_gpu() {
-  return {"device", on_cpu() ? "cpu (plumbing test)" : cuda::device_name(0), mem_get_info().total, false,
-          compute_capability()};
+  if (on_cpu()) return {"device", "cpu (plumbing test)", mem_get_info().total, false, 0};
+  const cuda::DeviceProperties p = cuda::properties(0);
+  return {"device", p.name, mem_get_info().total, false, p.compute_capability};
 }
 
 json breakdown_json(const estimator::Estimate& e, const estimator::Breakdown& b, const estimator::GpuSpec& gpu) {
@@ -333,7 +277,7 @@ json breakdown_json(const estimator::Estimate& e, const estimator::Breakdown& b,
 }
 
 int run_device() {
-  const DeviceMemory d = mem_get_info();
+  const cuda::DeviceMemory d = mem_get_info();
   json j = {{"kind", "device"}, {"name", this_gpu().label}, {"total_bytes", d.total}, {"free_bytes", d.free},
             {"torch", TORCH_VERSION}, {"cpu_threads", at::get_num_threads()}};
   j.update(versions());
@@ -513,7 +457,7 @@ int main(int argc, char** argv) {
   memory_meter(torch::Device(torch::kCPU));
   const Args args = parse_args(argc, argv);
   if (args.cpu) g_device = torch::Device(torch::kCPU);
-  if (const std::string why = args.cpu ? "" : why_no_device(); !why.empty()) {
+  if (const std::string why = args.cpu ? "" : cuda::unavailable_reason(0); !why.empty()) {
     std::fprintf(stderr, "gpu_check: no CUDA device (%s)\n", why.c_str());
     return 3;
   }

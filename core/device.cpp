@@ -130,7 +130,7 @@ BuildInfo build_info() {
   if (b.cuda_available) {
     for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
       MemoryMeter& m = memory_meter(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(i)));
-      b.devices.push_back({"cuda:" + std::to_string(i) + ": " + cuda::device_name(static_cast<c10::DeviceIndex>(i)), m.capacity()});
+      b.devices.push_back({"cuda:" + std::to_string(i) + ": " + cuda::properties(static_cast<c10::DeviceIndex>(i)).name, m.capacity()});
     }
   }
   return b;

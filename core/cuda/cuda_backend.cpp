@@ -10,6 +10,7 @@
 
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
 
@@ -23,11 +24,8 @@ namespace alloc = c10::cuda::CUDACachingAllocator;
 constexpr size_t kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
 
 void require_device(c10::DeviceIndex device) {
-  int count = 0;
-  const cudaError_t result = cudaGetDeviceCount(&count);
-  if (result != cudaSuccess || device < 0 || device >= count) {
-    throw Error("no CUDA device cuda:" + std::to_string(device) + " (" + std::to_string(count) + " visible" +
-                (result != cudaSuccess ? std::string(": ") + cudaGetErrorString(result) : std::string()) + ")");
+  if (const std::string why = unavailable_reason(device); !why.empty()) {
+    throw Error("no CUDA device cuda:" + std::to_string(device) + " (" + why + ")");
   }
   at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);  // sizes the allocator's per-device tables
 }
@@ -54,15 +52,7 @@ class CudaMemoryMeter final : public MemoryMeter {
     limit_ = bytes;
   }
   int64_t limit() const override { return limit_; }
-  int64_t capacity() const override {
-    c10::cuda::CUDAGuard guard(device_);
-    size_t free_bytes = 0, total_bytes = 0;
-    const cudaError_t result = cudaMemGetInfo(&free_bytes, &total_bytes);
-    if (result != cudaSuccess) {
-      throw Error("cudaMemGetInfo on cuda:" + std::to_string(device_) + " failed: " + cudaGetErrorString(result));
-    }
-    return static_cast<int64_t>(total_bytes);
-  }
+  int64_t capacity() const override { return memory_info(device_).total; }
   void release_cached() override { alloc::emptyCache(); }
 
  private:
@@ -83,22 +73,43 @@ MemoryMeter& memory_meter(c10::DeviceIndex device) {
   return *meter;
 }
 
-namespace {
-cudaDeviceProp properties_of(c10::DeviceIndex device) {
-  cudaDeviceProp properties{};
-  const cudaError_t result = cudaGetDeviceProperties(&properties, device);
+std::string unavailable_reason(c10::DeviceIndex device) {
+  int count = 0;
+  const cudaError_t result = cudaGetDeviceCount(&count);
+  if (result != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(result);
+  if (device < 0 || device >= count)
+    return "cuda:" + std::to_string(device) + " is not one of the " + std::to_string(count) + " visible devices";
+  return "";
+}
+
+DeviceProperties properties(c10::DeviceIndex device) {
+  cudaDeviceProp p{};
+  const cudaError_t result = cudaGetDeviceProperties(&p, device);
   if (result != cudaSuccess) {
     throw Error("cudaGetDeviceProperties on cuda:" + std::to_string(device) + " failed: " + cudaGetErrorString(result));
   }
-  return properties;
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  return {p.name, p.major * 10 + p.minor, p.multiProcessorCount, version(runtime), version(driver)};
 }
-}  // namespace
 
-std::string device_name(c10::DeviceIndex device) { return properties_of(device).name; }
+DeviceMemory memory_info(c10::DeviceIndex device) {
+  c10::cuda::CUDAGuard guard(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t result = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (result != cudaSuccess) {
+    throw Error("cudaMemGetInfo on cuda:" + std::to_string(device) + " failed: " + cudaGetErrorString(result));
+  }
+  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
 
-int compute_capability(c10::DeviceIndex device) {
-  const cudaDeviceProp properties = properties_of(device);
-  return properties.major * 10 + properties.minor;
+int64_t peak_reserved(c10::DeviceIndex device) { return alloc::getDeviceStats(device).reserved_bytes[kAll].peak; }
+
+void synchronize(c10::DeviceIndex device) {
+  c10::cuda::CUDAGuard guard(device);
+  c10::cuda::device_synchronize();
 }
 
 void start_memory_history(size_t max_entries) {

@@ -42,7 +42,7 @@ TEST(CudaMeter, CountsWhatTheCachingAllocatorHolds) {
   meter.release_cached();
   EXPECT_LT(meter.snapshot().reserved, after.reserved);
   EXPECT_GT(meter.capacity(), 1024 * MiB);
-  EXPECT_FALSE(cuda::device_name(0).empty());
+  EXPECT_FALSE(cuda::properties(0).name.empty());
 }
 
 TEST(CudaMeter, BudgetRaisesOutOfMemory) {
