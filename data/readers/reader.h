@@ -1,0 +1,76 @@
+#pragma once
+// One interface over the archive formats weather data comes in: NetCDF-3/4 (netCDF-C), Zarr v2/v3
+// (read natively: data/readers/zarr/) and GRIB2 (ecCodes). A Reader answers what a file or store
+// holds (variables, their dimensions, attributes, coordinates by value) and reads a hyperslab of
+// one variable as float32. Everything above it (levels, dates, masks, grids) is written once, in
+// data/dataset.cpp, against this interface.
+//
+// Values come back as stored, converted to float: no scale_factor/add_offset applied and fill
+// values not masked. The attributes carry what is needed to decode them, under the CF names
+// (scale_factor, add_offset, _FillValue, missing_value, units, calendar), so one decoder serves
+// every format. A Zarr array's fill_value is reported as _FillValue unless the array's attributes
+// already give one (what xarray does).
+//
+// Readers are torch-free and thread-safe: the loader's worker threads read concurrently.
+// Every failure is a wxtrain::DataError naming the file or store, the variable and what was wrong.
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wxtrain::data {
+
+struct Dimension {
+  std::string name;
+  size_t length = 0;
+};
+
+// A text attribute or a list of numbers (CF attributes are one or the other).
+struct Attribute {
+  std::optional<std::string> text;
+  std::vector<double> numbers;
+};
+
+struct VariableMeta {
+  std::string name;
+  std::vector<Dimension> dims;                 // outermost first (C order)
+  std::map<std::string, Attribute> attributes;
+  std::string dtype;                           // as stored, e.g. "f4", "<i2", "int16"; for messages
+
+  std::optional<std::string> text(const std::string& key) const;   // nullopt when absent or numeric
+  std::optional<double> number(const std::string& key) const;      // the first number, else nullopt
+};
+
+class Reader {
+ public:
+  virtual ~Reader() = default;
+
+  // The path the user gave, for messages.
+  virtual const std::string& path() const = 0;
+  // "NetCDF", "Zarr v2", "Zarr v3", "GRIB2": for messages and `wxtrain info`-style listings.
+  virtual std::string format() const = 0;
+
+  virtual std::vector<std::string> variable_names() const = 0;
+  bool has_variable(const std::string& name) const;
+  // Throws DataError naming the path and listing the variables there when `name` is missing.
+  virtual const VariableMeta& variable(const std::string& name) const = 0;
+
+  // A hyperslab of `name` as float32: start/count per dimension (size of dims), C order into `out`,
+  // which holds the product of `count`. Throws DataError when the slab is outside the variable or
+  // a chunk or message cannot be decoded (naming the store, the variable and the chunk key).
+  virtual void read(const std::string& name, const std::vector<size_t>& start,
+                    const std::vector<size_t>& count, float* out) const = 0;
+
+  // A whole (small) variable as double: coordinates (time as stored, levels, lat, lon).
+  virtual std::vector<double> read_doubles(const std::string& name) const = 0;
+};
+
+// Opens by what is at `path`: a directory holding .zgroup, .zarray, .zmetadata or zarr.json is a
+// Zarr store; a file starting with "GRIB" (or named .grib/.grib2/.grb/.grb2) is GRIB; anything else
+// goes to netCDF-C. The legacy NCZarr URL form "file:///abs/store.zarr#mode=..." opens the store at
+// that path natively. A missing path is a DataError saying so.
+std::unique_ptr<Reader> open_reader(const std::string& path);
+
+}  // namespace wxtrain::data
