@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "data/netcdf_file.h"
+#include "data/readers/netcdf_file.h"
 
 namespace wxtrain::data {
 namespace {

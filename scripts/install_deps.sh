@@ -17,6 +17,10 @@ packages=(
   libgtest-dev
   libopenmpi-dev openmpi-bin
   libnetcdf-dev netcdf-bin
+  libblosc-dev libzstd-dev liblz4-dev zlib1g-dev   # Zarr's codecs, read natively (data/readers/zarr)
+  libeccodes-dev libeccodes-tools                   # GRIB through ecCodes (data/readers/grib)
+  python3-xarray python3-zarr python3-numcodecs python3-netcdf4 python3-eccodes  # tests only: fixtures written by the field's tools
+  clang libclang-rt-14-dev                          # libFuzzer for fuzz/ (scripts/fuzz.sh)
   libncarg-data                       # the January 1996 blizzard NetCDF files used by the demo and tests
 )
 # No Debian BLAS: the wheel's libtorch_cpu carries MKL with interposable BLAS symbols, and a second

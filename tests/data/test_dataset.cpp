@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "data/classic_header.h"
+#include "data/readers/classic_header.h"
 #include "data/dataset.h"
-#include "data/netcdf_file.h"
+#include "data/readers/netcdf_file.h"
 #include "data/normalization.h"
 #include "data/samples.h"
 #include "storm_fixture.h"

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/forecast_writer.h"
-#include "data/netcdf_file.h"
+#include "data/readers/netcdf_file.h"
 #include "storm_fixture.h"
 
 using namespace wxtrain;

@@ -58,6 +58,12 @@ class NetcdfFile {
   std::optional<std::string> text_attribute(const std::string& variable, const std::string& name) const;
   // Numeric attribute converted to double (first element); nullopt when absent or textual.
   std::optional<double> number_attribute(const std::string& variable, const std::string& name) const;
+  // All of a numeric attribute converted to double; empty when absent or textual.
+  std::vector<double> number_attributes(const std::string& variable, const std::string& name) const;
+  // The attribute names of a variable ("" for the file's global attributes).
+  std::vector<std::string> attribute_names(const std::string& variable) const;
+  // The variable's storage type as netCDF names it ("float", "short", ...).
+  std::string type_name(const std::string& variable) const;
   // A whole variable converted to double (coordinate variables).
   std::vector<double> read_doubles(const std::string& variable) const;
   // A hyperslab converted to float; `out` holds the product of `count`.

@@ -1,4 +1,4 @@
-#include "data/classic_header.h"
+#include "data/readers/classic_header.h"
 
 #include <algorithm>
 #include <fstream>

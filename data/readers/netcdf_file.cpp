@@ -1,15 +1,16 @@
-#include "data/netcdf_file.h"
+#include "data/readers/netcdf_file.h"
 
 #include <cerrno>
 
 #include <netcdf.h>
 #include <netcdf_meta.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
 #include "core/error.h"
-#include "data/classic_header.h"
+#include "data/readers/classic_header.h"
 
 namespace wxtrain::data {
 namespace {
@@ -245,15 +246,42 @@ std::optional<std::string> NetcdfFile::text_attribute(const std::string& variabl
 
 std::optional<double> NetcdfFile::number_attribute(const std::string& variable,
                                                    const std::string& name) const {
+  const std::vector<double> values = number_attributes(variable, name);
+  if (values.empty()) return std::nullopt;
+  return values.front();
+}
+
+std::vector<double> NetcdfFile::number_attributes(const std::string& variable, const std::string& name) const {
   Lock lock(netcdf_mutex());
   const auto att = attribute(variable, name);
-  if (!att || att->type == NC_CHAR || att->type == NC_STRING || att->length == 0) return std::nullopt;
-  const int varid = att->varid;
-  const size_t length = att->length;
-  std::vector<double> values(length);
-  check(nc_get_att_double(ncid_, varid, name.c_str(), values.data()), path_, variable,
+  if (!att || att->type == NC_CHAR || att->type == NC_STRING || att->length == 0) return {};
+  std::vector<double> values(att->length);
+  check(nc_get_att_double(ncid_, att->varid, name.c_str(), values.data()), path_, variable,
         "reading attribute '" + name + "'");
-  return values.front();
+  return values;
+}
+
+std::vector<std::string> NetcdfFile::attribute_names(const std::string& variable) const {
+  Lock lock(netcdf_mutex());
+  const int varid = variable.empty() ? NC_GLOBAL : variable_id(variable);
+  int count = 0;
+  check(nc_inq_varnatts(ncid_, varid, &count), path_, variable, "counting attributes");
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) {
+    char name[NC_MAX_NAME + 1] = {};
+    check(nc_inq_attname(ncid_, varid, i, name), path_, variable, "reading an attribute name");
+    names.emplace_back(name);
+  }
+  return names;
+}
+
+std::string NetcdfFile::type_name(const std::string& variable) const {
+  Lock lock(netcdf_mutex());
+  nc_type type = NC_NAT;
+  check(nc_inq_vartype(ncid_, variable_id(variable), &type), path_, variable, "reading the type");
+  char name[NC_MAX_NAME + 1] = {};
+  if (nc_inq_type(ncid_, type, name, nullptr) != NC_NOERR) return "type " + std::to_string(type);
+  return name;
 }
 
 std::vector<double> NetcdfFile::read_doubles(const std::string& variable) const {

@@ -1,0 +1,52 @@
+#include "data/readers/reader.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/readers/grib/grib_reader.h"
+#include "data/readers/netcdf_reader.h"
+#include "data/readers/zarr/zarr_reader.h"
+
+namespace wxtrain::data {
+
+std::optional<std::string> VariableMeta::text(const std::string& key) const {
+  auto it = attributes.find(key);
+  if (it == attributes.end() || !it->second.text) return std::nullopt;
+  return it->second.text;
+}
+
+std::optional<double> VariableMeta::number(const std::string& key) const {
+  auto it = attributes.find(key);
+  if (it == attributes.end() || it->second.numbers.empty()) return std::nullopt;
+  return it->second.numbers.front();
+}
+
+bool Reader::has_variable(const std::string& name) const {
+  for (const auto& candidate : variable_names()) {
+    if (candidate == name) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<Reader> open_reader(const std::string& path) {
+  std::string local = path;
+  // The NCZarr URL form earlier versions took ("file:///abs/store.zarr#mode=nczarr,file"): the
+  // store at that path, read natively now.
+  const std::string scheme = "file://";
+  if (local.rfind(scheme, 0) == 0 && local.find("#mode=") != std::string::npos) {
+    local = local.substr(scheme.size(), local.find('#') - scheme.size());
+  }
+  std::error_code error;
+  if (!std::filesystem::exists(local, error)) {
+    throw DataError("data file not found: " + local);
+  }
+  if (std::filesystem::is_directory(local, error)) {
+    if (is_zarr_store(local)) return open_zarr(local);
+    throw DataError(local + " is a directory but not a Zarr store (no .zgroup, .zarray, .zmetadata or zarr.json in it)");
+  }
+  if (looks_like_grib(local)) return open_grib(local);
+  return open_netcdf(local);
+}
+
+}  // namespace wxtrain::data
