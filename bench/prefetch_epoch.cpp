@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     Bench b;
     b.config = load_config(config_path);
     b.dataset = std::make_shared<data::Dataset>(b.config.data);
-    b.split.emplace(b.dataset->num_times(), b.config.data.val_fraction,
+    b.split.emplace(b.dataset->time_axis(), b.config.data,
                     data::SampleWindow{b.config.data.history, b.config.data.rollout_steps});
     b.normalization = data::Normalization::compute(*b.dataset, b.split->begin(data::Split::kTrain),
                                                    b.split->end(data::Split::kTrain));

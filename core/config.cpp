@@ -33,8 +33,10 @@ Precision parse_precision(const std::string& text) {
 }
 
 int64_t RunConfig::num_variables() const {
-  return data.sources.empty() ? static_cast<int64_t>(data.variables.size())
-                              : static_cast<int64_t>(data.sources.size());
+  if (data.sources.empty()) return static_cast<int64_t>(data.variables.size());
+  int64_t channels = 0;
+  for (const auto& source : data.sources) channels += std::max<int64_t>(1, static_cast<int64_t>(source.levels.size()));
+  return channels;
 }
 
 namespace {
@@ -149,6 +151,19 @@ class SectionReader {
       int64_t v = e.as_integer()->get();
       if (v < min) fail(key, "has " + std::to_string(v) + ": every entry must be >= " + std::to_string(min));
       values.push_back(v);
+    }
+    out = values;
+  }
+
+  void get(const std::string& key, std::vector<double>& out) {
+    const toml::node* n = node(key);
+    if (!n) return;
+    if (!n->is_array()) fail(key, "must be an array of numbers, got " + type_name(*n));
+    std::vector<double> values;
+    for (const auto& e : *n->as_array()) {
+      if (e.is_integer()) values.push_back(static_cast<double>(e.as_integer()->get()));
+      else if (e.is_floating_point()) values.push_back(e.as_floating_point()->get());
+      else fail(key, "must be an array of numbers, found " + type_name(e));
     }
     out = values;
   }
@@ -286,7 +301,11 @@ RunConfig build(const toml::table& root, const std::string& file) {
         s.get("file", src.file);
         s.get("variable", src.variable);
         s.get("name", src.name);
+        s.get("levels", src.levels);
         s.finish();
+        for (size_t i = 0; i < src.levels.size(); ++i)
+          for (size_t j = 0; j < i; ++j)
+            if (src.levels[i] == src.levels[j]) s.fail("levels", "lists level " + std::to_string(src.levels[i]) + " twice");
         if (src.file.empty()) s.fail("file", "is required: the NetCDF file or Zarr store to read");
         if (src.variable.empty()) s.fail("variable", "is required: the variable's name in " + src.file);
         if (src.name.empty()) src.name = src.variable;
@@ -308,6 +327,16 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("history", d.history, 1, 64);
     r.get("rollout_steps", d.rollout_steps, 1, 64);
     r.get("val_fraction", d.val_fraction, 0.0, 0.9);
+    r.get("time_step", d.time_step);
+    for (auto [key, period] : {std::pair<const char*, std::vector<std::string>*>{"train_period", &d.train_period},
+                               {"val_period", &d.val_period}}) {
+      r.get(key, *period);
+      if (!period->empty() && period->size() != 2)
+        r.fail(key, "must be [first, last] dates, e.g. [\"1979-01-01\", \"2015-12-31\"]");
+    }
+    if (d.train_period.empty() != d.val_period.empty())
+      r.fail(d.train_period.empty() ? "val_period" : "train_period",
+             "is given without its partner: set both data.train_period and data.val_period (or neither, to split by val_fraction)");
     r.get("prefetch", d.prefetch, 0, 64);
     r.get("queue_depth", d.queue_depth, 1, 1024);
     r.get("load_delay_ms", d.load_delay_ms, 0.0, 1e6);

@@ -32,11 +32,14 @@ struct ModelConfig {
   int64_t mlp_layers = 2;         // model.mlp_layers: depth of every GNN MLP
 };
 
-// One variable taken from one file; `name` is how wxtrain calls it (u in two files -> u10, u500).
+// One variable taken from one file (NetCDF, a Zarr store's directory, GRIB); `name` is how wxtrain
+// calls it (u in two files -> u10, u500). With `levels` the variable has a level dimension and each
+// listed level, selected by its coordinate value, becomes a channel <name>_<level> (z_500, z_850).
 struct DataSource {
   std::string file;
   std::string variable;
   std::string name;
+  std::vector<double> levels;
 };
 
 struct DataConfig {
@@ -48,6 +51,14 @@ struct DataConfig {
   int64_t history = 2;          // data.history: input states per sample
   int64_t rollout_steps = 1;    // data.rollout_steps: predicted states per sample (autoregressive)
   double val_fraction = 0.2;    // data.val_fraction: trailing share of the time axis for validation
+  // data.time_step: the model's step ("6h"): states this far apart form a sample; hourly data with
+  // "6h" trains on every sixth state. "" = the spacing of the data.
+  std::string time_step;
+  // data.train_period / data.val_period: ["1979-01-01", "2015-12-31"], both ends included; when
+  // given they split by date instead of val_fraction (a sample belongs to a period when all its
+  // states do). Empty = unused.
+  std::vector<std::string> train_period;
+  std::vector<std::string> val_period;
   int64_t prefetch = 2;         // data.prefetch: background loader workers (0 = load inline)
   int64_t queue_depth = 4;      // data.queue_depth: batches buffered ahead
   double load_delay_ms = 0;     // data.load_delay_ms: artificial per-batch delay (benchmarks)
@@ -109,7 +120,7 @@ struct RunConfig {
   MemoryConfig memory;
   DistributedConfig distributed;
 
-  int64_t num_variables() const;  // channels per state
+  int64_t num_variables() const;  // channels per state (a source with levels gives one per level)
   int64_t in_channels() const { return num_variables() * data.history; }
 };
 

@@ -1,12 +1,13 @@
 #include "data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
-#include "data/readers/netcdf_file.h"
+#include "data/readers/reader.h"
 
 namespace wxtrain::data {
 namespace {
@@ -14,173 +15,480 @@ namespace {
 const std::set<std::string> kTimeNames = {"time", "Time", "t", "record", "timestep", "times", "valid_time"};
 const std::set<std::string> kLatNames = {"lat", "latitude", "Lat", "Latitude", "LAT", "y", "rlat", "nlat"};
 const std::set<std::string> kLonNames = {"lon", "longitude", "Lon", "Longitude", "LON", "x", "rlon", "nlon"};
+const std::set<std::string> kLevelNames = {"level", "levels", "lev", "plev", "pressure", "pressure_level",
+                                           "isobaricInhPa", "isobaric", "height", "depth"};
 
-std::string where(const DataSource& source) {
-  return "variable '" + source.variable + "' in " + source.file;
-}
+std::string where(const DataSource& source) { return "variable '" + source.variable + "' in " + source.file; }
 
-std::string dims_text(const std::vector<NcDimension>& dims) {
+std::string dims_text(const std::vector<Dimension>& dims) {
   std::string out = "(";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    out += (i ? ", " : "") + dims[i].name + "=" + std::to_string(dims[i].length);
-  }
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + dims[i].name + "=" + std::to_string(dims[i].length);
   return out + ")";
 }
 
-std::vector<double> indices(size_t n) {
-  std::vector<double> values(n);
-  for (size_t i = 0; i < n; ++i) values[i] = static_cast<double>(i);
-  return values;
+std::string number_text(double value) {
+  std::ostringstream s;
+  s << value;  // 500 -> "500", 0.5 -> "0.5"
+  return s.str();
 }
 
-// The coordinate variable of a dimension (same name, 1-D, right length), else indices.
-std::vector<double> coordinate_or_indices(const NetcdfFile& file, const NcDimension& dim, bool* found) {
-  if (file.has_variable(dim.name)) {
-    const auto dims = file.dimensions_of(dim.name);
-    if (dims.size() == 1 && dims[0].length == dim.length) {
-      std::vector<double> values = file.read_doubles(dim.name);
-      *found = true;
-      return values;
-    }
-  }
-  *found = false;
-  return indices(dim.length);
+std::string numbers_text(const std::vector<double>& values) {
+  std::string out;
+  for (double v : values) out += (out.empty() ? "" : ", ") + number_text(v);
+  return out;
 }
 
-// Index of the first differing coordinate beyond a tolerance, or -1.
-int64_t first_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::abs(a[i] - b[i]) > 1e-4 * std::max(1.0, std::abs(a[i]))) return static_cast<int64_t>(i);
+bool close_to(double a, double b) { return std::abs(a - b) <= 1e-4 * std::max(1.0, std::abs(a)); }
+
+// A coordinate variable of `dim` (same name, 1-D, right length), if the source has one.
+std::optional<std::vector<double>> coordinate(const Reader& reader, const Dimension& dim) {
+  if (!reader.has_variable(dim.name)) return std::nullopt;
+  const VariableMeta& meta = reader.variable(dim.name);
+  if (meta.dims.size() != 1 || meta.dims[0].length != dim.length) return std::nullopt;
+  return reader.read_doubles(dim.name);
+}
+
+std::string coordinate_text(const Reader& reader, const std::string& name, const std::string& key) {
+  if (!reader.has_variable(name)) return "";
+  return reader.variable(name).text(key).value_or("");
+}
+
+bool is_time_dimension(const Reader& reader, const Dimension& dim) {
+  return kTimeNames.count(dim.name) > 0 || coordinate_text(reader, dim.name, "units").find(" since ") != std::string::npos;
+}
+
+bool is_lat_dimension(const Reader& reader, const Dimension& dim) {
+  const std::string units = coordinate_text(reader, dim.name, "units");
+  return kLatNames.count(dim.name) > 0 || units == "degrees_north" || units == "degree_north" ||
+         coordinate_text(reader, dim.name, "standard_name") == "latitude";
+}
+
+bool is_lon_dimension(const Reader& reader, const Dimension& dim) {
+  const std::string units = coordinate_text(reader, dim.name, "units");
+  return kLonNames.count(dim.name) > 0 || units == "degrees_east" || units == "degree_east" ||
+         coordinate_text(reader, dim.name, "standard_name") == "longitude";
+}
+
+// The most common spacing between consecutive (sorted) times; 0 for fewer than two.
+int64_t common_spacing(const std::vector<int64_t>& sorted_seconds) {
+  std::map<int64_t, int64_t> counts;
+  for (size_t i = 1; i < sorted_seconds.size(); ++i) ++counts[sorted_seconds[i] - sorted_seconds[i - 1]];
+  int64_t best = 0, best_count = 0;
+  for (const auto& [spacing, count] : counts) {
+    if (count > best_count) best = spacing, best_count = count;
   }
-  return -1;
+  return best;
 }
 
 }  // namespace
 
-Dataset::Dataset(const std::vector<DataSource>& sources, DatasetOptions options)
-    : sources_(sources), options_(options) {
-  if (sources_.empty()) throw DataError("the dataset has no [[data.sources]] entries");
-  std::set<std::string> names;
-  for (const auto& source : sources_) {
-    const std::string name = source.name.empty() ? source.variable : source.name;
-    if (!names.insert(name).second) {
-      throw DataError("two data sources are both called '" + name + "' (" + where(source) +
-                      "); give each a distinct name, e.g. name = \"" + name + "500\"");
+std::string TimeAxis::label(int64_t t) const {
+  if (has_dates) return from_seconds(seconds[static_cast<size_t>(t)], calendar).to_iso();
+  return "time index " + std::to_string(t);
+}
+
+// One [[data.sources]] entry, opened: where its time, level, lat and lon sit among the variable's
+// dimensions, how to decode its values, and how its grid and times map onto the dataset's.
+struct Dataset::Source {
+  DataSource config;
+  std::shared_ptr<const Reader> reader;
+  std::vector<Dimension> dims;
+  size_t time_dim = 0, lat_dim = 0, lon_dim = 0;
+  std::optional<size_t> level_dim;
+  std::vector<size_t> level_indices;  // per channel; empty: one channel, no level dimension
+  size_t first_channel = 0;
+  size_t num_channels = 1;
+  double scale = 1.0, offset = 0.0;
+  std::vector<float> fill_values;  // _FillValue, missing_value as stored (before scaling)
+  bool flip_lat = false;           // the source's latitudes run the other way
+  int64_t lon_shift = 0;           // dataset longitude j is the source's (j + lon_shift) mod n
+  bool has_dates = false;
+  Calendar calendar = Calendar::kStandard;
+  std::vector<int64_t> seconds;    // per source time index, when has_dates
+  std::vector<double> raw_times;   // the time coordinate as stored (indices when absent)
+  std::string time_units;
+  bool has_time_coordinate = false;
+  std::vector<int64_t> time_index;  // dataset time -> source time index
+
+  size_t num_lat() const { return dims[lat_dim].length; }
+  size_t num_lon() const { return dims[lon_dim].length; }
+  bool needs_remap() const { return flip_lat || lon_shift != 0 || lon_dim < lat_dim; }
+
+  // One channel's [lat, lon] plane at source time ts into out (dataset grid order), decoded.
+  void read_plane(size_t channel, int64_t ts, float* out, std::vector<float>& scratch) const {
+    std::vector<size_t> start(dims.size(), 0), count(dims.size(), 1);
+    start[time_dim] = static_cast<size_t>(ts);
+    if (level_dim) start[*level_dim] = level_indices[channel];
+    count[lat_dim] = num_lat();
+    count[lon_dim] = num_lon();
+    const size_t H = num_lat(), W = num_lon();
+    float* target = out;
+    if (needs_remap()) {
+      scratch.resize(H * W);
+      target = scratch.data();
+    }
+    reader->read(config.variable, start, count, target);
+    if (target != out) {
+      // scratch is [lat, lon], or [lon, lat] when the variable stores longitude first.
+      const bool lon_first = lon_dim < lat_dim;
+      for (size_t i = 0; i < H; ++i) {
+        const size_t si = flip_lat ? H - 1 - i : i;
+        for (size_t j = 0; j < W; ++j) {
+          const size_t sj = (j + static_cast<size_t>(lon_shift)) % W;
+          out[i * W + j] = lon_first ? scratch[sj * H + si] : scratch[si * W + sj];
+        }
+      }
+    }
+    decode(out, static_cast<int64_t>(H * W));
+  }
+
+  // Fill values -> NaN, then scale_factor/add_offset, as CF decoders (xarray) do.
+  void decode(float* values, int64_t n) const {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const bool scaled = scale != 1.0 || offset != 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      float& value = values[i];
+      for (float fill : fill_values) {
+        if (value == fill) value = nan;
+      }
+      if (scaled) value = static_cast<float>(value * scale + offset);
     }
   }
-  layouts_.resize(sources_.size());
-  for (size_t i = 0; i < sources_.size(); ++i) inspect_source(i, sources_[i]);
+};
 
-  const int64_t bytes = num_times_ * num_variables() * num_lat() * num_lon() * 4;
+Dataset::Dataset(const std::vector<DataSource>& sources, DatasetOptions options)
+    : Dataset(
+          [&] {
+            DataConfig config;
+            config.sources = sources;
+            return config;
+          }(),
+          options) {}
+
+Dataset::~Dataset() = default;
+
+Dataset::Dataset(const DataConfig& config, DatasetOptions options) : options_(options) {
+  if (config.sources.empty()) throw DataError("the dataset has no [[data.sources]] entries");
+  for (size_t i = 0; i < config.sources.size(); ++i) open_source(i, config.sources[i]);
+  std::set<std::string> names;
+  for (const auto& info : variables_) {
+    if (!names.insert(info.name).second) {
+      throw DataError("two data channels are both called '" + info.name + "' (the second from variable '" +
+                      info.file_variable + "' in " + info.file + "); give each source a distinct name, e.g. name = \"" +
+                      info.source_name + "2\"");
+    }
+  }
+  merge_time_axes(config);
+
+  const int64_t bytes = num_times() * num_variables() * num_lat() * num_lon() * 4;
   if (bytes <= options_.preload_max_bytes) {
-    torch::Tensor all = torch::empty({num_times_, num_variables(), num_lat(), num_lon()}, torch::kFloat32);
-    read_all(all.data_ptr<float>());
+    torch::Tensor all = torch::empty({num_times(), num_variables(), num_lat(), num_lon()}, torch::kFloat32);
+    float* data = all.data_ptr<float>();
+    const int64_t per_state = num_variables() * num_lat() * num_lon();
+    for (int64_t t = 0; t < num_times(); ++t) read_state(t, data + t * per_state);
     preloaded_ = all;
   }
 }
 
-void Dataset::inspect_source(size_t index, const DataSource& source) {
-  NetcdfFile file = NetcdfFile::open(source.file);
-  const std::vector<NcDimension> dims = file.dimensions_of(source.variable);  // names the variables when missing
-  const std::string expected =
-      "; wxtrain expects (time, lat, lon), or (time, level, lat, lon) with a single level";
-  if (dims.size() != 3 && dims.size() != 4) {
-    throw DataError(where(source) + " has dimensions " + dims_text(dims) + expected);
+void Dataset::open_source(size_t index, const DataSource& config) {
+  // Sources in one file share its reader (and a Zarr store's chunk cache).
+  std::shared_ptr<const Reader> reader;
+  for (const auto& other : sources_) {
+    if (other->config.file == config.file) reader = other->reader;
   }
-  SourceLayout& layout = layouts_[index];
-  layout.ndims = dims.size();
-  layout.time_dim = 0;
-  layout.lat_dim = dims.size() - 2;
-  layout.lon_dim = dims.size() - 1;
-  // Time is the unlimited or time-named dimension and must come first (CF order).
-  for (size_t d = 0; d < dims.size(); ++d) {
-    if ((dims[d].unlimited || kTimeNames.count(dims[d].name)) && d != 0) {
-      throw DataError(where(source) + " has its time dimension '" + dims[d].name + "' at position " +
-                      std::to_string(d) + " of " + dims_text(dims) + expected);
+  if (!reader) reader = open_reader(config.file);
+  auto source = std::make_unique<Source>();
+  Source& s = *source;
+  s.config = config;
+  s.reader = reader;
+  const VariableMeta& meta = reader->variable(config.variable);  // lists the variables when missing
+  s.dims = meta.dims;
+  const std::string expected = "; wxtrain expects (time, [level,] lat, lon)";
+
+  // Find time, lat and lon by name or coordinate attributes; what remains is a level dimension
+  // (or a singleton such as ERA5's expver/number, read at index 0).
+  std::optional<size_t> time_dim, lat_dim, lon_dim;
+  for (size_t d = 0; d < s.dims.size(); ++d) {
+    if (!time_dim && is_time_dimension(*reader, s.dims[d])) time_dim = d;
+    else if (!lat_dim && is_lat_dimension(*reader, s.dims[d])) lat_dim = d;
+    else if (!lon_dim && is_lon_dimension(*reader, s.dims[d])) lon_dim = d;
+  }
+  if (!time_dim) {
+    throw DataError(where(config) + " has no time dimension " + dims_text(s.dims) + expected +
+                    " (a time dimension is named time, valid_time, ... or has a coordinate with units \"<unit> since <date>\")");
+  }
+  if (!lat_dim || !lon_dim) {
+    // Files without coordinate hints: the last two dimensions other than time are (lat, lon).
+    std::vector<size_t> rest;
+    for (size_t d = 0; d < s.dims.size(); ++d) {
+      if (d != *time_dim) rest.push_back(d);
     }
+    if (rest.size() < 2) throw DataError(where(config) + " has dimensions " + dims_text(s.dims) + expected);
+    lat_dim = rest[rest.size() - 2];
+    lon_dim = rest[rest.size() - 1];
   }
-  if (kLonNames.count(dims[layout.lat_dim].name) || kLatNames.count(dims[layout.lon_dim].name)) {
-    throw DataError(where(source) + " stores longitude before latitude " + dims_text(dims) + expected);
+  s.time_dim = *time_dim;
+  s.lat_dim = *lat_dim;
+  s.lon_dim = *lon_dim;
+  std::vector<size_t> others;
+  for (size_t d = 0; d < s.dims.size(); ++d) {
+    if (d != s.time_dim && d != s.lat_dim && d != s.lon_dim && s.dims[d].length != 1) others.push_back(d);
   }
-  if (dims.size() == 4 && dims[1].length != 1) {
-    throw DataError(where(source) + " has " + std::to_string(dims[1].length) + " levels in '" +
-                    dims[1].name + "' " + dims_text(dims) + expected +
-                    " (extract one level into its own variable)");
+  if (others.size() > 1) {
+    std::vector<size_t> named;
+    for (size_t d : others) {
+      if (kLevelNames.count(s.dims[d].name)) named.push_back(d);
+    }
+    if (named.size() != 1) {
+      throw DataError(where(config) + " has more than one dimension besides time, lat and lon " + dims_text(s.dims) +
+                      expected);
+    }
+    others = named;
   }
 
   VariableInfo info;
-  info.name = source.name.empty() ? source.variable : source.name;
-  info.units = file.text_attribute(source.variable, "units").value_or("");
-  info.long_name = file.text_attribute(source.variable, "long_name").value_or("");
-  info.file = source.file;
-  info.file_variable = source.variable;
-  layout.scale = file.number_attribute(source.variable, "scale_factor").value_or(1.0);
-  layout.offset = file.number_attribute(source.variable, "add_offset").value_or(0.0);
-  for (const char* attribute : {"_FillValue", "missing_value"}) {
-    if (auto value = file.number_attribute(source.variable, attribute)) layout.fill_values.push_back(*value);
-  }
-  has_fill_values_ = has_fill_values_ || !layout.fill_values.empty();
-
-  const NcDimension& time_dim = dims[layout.time_dim];
-  const NcDimension& lat_dim = dims[layout.lat_dim];
-  const NcDimension& lon_dim = dims[layout.lon_dim];
-  bool lat_found = false, lon_found = false, time_found = false;
-  std::vector<double> lat = coordinate_or_indices(file, lat_dim, &lat_found);
-  std::vector<double> lon = coordinate_or_indices(file, lon_dim, &lon_found);
-
-  if (index == 0) {
-    num_times_ = static_cast<int64_t>(time_dim.length);
-    lat_ = std::move(lat);
-    lon_ = std::move(lon);
-    has_coordinates_ = lat_found && lon_found;
-    time_dimension_ = time_dim.name;
-    times_ = coordinate_or_indices(file, time_dim, &time_found);
-    has_time_coordinates_ = time_found;
-    time_units_ = time_found ? file.text_attribute(time_dim.name, "units").value_or("") : "";
+  info.source_name = config.name.empty() ? config.variable : config.name;
+  info.units = meta.text("units").value_or("");
+  info.long_name = meta.text("long_name").value_or("");
+  info.file = config.file;
+  info.file_variable = config.variable;
+  s.first_channel = variables_.size();
+  if (others.empty()) {
+    if (!config.levels.empty()) {
+      throw DataError(where(config) + " has no level dimension " + dims_text(s.dims) + " but levels = [" +
+                      numbers_text(config.levels) + "] was asked for; remove levels for a single-level variable");
+    }
+    info.name = info.source_name;
+    variables_.push_back(info);
   } else {
-    const DataSource& first = sources_.front();
-    if (lat_dim.length != lat_.size() || lon_dim.length != lon_.size()) {
+    const Dimension& level = s.dims[others.front()];
+    const auto values = coordinate(*reader, level);
+    std::vector<double> available = values ? *values : std::vector<double>{};
+    if (!values) {
+      for (size_t i = 0; i < level.length; ++i) available.push_back(static_cast<double>(i));
+    }
+    if (config.levels.empty()) {
+      throw DataError(where(config) + " has " + std::to_string(level.length) + " levels in '" + level.name + "' " +
+                      dims_text(s.dims) + ": choose them with levels = [...] in its [[data.sources]] entry; the file has " +
+                      level.name + " = " + numbers_text(available));
+    }
+    s.level_dim = others.front();
+    info.level_units = coordinate_text(*reader, level.name, "units");
+    for (double wanted : config.levels) {
+      auto found = std::find_if(available.begin(), available.end(), [&](double v) { return close_to(v, wanted); });
+      if (found == available.end()) {
+        throw DataError(where(config) + " has no level " + number_text(wanted) + " in '" + level.name +
+                        "'; the levels there are " + numbers_text(available) +
+                        (info.level_units.empty() ? "" : " (" + info.level_units + ")"));
+      }
+      s.level_indices.push_back(static_cast<size_t>(found - available.begin()));
+      VariableInfo channel = info;
+      channel.level = wanted;
+      channel.name = info.source_name + "_" + number_text(wanted);
+      variables_.push_back(channel);
+    }
+    s.num_channels = s.level_indices.size();
+  }
+
+  s.scale = meta.number("scale_factor").value_or(1.0);
+  s.offset = meta.number("add_offset").value_or(0.0);
+  for (const char* attribute : {"_FillValue", "missing_value"}) {
+    auto it = meta.attributes.find(attribute);
+    if (it == meta.attributes.end()) continue;
+    for (double value : it->second.numbers) {
+      if (!std::isnan(value)) s.fill_values.push_back(static_cast<float>(value));
+    }
+    if (!it->second.numbers.empty()) has_fill_values_ = true;
+  }
+
+  // Time as dates when the coordinate has CF units.
+  const Dimension& time = s.dims[s.time_dim];
+  const auto time_values = coordinate(*reader, time);
+  s.time_units = time_values ? coordinate_text(*reader, time.name, "units") : "";
+  s.has_time_coordinate = time_values.has_value();
+  if (time_values) {
+    s.raw_times = *time_values;
+  } else {
+    for (size_t i = 0; i < time.length; ++i) s.raw_times.push_back(static_cast<double>(i));
+  }
+  if (time_values && s.time_units.find(" since ") != std::string::npos) {
+    try {
+      const TimeUnits units = parse_time_units(s.time_units, coordinate_text(*reader, time.name, "calendar"));
+      s.calendar = units.calendar;
+      s.seconds = decode_times(s.raw_times, units);
+      s.has_dates = true;
+    } catch (const DataError& error) {
+      throw DataError("time coordinate '" + time.name + "' of " + config.file + ": " + error.what());
+    }
+  }
+
+  // The grid, matched by value against the first source.
+  const Dimension& lat_d = s.dims[s.lat_dim];
+  const Dimension& lon_d = s.dims[s.lon_dim];
+  const auto lat = coordinate(*reader, lat_d);
+  const auto lon = coordinate(*reader, lon_d);
+  if (index == 0) {
+    has_coordinates_ = lat && lon;
+    lat_ = lat ? *lat : std::vector<double>(lat_d.length);
+    lon_ = lon ? *lon : std::vector<double>(lon_d.length);
+    if (!has_coordinates_) {
+      for (size_t i = 0; i < lat_.size(); ++i) lat_[i] = static_cast<double>(i);
+      for (size_t i = 0; i < lon_.size(); ++i) lon_[i] = static_cast<double>(i);
+    }
+  } else {
+    const DataSource& first = sources_.front()->config;
+    if (lat_d.length != lat_.size() || lon_d.length != lon_.size()) {
       std::ostringstream message;
-      message << "grid mismatch: " << where(source) << " is " << lat_dim.length << " x "
-              << lon_dim.length << " (lat x lon) but " << where(first) << " is " << lat_.size()
-              << " x " << lon_.size();
+      message << "grid mismatch: " << where(config) << " is " << lat_d.length << " x " << lon_d.length
+              << " (lat x lon) but " << where(first) << " is " << lat_.size() << " x " << lon_.size();
       throw DataError(message.str());
     }
-    if (has_coordinates_ && lat_found && lon_found) {
-      for (const auto& [axis, mine, theirs] :
-           {std::make_tuple("latitude", &lat, &lat_), std::make_tuple("longitude", &lon, &lon_)}) {
-        const int64_t i = first_difference(*mine, *theirs);
-        if (i >= 0) {
+    if (has_coordinates_ && lat && lon) {
+      auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+        return std::equal(a.begin(), a.end(), b.begin(), b.end(), close_to);
+      };
+      std::vector<double> reversed(lat->rbegin(), lat->rend());
+      if (same(*lat, lat_)) {
+        s.flip_lat = false;
+      } else if (same(reversed, lat_)) {
+        s.flip_lat = true;
+      } else {
+        std::ostringstream message;
+        message << "grid mismatch: " << where(config) << " has latitudes " << lat->front() << " .. " << lat->back()
+                << " but " << where(first) << " has " << lat_.front() << " .. " << lat_.back()
+                << " (same size, different values)";
+        throw DataError(message.str());
+      }
+      // Longitudes compared on the circle: -180..180 and 0..360 grids are the same grid rolled.
+      auto wrap = [](double v) { return std::fmod(std::fmod(v, 360.0) + 360.0, 360.0); };
+      const size_t n = lon_.size();
+      std::optional<int64_t> shift;
+      for (size_t k = 0; k < n && !shift; ++k) {
+        bool all = true;
+        for (size_t j = 0; j < n && all; ++j) {
+          const double a = wrap((*lon)[(j + k) % n]), b = wrap(lon_[j]);
+          all = close_to(a, b) || close_to(std::abs(a - b), 360.0);
+        }
+        if (all) shift = static_cast<int64_t>(k);
+      }
+      if (!shift) {
+        std::ostringstream message;
+        message << "grid mismatch: " << where(config) << " has longitudes " << lon->front() << " .. " << lon->back()
+                << " but " << where(first) << " has " << lon_.front() << " .. " << lon_.back()
+                << " (not the same points, even allowing for -180..180 against 0..360)";
+        throw DataError(message.str());
+      }
+      s.lon_shift = *shift;
+    }
+  }
+  sources_.push_back(std::move(source));
+}
+
+void Dataset::merge_time_axes(const DataConfig& config) {
+  const Source& first = *sources_.front();
+  bool all_dates = true;
+  for (const auto& s : sources_) all_dates = all_dates && s->has_dates;
+  time_.units = first.time_units;
+
+  std::vector<std::vector<int64_t>> per_source_index;  // dataset (pre-subsampling) -> source index
+  std::vector<int64_t> merged;                         // seconds, sorted
+  if (all_dates) {
+    time_.has_dates = true;
+    time_.calendar = first.calendar;
+    // Dates of every source in the first source's calendar, then the dates all sources share.
+    std::vector<std::map<int64_t, int64_t>> by_date(sources_.size());
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      const Source& s = *sources_[i];
+      for (size_t k = 0; k < s.seconds.size(); ++k) {
+        int64_t seconds = s.seconds[k];
+        if (s.calendar != time_.calendar) {
+          const DateTime date = from_seconds(seconds, s.calendar);
+          if (!valid_date(date, time_.calendar)) {
+            throw DataError("time axis mismatch: " + s.config.file + " has " + date.to_iso() + " in calendar '" +
+                            calendar_name(s.calendar) + "', which does not exist in the '" + calendar_name(time_.calendar) +
+                            "' calendar of " + first.config.file);
+          }
+          seconds = to_seconds(date, time_.calendar);
+        }
+        if (!by_date[i].emplace(seconds, static_cast<int64_t>(k)).second) {
+          throw DataError(s.config.file + " has the time " + from_seconds(seconds, time_.calendar).to_iso() +
+                          " twice (time indices " + std::to_string(by_date[i][seconds]) + " and " + std::to_string(k) + ")");
+        }
+      }
+    }
+    for (const auto& [seconds, k] : by_date[0]) {
+      bool everywhere = true;
+      for (size_t i = 1; i < sources_.size() && everywhere; ++i) everywhere = by_date[i].count(seconds) > 0;
+      if (everywhere) merged.push_back(seconds);
+    }
+    if (merged.empty()) {
+      std::string ranges;
+      for (size_t i = 0; i < sources_.size(); ++i) {
+        ranges += "; " + sources_[i]->config.file + ": " + from_seconds(by_date[i].begin()->first, time_.calendar).to_iso() +
+                  " .. " + from_seconds(by_date[i].rbegin()->first, time_.calendar).to_iso();
+      }
+      throw DataError("the data sources have no time in common" + ranges);
+    }
+    per_source_index.resize(sources_.size());
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      for (int64_t seconds : merged) per_source_index[i].push_back(by_date[i].at(seconds));
+    }
+  } else {
+    // Without dates on every source, states are matched by position, as they are stored.
+    for (const auto& s : sources_) {
+      if (s->raw_times.size() != first.raw_times.size()) {
+        throw DataError("time axis mismatch: " + where(s->config) + " has " + std::to_string(s->raw_times.size()) +
+                        " times but " + where(first.config) + " has " + std::to_string(first.raw_times.size()) +
+                        " (and without CF time units on every source they can only be matched by position)");
+      }
+      for (size_t k = 0; k < s->raw_times.size(); ++k) {
+        if (s->has_time_coordinate && first.has_time_coordinate && s->time_units == first.time_units &&
+            !close_to(s->raw_times[k], first.raw_times[k])) {
           std::ostringstream message;
-          message << "grid mismatch: " << where(source) << " and " << where(first) << " have the same "
-                  << lat_.size() << " x " << lon_.size() << " shape but different " << axis
-                  << "s (index " << i << ": " << (*mine)[i] << " vs " << (*theirs)[i] << ")";
+          message << "time axis mismatch: " << where(s->config) << " and " << where(first.config)
+                  << " differ at time index " << k << " (" << s->raw_times[k] << " vs " << first.raw_times[k] << ")";
           throw DataError(message.str());
         }
       }
     }
-    if (static_cast<int64_t>(time_dim.length) != num_times_) {
-      throw DataError("time axis mismatch: " + where(source) + " has " +
-                      std::to_string(time_dim.length) + " times but " + where(first) + " has " +
-                      std::to_string(num_times_));
-    }
-    // Same length is not enough: channels merged on misaligned dates would train on nonsense.
-    std::vector<double> times = coordinate_or_indices(file, time_dim, &time_found);
-    if (has_time_coordinates_ && time_found) {
-      const std::string units = file.text_attribute(time_dim.name, "units").value_or("");
-      if (!units.empty() && !time_units_.empty() && units != time_units_)
-        throw DataError("time axis mismatch: " + where(source) + " counts time in '" + units + "' but " +
-                        where(first) + " in '" + time_units_ + "'");
-      const int64_t i = first_difference(times, times_);
-      if (i >= 0) {
-        std::ostringstream message;
-        message << "time axis mismatch: " << where(source) << " and " << where(first) << " differ at time index "
-                << i << " (" << times[i] << " vs " << times_[i] << ")";
-        throw DataError(message.str());
-      }
-    }
+    std::vector<int64_t> identity(first.raw_times.size());
+    for (size_t k = 0; k < identity.size(); ++k) identity[k] = static_cast<int64_t>(k);
+    per_source_index.assign(sources_.size(), identity);
   }
-  variables_.push_back(std::move(info));
+
+  const int64_t n = static_cast<int64_t>(per_source_index.front().size());
+  source_times_ = n;
+  source_step_seconds_ = common_spacing(merged);
+  std::vector<int64_t> keep;
+  if (!config.time_step.empty()) {
+    if (!time_.has_dates) {
+      throw DataError("data.time_step = \"" + config.time_step + "\" needs dates, but the time coordinate of " +
+                      (first.has_dates ? where(sources_.back()->config) : where(first.config)) +
+                      " has no CF units (\"hours since 1979-01-01\")");
+    }
+    int64_t step = 0;
+    try {
+      step = parse_duration(config.time_step);
+    } catch (const DataError& error) {
+      throw DataError(std::string("data.time_step: ") + error.what());
+    }
+    if (step <= 0) throw DataError("data.time_step = \"" + config.time_step + "\" must be a positive duration");
+    time_.step_seconds = step;
+    for (int64_t k = 0; k < n; ++k) {
+      if ((merged[k] - merged.front()) % step == 0) keep.push_back(k);
+    }
+  } else {
+    time_.step_seconds = source_step_seconds_;
+    for (int64_t k = 0; k < n; ++k) keep.push_back(k);
+  }
+
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    for (int64_t k : keep) sources_[i]->time_index.push_back(per_source_index[i][k]);
+  }
+  for (int64_t k : keep) {
+    time_.raw.push_back(first.raw_times[per_source_index[0][k]]);
+    if (time_.has_dates) time_.seconds.push_back(merged[k]);
+  }
 }
 
 std::vector<std::string> Dataset::variable_names() const {
@@ -189,63 +497,19 @@ std::vector<std::string> Dataset::variable_names() const {
   return names;
 }
 
-void Dataset::clean_values(size_t variable, float* values, int64_t count) const {
-  const SourceLayout& layout = layouts_[variable];
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const bool scaled = layout.scale != 1.0 || layout.offset != 0.0;
-  std::vector<float> fills;
-  for (double fill : layout.fill_values) fills.push_back(static_cast<float>(fill));
-  for (int64_t i = 0; i < count; ++i) {
-    float& value = values[i];
-    for (float fill : fills) {
-      if (value == fill) value = nan;
-    }
-    if (scaled) value = static_cast<float>(value * layout.scale + layout.offset);
-  }
-}
-
-void Dataset::read_all(float* out) const {
-  const int64_t plane = num_lat() * num_lon();
-  const int64_t V = num_variables();
-  std::vector<float> buffer(static_cast<size_t>(num_times_ * plane));
-  for (size_t v = 0; v < sources_.size(); ++v) {
-    const SourceLayout& layout = layouts_[v];
-    std::vector<size_t> start(layout.ndims, 0), count(layout.ndims, 1);
-    count[layout.time_dim] = static_cast<size_t>(num_times_);
-    count[layout.lat_dim] = static_cast<size_t>(num_lat());
-    count[layout.lon_dim] = static_cast<size_t>(num_lon());
-    NetcdfFile file = NetcdfFile::open(sources_[v].file);
-    file.read_floats(sources_[v].variable, start, count, buffer.data());
-    clean_values(v, buffer.data(), static_cast<int64_t>(buffer.size()));
-    for (int64_t t = 0; t < num_times_; ++t) {
-      std::copy_n(buffer.data() + t * plane, plane, out + (t * V + static_cast<int64_t>(v)) * plane);
-    }
-  }
-}
-
 void Dataset::read_state(int64_t t, float* out) const {
   const int64_t plane = num_lat() * num_lon();
-  // Files are opened per read rather than held open: the descriptor count stays bounded for
-  // datasets of many files, and a file that vanished or was replaced is reported, not read stale.
-  std::map<std::string, std::vector<size_t>> by_file;
-  for (size_t v = 0; v < sources_.size(); ++v) by_file[sources_[v].file].push_back(v);
-  for (const auto& [path, members] : by_file) {
-    NetcdfFile file = NetcdfFile::open(path);
-    for (size_t v : members) {
-      const SourceLayout& layout = layouts_[v];
-      std::vector<size_t> start(layout.ndims, 0), count(layout.ndims, 1);
-      start[layout.time_dim] = static_cast<size_t>(t);
-      count[layout.lat_dim] = static_cast<size_t>(num_lat());
-      count[layout.lon_dim] = static_cast<size_t>(num_lon());
-      float* slot = out + static_cast<int64_t>(v) * plane;
-      file.read_floats(sources_[v].variable, start, count, slot);
-      clean_values(v, slot, plane);
+  std::vector<float> scratch;
+  for (const auto& s : sources_) {
+    const int64_t ts = s->time_index[static_cast<size_t>(t)];
+    for (size_t c = 0; c < s->num_channels; ++c) {
+      s->read_plane(c, ts, out + static_cast<int64_t>(s->first_channel + c) * plane, scratch);
     }
   }
 }
 
 torch::Tensor Dataset::state(int64_t t) const {
-  TORCH_CHECK(t >= 0 && t < num_times_, "time index ", t, " outside [0, ", num_times_, ")");
+  TORCH_CHECK(t >= 0 && t < num_times(), "time index ", t, " outside [0, ", num_times(), ")");
   // Clones so that callers may modify what they get without touching the stored data.
   if (preloaded_.defined()) return preloaded_[t].clone();
   {

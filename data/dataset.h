@@ -1,14 +1,27 @@
 #pragma once
-// A gridded weather dataset: one channel per (file, variable, name) source, all sharing one time
-// axis and one lat x lon grid. Values are in the file's units after scale_factor/add_offset;
-// points equal to _FillValue / missing_value are NaN (callers mask them, statistics skip them).
+// A gridded weather dataset: channels cut from (file, variable[, levels]) sources, on one time axis
+// of dates and one lat x lon grid. A source is a NetCDF file, a Zarr store or a GRIB file, read
+// through data/readers/reader.h; a variable with a level dimension gives one channel per selected
+// level, named <name>_<level> (z_500). Values are in the file's units after
+// scale_factor/add_offset; points equal to _FillValue / missing_value / Zarr's fill_value are NaN
+// (callers mask them, statistics skip them).
 //
-// Small datasets (the storm data is ~1.8 MB) are read whole at construction; larger ones are read
-// lazily one time slice at a time (nc_get_vara_float) through a small LRU cache, so a 100 GB
-// dataset never sits in memory. Thread-safe: loader workers call state() concurrently.
+// Time: each source's time coordinate is decoded from its CF units and calendar; sources are
+// merged on the dates they all have. With data.time_step the axis keeps the states aligned to that
+// step from the first one (hourly data, "6h": every sixth state). Samples are cut in
+// data/samples.h, which skips windows that a gap in the archive breaks.
+//
+// Grids are matched by value: a source whose latitudes run the other way, or whose longitudes are
+// -180..180 where the first source's are 0..360, is flipped or rolled onto the first source's grid.
+//
+// Small datasets (the storm data is ~1.8 MB) are read whole at construction; larger ones one time
+// slice at a time (only the chunks a state needs, for Zarr) through a small LRU cache of states, so
+// a 100 GB archive never sits in memory. Thread-safe: loader workers call state() concurrently.
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -16,16 +29,38 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "data/time/cf_time.h"
 
 namespace wxtrain::data {
 
+class Reader;
+
 // What a channel is and where it came from (kept for messages, checkpoints and the forecast file).
 struct VariableInfo {
-  std::string name;           // wxtrain's name for the channel (DataSource::name)
+  std::string name;           // wxtrain's name for the channel: the source's name, + "_<level>"
   std::string units;          // "units" attribute, "" when absent
   std::string long_name;      // "long_name" attribute, "" when absent
   std::string file;           // source path
   std::string file_variable;  // variable name inside the file
+  std::string source_name;    // the source's name (z for z_500); equals name without levels
+  std::optional<double> level;  // the level's coordinate value (500), when cut from a level dimension
+  std::string level_units;      // the level coordinate's units ("hPa", "millibars"), "" when absent
+};
+
+// The dataset's time axis. With dates (a CF time coordinate) each state has a time in seconds
+// within its calendar; without (a time dimension with no units, like the storm files' timestep)
+// states are only ordered, one time_step apart by assumption.
+struct TimeAxis {
+  bool has_dates = false;
+  Calendar calendar = Calendar::kStandard;
+  std::vector<int64_t> seconds;   // per state, when has_dates
+  int64_t step_seconds = 0;       // spacing of consecutive states in a sample (0 without dates)
+  std::string units;              // the first source's time units, "" when it has none
+  std::vector<double> raw;        // the first source's time coordinate per state (indices without one)
+
+  int64_t size() const { return static_cast<int64_t>(raw.size()); }
+  // "1979-01-01T06:00:00", or "time index 12" without dates.
+  std::string label(int64_t t) const;
 };
 
 struct DatasetOptions {
@@ -37,14 +72,15 @@ struct DatasetOptions {
 
 class Dataset {
  public:
-  // Throws DataError (naming file and variable) for a missing or corrupt file, a missing variable
-  // (listing the ones the file has), a variable that is not (time, lat, lon), or sources whose grid
-  // or time axis disagree.
+  // Throws DataError (naming file, variable, level or key) for a missing or corrupt file, a missing
+  // variable (listing the ones the file has), a level the file lacks (listing those it has), a
+  // variable whose dimensions cannot be read as (time, [level,] lat, lon), grids that differ by
+  // value, sources with no date in common, or a data.time_step the axis cannot give.
+  explicit Dataset(const DataConfig& config, DatasetOptions options = {});
   explicit Dataset(const std::vector<DataSource>& sources, DatasetOptions options = {});
-  explicit Dataset(const DataConfig& config, DatasetOptions options = {})
-      : Dataset(config.sources, options) {}
+  ~Dataset();
 
-  int64_t num_times() const { return num_times_; }
+  int64_t num_times() const { return time_.size(); }
   int64_t num_variables() const { return static_cast<int64_t>(variables_.size()); }
   int64_t num_lat() const { return static_cast<int64_t>(lat_.size()); }
   int64_t num_lon() const { return static_cast<int64_t>(lon_.size()); }
@@ -52,48 +88,40 @@ class Dataset {
   const std::vector<VariableInfo>& variables() const { return variables_; }
   std::vector<std::string> variable_names() const;
 
-  // Grid coordinates in degrees (the latitude-weighted loss needs lat). When a file has no
-  // coordinate variable they are indices 0..n-1 and has_coordinates() is false.
+  // Grid coordinates in degrees of the first source (the latitude-weighted loss needs lat). When it
+  // has no coordinate variables they are indices 0..n-1 and has_coordinates() is false.
   const std::vector<double>& lat() const { return lat_; }
   const std::vector<double>& lon() const { return lon_; }
   bool has_coordinates() const { return has_coordinates_; }
 
-  // The time coordinate of the first source (indices when it has none) and its units attribute
-  // ("hours since 1996-01-05", or "" when the file gives none).
-  const std::vector<double>& times() const { return times_; }
-  const std::string& time_units() const { return time_units_; }
-  const std::string& time_dimension() const { return time_dimension_; }
+  const TimeAxis& time_axis() const { return time_; }
+  // States in the sources' time axes before data.time_step picked its subset, and the spacing
+  // found there (for the first line of `train`).
+  int64_t source_times() const { return source_times_; }
+  int64_t source_step_seconds() const { return source_step_seconds_; }
 
   // True when any source declares _FillValue or missing_value: samples then carry a target mask.
   bool has_fill_values() const { return has_fill_values_; }
   bool preloaded() const { return preloaded_.defined(); }
 
-  // float32 [V, lat, lon] in raw units; NaN where the file has fill values.
+  // float32 [V, lat, lon] in physical units; NaN where the file has fill values.
   torch::Tensor state(int64_t t) const;
 
  private:
-  // Where a source's (time, lat, lon) sits among the variable's dims (a singleton level is skipped).
-  struct SourceLayout {
-    size_t ndims = 3;
-    size_t time_dim = 0, lat_dim = 1, lon_dim = 2;
-    double scale = 1.0, offset = 0.0;
-    std::vector<double> fill_values;  // _FillValue, missing_value as stored (before scaling)
-  };
+  struct Source;  // one [[data.sources]] entry: its reader, dimension layout, decoding, grid mapping
 
-  void inspect_source(size_t index, const DataSource& source);
-  void read_state(int64_t t, float* out) const;           // all variables at time t
-  void read_all(float* out) const;                         // [T, V, lat, lon]
-  void clean_values(size_t variable, float* values, int64_t count) const;  // scale, fill -> NaN
+  void open_source(size_t index, const DataSource& config);
+  void merge_time_axes(const DataConfig& config);
+  void read_state(int64_t t, float* out) const;  // all channels at time t
 
-  std::vector<DataSource> sources_;
-  std::vector<SourceLayout> layouts_;
+  std::vector<std::unique_ptr<Source>> sources_;
   std::vector<VariableInfo> variables_;
-  std::vector<double> lat_, lon_, times_;
-  std::string time_units_, time_dimension_;
+  std::vector<double> lat_, lon_;
   bool has_coordinates_ = true;
-  bool has_time_coordinates_ = false;
   bool has_fill_values_ = false;
-  int64_t num_times_ = 0;
+  TimeAxis time_;
+  int64_t source_times_ = 0;
+  int64_t source_step_seconds_ = 0;
   DatasetOptions options_;
 
   torch::Tensor preloaded_;  // [T, V, lat, lon] when small enough

@@ -1,6 +1,9 @@
 #include "data/samples.h"
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -8,32 +11,143 @@
 
 namespace wxtrain::data {
 
-TimeSplit::TimeSplit(int64_t num_times, double val_fraction, SampleWindow window)
-    : num_times_(num_times), window_(window) {
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
-    throw DataError("data.val_fraction must be in [0, 1), got " + std::to_string(val_fraction));
-  }
+namespace {
+
+void check_window(const SampleWindow& window) {
   if (window.history < 1 || window.rollout_steps < 1) {
     throw DataError("data.history and data.rollout_steps must be at least 1, got " +
                     std::to_string(window.history) + " and " + std::to_string(window.rollout_steps));
   }
-  const int64_t val_times = std::llround(val_fraction * static_cast<double>(num_times));
-  train_end_ = num_times - val_times;
+}
+
+// The states [begin, end) of a sorted axis whose dates fall in [first, last] of `period`; a date
+// without a time of day means the whole day ("2015-12-31" runs to 23:59:59).
+std::pair<int64_t, int64_t> period_range(const TimeAxis& axis, const std::vector<std::string>& period,
+                                         const std::string& key) {
+  std::vector<int64_t> bounds;
+  for (const auto& text : period) {
+    try {
+      bounds.push_back(to_seconds(parse_date(text, axis.calendar), axis.calendar));
+    } catch (const DataError& error) {
+      throw DataError("data." + key + ": " + error.what());
+    }
+  }
+  if (period[1].size() == 10) bounds[1] += 86400 - 1;
+  if (bounds[1] < bounds[0]) {
+    throw DataError("data." + key + " = [\"" + period[0] + "\", \"" + period[1] + "\"] ends before it begins");
+  }
+  const auto lo = std::lower_bound(axis.seconds.begin(), axis.seconds.end(), bounds[0]);
+  const auto hi = std::upper_bound(axis.seconds.begin(), axis.seconds.end(), bounds[1]);
+  if (lo >= hi) {
+    throw DataError("data." + key + " = [\"" + period[0] + "\", \"" + period[1] + "\"] holds no state of the data, which runs from " +
+                    axis.label(0) + " to " + axis.label(axis.size() - 1));
+  }
+  return {lo - axis.seconds.begin(), hi - axis.seconds.begin()};
+}
+
+}  // namespace
+
+TimeSplit::TimeSplit(int64_t num_times, double val_fraction, SampleWindow window)
+    : TimeSplit(
+          [&] {
+            TimeAxis axis;
+            for (int64_t t = 0; t < num_times; ++t) axis.raw.push_back(static_cast<double>(t));
+            return axis;
+          }(),
+          [&] {
+            DataConfig config;
+            config.val_fraction = val_fraction;
+            return config;
+          }(),
+          window) {}
+
+TimeSplit::TimeSplit(const TimeAxis& axis, const DataConfig& config, SampleWindow window) : window_(window) {
+  check_window(window);
+  const int64_t num_times = axis.size();
+  if (axis.has_dates) {
+    seconds_ = axis.seconds;
+    step_seconds_ = axis.step_seconds;
+  }
+  if (!config.train_period.empty()) {
+    if (!axis.has_dates) {
+      throw DataError("data.train_period and data.val_period split by date, but the data's time coordinate has no CF "
+                      "units (\"hours since 1979-01-01\"); use data.val_fraction");
+    }
+    std::tie(train_begin_, train_end_) = period_range(axis, config.train_period, "train_period");
+    std::tie(val_begin_, val_end_) = period_range(axis, config.val_period, "val_period");
+    if (train_begin_ < val_end_ && val_begin_ < train_end_) {
+      throw DataError("data.train_period and data.val_period overlap (from " + axis.label(std::max(train_begin_, val_begin_)) +
+                      "): validation would score states the model trained on");
+    }
+  } else {
+    const double val_fraction = config.val_fraction;
+    if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
+      throw DataError("data.val_fraction must be in [0, 1), got " + std::to_string(val_fraction));
+    }
+    const int64_t val_times = std::llround(val_fraction * static_cast<double>(num_times));
+    train_begin_ = 0;
+    train_end_ = val_begin_ = num_times - val_times;
+    val_end_ = num_times;
+  }
   const int64_t needed = window.history + window.rollout_steps;
-  if (train_end_ < needed) {
-    throw DataError("the training split has " + std::to_string(train_end_) + " of " +
+  if (train_end_ - train_begin_ < needed) {
+    throw DataError("the training split has " + std::to_string(train_end_ - train_begin_) + " of " +
                     std::to_string(num_times) + " times but one sample needs " + std::to_string(needed) +
                     " (history " + std::to_string(window.history) + " + rollout_steps " +
-                    std::to_string(window.rollout_steps) + "); lower data.val_fraction or the window");
+                    std::to_string(window.rollout_steps) + "); " +
+                    (config.train_period.empty() ? "lower data.val_fraction or the window" : "widen data.train_period"));
+  }
+  if (sample_times(Split::kTrain).empty()) {
+    // Every window is broken: the data is not spaced at the step asked for.
+    std::string spacing = "none";
+    for (int64_t t = train_begin_ + 1; t < train_end_; ++t) {
+      const int64_t d = seconds_[t] - seconds_[t - 1];
+      if (d != step_seconds_) {
+        spacing = format_duration(d) + " (between " + axis.label(t - 1) + " and " + axis.label(t) + ")";
+        break;
+      }
+    }
+    throw DataError("no training sample: a sample needs " + std::to_string(needed) + " states " +
+                    format_duration(step_seconds_) + " apart (data.time_step" +
+                    (config.time_step.empty() ? " not set: the data's most common spacing" : " = \"" + config.time_step + "\"") +
+                    ") but the time axis is spaced " + spacing);
   }
 }
 
-std::vector<int64_t> TimeSplit::sample_times(Split split) const {
+std::vector<int64_t> TimeSplit::windows(Split split, bool complete) const {
   std::vector<int64_t> times;
   for (int64_t t = begin(split) + window_.history - 1; t + window_.rollout_steps < end(split); ++t) {
-    times.push_back(t);
+    bool even = true;
+    if (!seconds_.empty()) {
+      for (int64_t s = t - window_.history + 1; s < t + window_.rollout_steps && even; ++s) {
+        even = seconds_[s + 1] - seconds_[s] == step_seconds_;
+      }
+    }
+    if (even == complete) times.push_back(t);
   }
   return times;
+}
+
+std::vector<int64_t> TimeSplit::sample_times(Split split) const { return windows(split, true); }
+
+int64_t TimeSplit::skipped(Split split) const { return static_cast<int64_t>(windows(split, false).size()); }
+
+std::string describe_samples(const Dataset& dataset, const TimeSplit& split) {
+  const TimeAxis& axis = dataset.time_axis();
+  std::ostringstream out;
+  out << "data: " << dataset.num_variables() << " channels on " << dataset.num_lat() << " x " << dataset.num_lon()
+      << ", " << dataset.num_times() << " states";
+  if (axis.has_dates) {
+    out << " " << axis.label(0) << " .. " << axis.label(axis.size() - 1) << " every " << format_duration(axis.step_seconds);
+    if (dataset.source_times() != dataset.num_times()) {
+      out << " (of " << dataset.source_times() << " every " << format_duration(dataset.source_step_seconds()) << ")";
+    }
+  }
+  out << "; samples: " << split.sample_times(Split::kTrain).size() << " training";
+  if (const int64_t skipped = split.skipped(Split::kTrain)) out << " (" << skipped << " skipped: states missing at that spacing)";
+  out << ", " << split.sample_times(Split::kValidation).size() << " validation";
+  if (const int64_t skipped = split.skipped(Split::kValidation)) out << " (" << skipped << " skipped)";
+  return out.str();
 }
 
 Sample make_sample(const Dataset& dataset, const Normalization& normalization, const SampleWindow& window,

@@ -162,7 +162,8 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
 
   run.dataset = std::make_shared<data::Dataset>(config.data);
   const data::SampleWindow window{config.data.history, config.data.rollout_steps};
-  run.split.emplace(run.dataset->num_times(), config.data.val_fraction, window);
+  run.split.emplace(run.dataset->time_axis(), config.data, window);
+  if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split) << "\n";
 
   std::optional<Checkpoint> resume_from, init_from;
   const std::string ckpt_path = checkpoint_path(config);

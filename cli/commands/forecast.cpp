@@ -55,13 +55,9 @@ int run_forecast(const ForecastArgs& args) {
   }
   torch::Tensor physical = norm.denormalize(states.squeeze(0));  // [steps, V, lat, lon]
 
-  const auto& times = dataset->times();
-  const double dt = times.size() > 1 ? times[1] - times[0] : 1.0;
-  std::vector<double> out_times;
-  for (int64_t k = 1; k <= args.steps; ++k) out_times.push_back(times[start] + dt * static_cast<double>(k));
-  data::write_forecast(args.output, physical, data::ForecastCoordinates::like(*dataset, out_times, dataset->time_units()));
-  std::cout << "forecast: " << args.steps << " steps of " << norm.num_variables() << " variables from time index "
-            << start << " written to " << args.output << "\n";
+  data::write_forecast(args.output, physical, data::ForecastCoordinates::after(*dataset, start, args.steps));
+  std::cout << "forecast: " << args.steps << " steps of " << norm.num_variables() << " channels from "
+            << dataset->time_axis().label(start) << " (time index " << start << ") written to " << args.output << "\n";
   return 0;
 }
 
@@ -69,9 +65,9 @@ int run_forecast(const ForecastArgs& args) {
 
 Action add_forecast_command(CLI::App& app) {
   auto args = std::make_shared<ForecastArgs>();
-  auto* cmd = app.add_subcommand("forecast", "roll a trained checkpoint forward and write the forecast as NetCDF");
+  auto* cmd = app.add_subcommand("forecast", "roll a trained checkpoint forward and write the forecast as NetCDF or Zarr");
   cmd->add_option("--checkpoint", args->checkpoint, "checkpoint written by wxtrain train")->required();
-  cmd->add_option("-o,--output", args->output, "NetCDF file to write")->required();
+  cmd->add_option("-o,--output", args->output, "output: a NetCDF file, or a Zarr v2 store for a path ending .zarr")->required();
   cmd->add_option("--steps", args->steps, "forecast steps (default 4)");
   cmd->add_option("--start", args->start, "time index of the newest initial state (default: the last)");
   cmd->add_option("--precision", args->precision, "fp32 (default) or bf16 (autocast on the CPU)");

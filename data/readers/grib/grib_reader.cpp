@@ -1,7 +1,810 @@
-// PLACEHOLDER until the GRIB reader lands (being written now); replaced wholesale.
+// GRIB through ecCodes, as a Reader.
+//
+// Opening indexes every message once. The file is framed here, not by ecCodes: each message's
+// section 0 gives its length, the sections are walked (lengths and numbers must chain exactly to
+// the closing "7777") and only then are its header sections — everything before the data — handed
+// to ecCodes as a partial message. So opening reads a few hundred bytes per message, not the file,
+// and a truncated or corrupt file is reported by what it is (a message running past the end of the
+// file, a section that does not chain) before ecCodes parses a byte of it. read() reads the
+// messages it needs with pread, frames them again (the file may have changed since it was opened)
+// and decodes them; nothing is cached.
+//
+// Layout of the variables:
+//   - one variable per shortName; a shortName on two or more typeOfLevel becomes
+//     <shortName>_<typeOfLevel>, one per level type. A parameter ecCodes has no shortName for
+//     ("unknown") is named by its numbers, unknown_<discipline>_<category>_<number>.
+//   - dimensions (time, [level], latitude, longitude). The level dimension is there for
+//     isobaricInhPa and for any variable found on more than one level. The time axis is the
+//     sorted union of the valid times of every message in the file; a level axis is the union of
+//     the levels of its typeOfLevel, ascending. Where a variable has no message for a
+//     (time, level) of the axes, reading it is a DataError naming the variable, level and time.
+//   - level axes: "level" for isobaricInhPa (or for the one level type in the file when there is
+//     no isobaricInhPa), "level_<typeOfLevel>" for the others.
+//   - latitude/longitude are the points in the order the messages scan them (ERA5: north to
+//     south), and values come back in (latitude, longitude) order whichever of i or j the message
+//     holds consecutive. Every message must be on the same regular_ll grid.
+//   - valid time is ecCodes' validityDate/validityTime (reference time plus the step in its own
+//     units, the end of the period for accumulations), as seconds since 1970-01-01.
+//   - missing points (bitmap): ecCodes substitutes the handle's missingValue, which this reader
+//     sets to netCDF's float fill value (9.969209968386869e36, exact in float) before decoding and
+//     reports as _FillValue. ecCodes' default, 9999, is a value geopotential really takes.
 #include "data/readers/grib/grib_reader.h"
+
+#include <eccodes.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+
 #include "core/error.h"
+
 namespace wxtrain::data {
-bool looks_like_grib(const std::string&) { return false; }
-std::unique_ptr<Reader> open_grib(const std::string& path) { throw DataError("grib: " + path); }
+namespace {
+
+// netCDF's NC_FILL_FLOAT: exactly representable in float, so a decoded point compares equal to
+// the attribute after the conversion to float32.
+constexpr double kFillValue = 9.9692099683868690e+36;
+// A grid larger than this (2^31 points, 16 GiB of doubles per message) is taken for corruption.
+constexpr uint64_t kMaxGridPoints = uint64_t{1} << 31;
+
+const char* const kTimeUnits = "seconds since 1970-01-01 00:00:00";
+
+// ---------------------------------------------------------------------------------------------
+// Framing: where each message is and whether its sections chain.
+
+struct MessageLocation {
+  uint64_t offset = 0;         // of "GRIB" in the file
+  uint64_t length = 0;         // through "7777"
+  uint64_t header_length = 0;  // the bytes before the data (GRIB2 section 7, GRIB1 BDS values)
+  int edition = 0;
+};
+
+uint64_t big_endian(const unsigned char* bytes, int width) {
+  uint64_t value = 0;
+  for (int i = 0; i < width; ++i) value = (value << 8) | bytes[i];
+  return value;
+}
+
+// Walks the sections of one complete message held in `bytes` (its first `length` bytes) and
+// returns the length of its header, or throws naming what does not chain. `where` prefixes errors.
+uint64_t check_sections(const unsigned char* bytes, uint64_t length, int edition, const std::string& where) {
+  auto fail = [&](const std::string& what) { throw DataError(where + ": " + what); };
+  if (length < 12 || std::memcmp(bytes + length - 4, "7777", 4) != 0) {
+    fail("does not end with \"7777\" where its length (" + std::to_string(length) + " bytes) says it ends");
+  }
+  const uint64_t end = length - 4;
+  if (edition == 2) {
+    // Section 0 is 16 bytes; then 1, [2], 3, 4, 5, 6, 7 and "7777". A section 2, 3 or 4 after
+    // a 7 starts another field of a multi-field message.
+    static constexpr uint64_t kMinimumLength[8] = {0, 21, 5, 14, 9, 11, 6, 5};
+    uint64_t position = 16, header_length = 0;
+    int previous = 0, fields = 0;
+    while (position < end) {
+      if (end - position < 5) fail("a section header at byte " + std::to_string(position) + " runs into \"7777\"");
+      const uint64_t section_length = big_endian(bytes + position, 4);
+      const int number = bytes[position + 4];
+      const std::string section = "section " + std::to_string(number) + " at byte " + std::to_string(position);
+      if (number < 1 || number > 7) fail("section number " + std::to_string(number) + " at byte " + std::to_string(position) + " (expected 1 to 7)");
+      const bool in_order = number > previous || (previous == 7 && number >= 2 && number <= 4);
+      if (!in_order || (previous == 0 && number != 1) || (number >= 4 && number != previous + 1 && !(number == 4 && previous == 7)) ||
+          (number == 3 && previous != 1 && previous != 2 && previous != 7)) {
+        fail(section + " follows section " + std::to_string(previous));
+      }
+      if (section_length < kMinimumLength[number]) fail(section + " is " + std::to_string(section_length) + " bytes, under the " + std::to_string(kMinimumLength[number]) + " it needs");
+      if (section_length > end - position) fail(section + " (" + std::to_string(section_length) + " bytes) runs past \"7777\"");
+      if (number == 7) {
+        if (++fields == 1) header_length = position + 5;
+      }
+      previous = number;
+      position += section_length;
+    }
+    if (previous != 7) fail("has no data section (section 7) before \"7777\"");
+    if (fields > 1) {
+      fail("holds " + std::to_string(fields) + " fields (a multi-field GRIB2 message), which this reader does not split; "
+           "one field per message is needed (grib_copy with multi-field support splits them)");
+    }
+    return header_length;
+  }
+  // GRIB1: section 0 is 8 bytes; PDS; GDS and BMS when the PDS's flags say so; BDS; "7777".
+  uint64_t position = 8;
+  auto section = [&](const char* name, uint64_t minimum) {
+    if (end - position < 3) fail(std::string("the ") + name + " at byte " + std::to_string(position) + " runs into \"7777\"");
+    const uint64_t section_length = big_endian(bytes + position, 3);
+    if (section_length < minimum || section_length > end - position) {
+      fail(std::string("the ") + name + " at byte " + std::to_string(position) + " declares " + std::to_string(section_length) +
+           " bytes (" + std::to_string(end - position) + " left before \"7777\", at least " + std::to_string(minimum) + " needed)");
+    }
+    const uint64_t start = position;
+    position += section_length;
+    return start;
+  };
+  const uint64_t pds = section("product definition section", 28);
+  const int flags = bytes[pds + 7];
+  if (flags & 0x80) section("grid description section", 32);
+  if (flags & 0x40) section("bitmap section", 6);
+  const uint64_t bds = section("binary data section", 11);
+  if (position != end) fail("the binary data section ends at byte " + std::to_string(position) + ", not at \"7777\" (byte " + std::to_string(end) + ")");
+  return bds + 11;
+}
+
+// The file, opened once; pread needs no lock, so reader threads share it.
+class GribFile {
+ public:
+  explicit GribFile(const std::string& path) : path_(path) {
+    descriptor_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (descriptor_ < 0) throw DataError("cannot open GRIB file " + path + ": " + std::strerror(errno));
+    struct stat status {};
+    if (::fstat(descriptor_, &status) != 0) {
+      ::close(descriptor_);
+      throw DataError("cannot stat GRIB file " + path + ": " + std::strerror(errno));
+    }
+    size_ = static_cast<uint64_t>(status.st_size);
+  }
+  ~GribFile() { ::close(descriptor_); }
+  GribFile(const GribFile&) = delete;
+  GribFile& operator=(const GribFile&) = delete;
+
+  uint64_t size() const { return size_; }
+
+  // Reads exactly `count` bytes at `offset`; fewer (the file shrank) is a DataError.
+  void read(uint64_t offset, unsigned char* out, uint64_t count) const {
+    uint64_t done = 0;
+    while (done < count) {
+      const ssize_t got = ::pread(descriptor_, out + done, count - done, static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        throw DataError(path_ + ": could not read " + std::to_string(count) + " bytes at byte " + std::to_string(offset) +
+                        (got < 0 ? std::string(": ") + std::strerror(errno) : std::string(": the file ends first (truncated since it was opened?)")));
+      }
+      done += static_cast<uint64_t>(got);
+    }
+  }
+
+  // The offset of the next "GRIB" at or after `from`, or size() when there is none. ecCodes skips
+  // bytes between messages too; some archives pad them.
+  uint64_t find_next_message(uint64_t from) const {
+    std::vector<unsigned char> chunk(1 << 16);
+    while (from + 4 <= size_) {
+      const uint64_t count = std::min<uint64_t>(chunk.size(), size_ - from);
+      read(from, chunk.data(), count);
+      for (uint64_t i = 0; i + 4 <= count; ++i) {
+        if (std::memcmp(chunk.data() + i, "GRIB", 4) == 0) return from + i;
+      }
+      if (count < 4 || from + count >= size_) break;
+      from += count - 3;  // "GRIB" may straddle two chunks
+    }
+    return size_;
+  }
+
+  // Section 0 of the message at `offset`: its edition and length, checked against the file.
+  MessageLocation locate(uint64_t offset, size_t number) const {
+    const std::string where = path_ + ": message " + std::to_string(number) + " (at byte " + std::to_string(offset) + ")";
+    MessageLocation location;
+    location.offset = offset;
+    unsigned char section0[16] = {};
+    const uint64_t available = size_ - offset;
+    if (available < 16) throw DataError(where + " is truncated: the file ends " + std::to_string(available) + " bytes after \"GRIB\"");
+    read(offset, section0, 16);
+    location.edition = section0[7];
+    if (location.edition == 2) {
+      location.length = big_endian(section0 + 8, 8);
+    } else if (location.edition == 1) {
+      location.length = big_endian(section0 + 4, 3);
+      // Lengths over 2^23 bytes are coded in 120-byte units with a flag (ECMWF's "large GRIB1");
+      // rare enough to refuse by name rather than guess.
+      if (location.length & 0x800000) throw DataError(where + " is a GRIB1 message over 8 MiB (large-message coding), which this reader does not read");
+    } else {
+      throw DataError(where + " has edition " + std::to_string(location.edition) + " (expected 1 or 2)");
+    }
+    if (location.length > available) {
+      throw DataError(where + " is truncated: it declares " + std::to_string(location.length) + " bytes and the file ends after " +
+                      std::to_string(available));
+    }
+    return location;
+  }
+
+  // The whole message, its sections checked.
+  std::vector<unsigned char> message(const MessageLocation& location, const std::string& where) const {
+    std::vector<unsigned char> bytes(location.length);
+    read(location.offset, bytes.data(), bytes.size());
+    if (std::memcmp(bytes.data(), "GRIB", 4) != 0) throw DataError(where + " no longer starts with \"GRIB\" (the file changed since it was opened)");
+    check_sections(bytes.data(), bytes.size(), location.edition, where);
+    return bytes;
+  }
+
+ private:
+  std::string path_;
+  int descriptor_ = -1;
+  uint64_t size_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// ecCodes handles and keys.
+
+// ecCodes is built here with its OpenMP locks (GRIB_OMP_THREADS), so distinct handles may be used
+// on distinct threads; handle creation also goes through this lock to keep its parsing of the
+// definitions (cached in the shared context) in one thread at a time.
+std::mutex& eccodes_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+struct HandleDeleter {
+  void operator()(codes_handle* handle) const { codes_handle_delete(handle); }
+};
+using Handle = std::unique_ptr<codes_handle, HandleDeleter>;
+
+// Reads keys of one message, every failure naming the file, the message and the key.
+class Keys {
+ public:
+  Keys(codes_handle* handle, std::string where) : handle_(handle), where_(std::move(where)) {}
+
+  long integer(const char* key) const {
+    long value = 0;
+    check(codes_get_long(handle_, key, &value), key);
+    return value;
+  }
+  std::optional<long> optional_integer(const char* key) const {
+    long value = 0;
+    if (codes_get_long(handle_, key, &value) != CODES_SUCCESS) return std::nullopt;
+    return value;
+  }
+  double real(const char* key) const {
+    double value = 0;
+    check(codes_get_double(handle_, key, &value), key);
+    if (!std::isfinite(value)) throw DataError(where_ + ": key '" + key + "' is not a finite number");
+    return value;
+  }
+  std::string text(const char* key) const {
+    char buffer[256] = {};
+    size_t length = sizeof(buffer);
+    check(codes_get_string(handle_, key, buffer, &length), key);
+    return std::string(buffer, strnlen(buffer, sizeof(buffer)));
+  }
+  std::string text_or(const char* key, const std::string& fallback) const {
+    char buffer[256] = {};
+    size_t length = sizeof(buffer);
+    if (codes_get_string(handle_, key, buffer, &length) != CODES_SUCCESS) return fallback;
+    return std::string(buffer, strnlen(buffer, sizeof(buffer)));
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  void check(int status, const char* key) const {
+    if (status != CODES_SUCCESS) throw DataError(where_ + ": key '" + key + "': " + codes_get_error_message(status));
+  }
+  codes_handle* handle_;
+  std::string where_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Time.
+
+// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+int64_t days_from_civil(int64_t year, int64_t month, int64_t day) {
+  year -= month <= 2;
+  const int64_t era = (year >= 0 ? year : year - 399) / 400;
+  const int64_t year_of_era = year - era * 400;
+  const int64_t day_of_year = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1;
+  const int64_t day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+  return era * 146097 + day_of_era - 719468;
+}
+
+std::string iso_time(int64_t seconds) {
+  int64_t days = seconds >= 0 ? seconds / 86400 : -((-seconds + 86399) / 86400);
+  int64_t rest = seconds - days * 86400;
+  // civil_from_days
+  days += 719468;
+  const int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+  const int64_t day_of_era = days - era * 146097;
+  const int64_t year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
+  const int64_t day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+  const int64_t mp = (5 * day_of_year + 2) / 153;
+  const int64_t day = day_of_year - (153 * mp + 2) / 5 + 1;
+  const int64_t month = mp < 10 ? mp + 3 : mp - 9;
+  const int64_t year = year_of_era + era * 400 + (month <= 2);
+  char text[64];
+  std::snprintf(text, sizeof(text), "%04lld-%02lld-%02lldT%02lld:%02lld:%02lld", static_cast<long long>(year),
+                static_cast<long long>(month), static_cast<long long>(day), static_cast<long long>(rest / 3600),
+                static_cast<long long>(rest / 60 % 60), static_cast<long long>(rest % 60));
+  return text;
+}
+
+// validityDate (YYYYMMDD) and validityTime (HHMM) as seconds since 1970-01-01.
+int64_t valid_time_of(const Keys& keys) {
+  const long date = keys.integer("validityDate");
+  const long time = keys.integer("validityTime");
+  const long year = date / 10000, month = date / 100 % 100, day = date % 100;
+  const long hour = time / 100, minute = time % 100;
+  if (date < 0 || month < 1 || month > 12 || day < 1 || day > 31 || time < 0 || hour > 23 || minute > 59) {
+    throw DataError(keys.where() + ": validityDate/validityTime " + std::to_string(date) + " " + std::to_string(time) +
+                    " is not a date and time");
+  }
+  return days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The grid.
+
+struct Grid {
+  long ni = 0, nj = 0;             // points along a parallel (longitude) and a meridian (latitude)
+  bool j_consecutive = false;      // values run down a meridian first (scanning mode bit 3)
+  std::vector<double> latitudes;   // nj, in scan order
+  std::vector<double> longitudes;  // ni, in scan order
+
+  bool same_as(const Grid& other) const {
+    auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (std::fabs(a[i] - b[i]) > 1e-6) return false;
+      }
+      return true;
+    };
+    return ni == other.ni && nj == other.nj && j_consecutive == other.j_consecutive && close(latitudes, other.latitudes) &&
+           close(longitudes, other.longitudes);
+  }
+
+  std::string describe() const {
+    std::ostringstream text;
+    text << "regular_ll " << ni << "x" << nj << ", latitude " << latitudes.front() << " to " << latitudes.back() << ", longitude "
+         << longitudes.front() << " to " << longitudes.back() << (j_consecutive ? ", j consecutive" : "");
+    return text.str();
+  }
+};
+
+// Points from first to last in `count` equal steps; checks the step against the message's
+// increment when it gives one (first/last are exact in the message, an increment may be rounded).
+std::vector<double> axis(double first, double last, long count, std::optional<double> increment, const char* name,
+                         const std::string& where) {
+  std::vector<double> points(static_cast<size_t>(count));
+  const double step = count > 1 ? (last - first) / static_cast<double>(count - 1) : 0.0;
+  for (long k = 0; k < count; ++k) points[k] = first + step * static_cast<double>(k);
+  if (count > 1) points.back() = last;
+  if (increment && count > 1 && *increment > 0 && std::fabs(std::fabs(step) - *increment) > 1e-3 * *increment + 1e-6) {
+    std::ostringstream text;
+    text << where << ": the " << name << " points run from " << first << " to " << last << " in " << count << " steps of "
+         << std::fabs(step) << " degrees, but the message's increment is " << *increment;
+    throw DataError(text.str());
+  }
+  return points;
+}
+
+Grid grid_of(const Keys& keys, const std::string& short_name) {
+  const std::string grid_type = keys.text("gridType");
+  if (grid_type != "regular_ll") {
+    throw DataError(keys.where() + ": '" + short_name + "' is on a " + grid_type +
+                    " grid; this reader reads regular_ll (regular latitude/longitude) grids only");
+  }
+  Grid grid;
+  grid.ni = keys.integer("Ni");
+  grid.nj = keys.integer("Nj");
+  const long points = keys.integer("numberOfDataPoints");
+  if (grid.ni < 1 || grid.nj < 1 || static_cast<uint64_t>(grid.ni) * static_cast<uint64_t>(grid.nj) > kMaxGridPoints ||
+      grid.ni * grid.nj != points) {
+    throw DataError(keys.where() + ": keys 'Ni' x 'Nj' (" + std::to_string(grid.ni) + " x " + std::to_string(grid.nj) +
+                    ") do not make a grid of 'numberOfDataPoints' (" + std::to_string(points) + ")");
+  }
+  if (keys.optional_integer("alternativeRowScanning").value_or(0) != 0) {
+    throw DataError(keys.where() + ": key 'alternativeRowScanning' is set (rows alternate direction); not supported");
+  }
+  const bool i_negative = keys.integer("iScansNegatively") != 0;
+  const bool j_positive = keys.integer("jScansPositively") != 0;
+  grid.j_consecutive = keys.integer("jPointsAreConsecutive") != 0;
+  const double lat_first = keys.real("latitudeOfFirstGridPointInDegrees");
+  const double lat_last = keys.real("latitudeOfLastGridPointInDegrees");
+  const double lon_first = keys.real("longitudeOfFirstGridPointInDegrees");
+  double lon_last = keys.real("longitudeOfLastGridPointInDegrees");
+  // Longitudes are stored in [0, 360): a grid across the meridian of the first point (first 180,
+  // last 179.75) continues past 360.
+  if (!i_negative && lon_last < lon_first) lon_last += 360.0;
+  if (i_negative && lon_last > lon_first) lon_last -= 360.0;
+  if ((j_positive && lat_last < lat_first) || (!j_positive && lat_last > lat_first)) {
+    std::ostringstream text;
+    text << keys.where() << ": latitudes run from " << lat_first << " to " << lat_last << " but key 'jScansPositively' is "
+         << j_positive;
+    throw DataError(text.str());
+  }
+  auto increment = [&](const char* key) -> std::optional<double> {
+    int error = 0;
+    if (codes_is_missing(nullptr, key, &error)) return std::nullopt;
+    return std::nullopt;
+  };
+  (void)increment;
+  std::optional<double> di, dj;
+  {
+    // The increments are optional (resolutionAndComponentFlags); ecCodes reports them as missing.
+    double value = 0;
+    if (keys.optional_integer("iDirectionIncrementGiven").value_or(1) != 0) {
+      try { value = keys.real("iDirectionIncrementInDegrees"); di = value; } catch (const DataError&) {}
+    }
+    if (keys.optional_integer("jDirectionIncrementGiven").value_or(1) != 0) {
+      try { value = keys.real("jDirectionIncrementInDegrees"); dj = value; } catch (const DataError&) {}
+    }
+  }
+  grid.latitudes = axis(lat_first, lat_last, grid.nj, dj, "latitude", keys.where());
+  grid.longitudes = axis(lon_first, lon_last, grid.ni, di, "longitude", keys.where());
+  return grid;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The index.
+
+struct MessageInfo {
+  size_t number = 0;  // 1-based, as grib_ls counts
+  MessageLocation location;
+  std::string short_name, type_of_level, units, long_name, cf_name, packing;
+  long param_id = 0;
+  double level = 0;
+  int64_t valid_time = 0;
+  int64_t reference_date = 0, reference_time = 0, step = 0;  // for messages about duplicates
+  std::string step_units;
+};
+
+std::string level_text(const std::string& type_of_level, double level) {
+  std::ostringstream text;
+  text << level;
+  if (type_of_level == "isobaricInhPa") return text.str() + " hPa";
+  if (type_of_level == "isobaricInPa") return text.str() + " Pa";
+  return "level " + text.str() + " (" + type_of_level + ")";
+}
+
+std::optional<std::string> level_units(const std::string& type_of_level) {
+  if (type_of_level == "isobaricInhPa") return "hPa";
+  if (type_of_level == "isobaricInPa") return "Pa";
+  if (type_of_level == "heightAboveGround" || type_of_level == "heightAboveSea" || type_of_level == "depthBelowSea") return "m";
+  return std::nullopt;
+}
+
+Attribute text_attribute(const std::string& value) {
+  Attribute attribute;
+  attribute.text = value;
+  return attribute;
+}
+Attribute number_attribute(double value) {
+  Attribute attribute;
+  attribute.numbers = {value};
+  return attribute;
+}
+
+struct Coordinate {
+  VariableMeta meta;
+  std::vector<double> values;
+};
+
+struct GribVariable {
+  VariableMeta meta;
+  std::string short_name, type_of_level;
+  bool has_level = false;
+  std::vector<double> levels;             // the level axis' values (one entry without a level dim)
+  std::vector<int64_t> message_of_slot;   // [time][level] -> index into messages_, -1 when none
+};
+
+class GribReader final : public Reader {
+ public:
+  explicit GribReader(const std::string& path) : path_(path), file_(path) {
+    index_messages();
+    build_variables();
+  }
+
+  const std::string& path() const override { return path_; }
+  std::string format() const override { return format_; }
+  std::vector<std::string> variable_names() const override { return names_; }
+
+  const VariableMeta& variable(const std::string& name) const override {
+    if (auto it = variables_.find(name); it != variables_.end()) return it->second.meta;
+    if (auto it = coordinates_.find(name); it != coordinates_.end()) return it->second.meta;
+    std::string listing;
+    for (const auto& n : names_) listing += (listing.empty() ? "" : ", ") + n;
+    throw DataError("variable '" + name + "' not found in " + path_ + "; the file has: " + listing);
+  }
+
+  void read(const std::string& name, const std::vector<size_t>& start, const std::vector<size_t>& count,
+            float* out) const override {
+    const VariableMeta& meta = variable(name);
+    check_slab(meta, start, count);
+    if (auto it = coordinates_.find(name); it != coordinates_.end()) {
+      for (size_t k = 0; k < count[0]; ++k) out[k] = static_cast<float>(it->second.values[start[0] + k]);
+      return;
+    }
+    const GribVariable& var = variables_.at(name);
+    const size_t rank = meta.dims.size();
+    const size_t level_start = var.has_level ? start[1] : 0, level_count = var.has_level ? count[1] : 1;
+    const size_t lat_start = start[rank - 2], lat_count = count[rank - 2];
+    const size_t lon_start = start[rank - 1], lon_count = count[rank - 1];
+    // Every message the slab needs must exist before any is decoded.
+    std::vector<const MessageInfo*> needed;
+    for (size_t t = start[0]; t < start[0] + count[0]; ++t) {
+      for (size_t l = level_start; l < level_start + level_count; ++l) {
+        const int64_t message = var.message_of_slot[t * var.levels.size() + l];
+        if (message < 0) {
+          throw DataError(path_ + ": no GRIB message for '" + var.short_name + "' at " + level_text(var.type_of_level, var.levels[l]) +
+                          " valid " + iso_time(times_[t]) + " (variable '" + name + "'; the file's time axis is the union of all its messages' valid times)");
+        }
+        needed.push_back(&messages_[static_cast<size_t>(message)]);
+      }
+    }
+    const size_t plane = lat_count * lon_count;
+    for (size_t k = 0; k < needed.size(); ++k) {
+      const std::vector<double> values = decode(*needed[k]);
+      float* target = out + k * plane;
+      for (size_t j = 0; j < lat_count; ++j) {
+        for (size_t i = 0; i < lon_count; ++i) {
+          const size_t jj = lat_start + j, ii = lon_start + i;
+          const size_t source = grid_.j_consecutive ? ii * static_cast<size_t>(grid_.nj) + jj : jj * static_cast<size_t>(grid_.ni) + ii;
+          target[j * lon_count + i] = static_cast<float>(values[source]);
+        }
+      }
+    }
+  }
+
+  std::vector<double> read_doubles(const std::string& name) const override {
+    const VariableMeta& meta = variable(name);
+    if (auto it = coordinates_.find(name); it != coordinates_.end()) return it->second.values;
+    std::vector<size_t> start(meta.dims.size(), 0), count;
+    size_t total = 1;
+    for (const auto& dim : meta.dims) {
+      count.push_back(dim.length);
+      total *= dim.length;
+    }
+    std::vector<float> values(total);
+    read(name, start, count, values.data());
+    return std::vector<double>(values.begin(), values.end());
+  }
+
+ private:
+  std::string where(const MessageInfo& message) const {
+    return path_ + ": message " + std::to_string(message.number) + " (at byte " + std::to_string(message.location.offset) + ")";
+  }
+
+  void index_messages() {
+    uint64_t offset = file_.find_next_message(0);
+    bool edition1 = false, edition2 = false;
+    while (offset < file_.size()) {
+      MessageInfo message;
+      message.number = messages_.size() + 1;
+      message.location = file_.locate(offset, message.number);
+      const std::string place = where(message);
+      // The header: section 0 through the start of the data, read in the 5-byte section headers
+      // first so that a corrupt length cannot make us read (or allocate) the whole file.
+      std::vector<unsigned char> bytes = file_.message(message.location, place);
+      message.location.header_length = check_sections(bytes.data(), bytes.size(), message.location.edition, place);
+      bytes.resize(message.location.header_length);
+      (message.location.edition == 1 ? edition1 : edition2) = true;
+      read_header(bytes, message, place);
+      messages_.push_back(std::move(message));
+      offset = file_.find_next_message(offset + messages_.back().location.length);
+    }
+    if (messages_.empty()) throw DataError(path_ + " holds no GRIB message (no \"GRIB\" in the file)");
+    format_ = edition1 && edition2 ? "GRIB1/GRIB2" : edition2 ? "GRIB2" : "GRIB1";
+  }
+
+  void read_header(const std::vector<unsigned char>& header, MessageInfo& message, const std::string& place) {
+    std::lock_guard<std::mutex> lock(eccodes_mutex());
+    Handle handle(codes_handle_new_from_partial_message(nullptr, header.data(), header.size()));
+    if (!handle) throw DataError(place + ": ecCodes cannot parse the message's header");
+    const Keys keys(handle.get(), place);
+    message.short_name = keys.text("shortName");
+    if (message.short_name == "unknown" || message.short_name.empty()) {
+      // ecCodes has no name for the parameter: name it by its numbers so two unknowns stay apart.
+      if (message.location.edition == 2) {
+        message.short_name = "unknown_" + std::to_string(keys.integer("discipline")) + "_" + std::to_string(keys.integer("parameterCategory")) +
+                             "_" + std::to_string(keys.integer("parameterNumber"));
+      } else {
+        message.short_name = "unknown_" + std::to_string(keys.integer("table2Version")) + "_" + std::to_string(keys.integer("indicatorOfParameter"));
+      }
+    }
+    message.type_of_level = keys.text("typeOfLevel");
+    message.level = keys.real("level");
+    message.units = keys.text_or("units", "unknown");
+    message.long_name = keys.text_or("name", message.short_name);
+    message.cf_name = keys.text_or("cfName", "unknown");
+    message.packing = keys.text_or("packingType", "unknown");
+    message.param_id = keys.optional_integer("paramId").value_or(0);
+    message.valid_time = valid_time_of(keys);
+    message.reference_date = keys.integer("dataDate");
+    message.reference_time = keys.integer("dataTime");
+    message.step_units = keys.text_or("stepUnits", "?");
+    message.step = keys.optional_integer("endStep").value_or(0);
+    Grid grid = grid_of(keys, message.short_name);
+    if (messages_.empty()) {
+      grid_ = std::move(grid);
+    } else if (!grid.same_as(grid_)) {
+      const MessageInfo& first = messages_.front();
+      throw DataError(path_ + ": '" + message.short_name + "' (message " + std::to_string(message.number) + ") is on the grid " + grid.describe() +
+                      " but '" + first.short_name + "' (message " + std::to_string(first.number) + ") is on " + grid_.describe() +
+                      "; every variable of a GRIB file must share one grid");
+    }
+  }
+
+  void build_variables() {
+    // Which level types each shortName comes on decides the variables' names.
+    std::map<std::string, std::set<std::string>> types_of;
+    for (const auto& message : messages_) types_of[message.short_name].insert(message.type_of_level);
+    auto variable_name = [&](const MessageInfo& message) {
+      return types_of[message.short_name].size() > 1 ? message.short_name + "_" + message.type_of_level : message.short_name;
+    };
+    std::map<std::string, std::set<double>> levels_of;  // by variable name
+    std::set<int64_t> times;
+    std::vector<std::string> order;                      // variables in the order the file has them
+    for (const auto& message : messages_) {
+      const std::string name = variable_name(message);
+      if (!levels_of.count(name)) order.push_back(name);
+      levels_of[name].insert(message.level);
+      times.insert(message.valid_time);
+    }
+    times_.assign(times.begin(), times.end());
+
+    // Level axes: per typeOfLevel, the union over its variables that have a level dimension.
+    std::map<std::string, std::set<double>> axis_levels;
+    for (const auto& message : messages_) {
+      const std::string name = variable_name(message);
+      if (message.type_of_level == "isobaricInhPa" || levels_of[name].size() > 1) axis_levels[message.type_of_level].insert(message.level);
+    }
+    std::map<std::string, std::string> axis_name;
+    for (const auto& [type, levels] : axis_levels) {
+      const bool plain = type == "isobaricInhPa" || (axis_levels.size() == 1) ||
+                         (!axis_levels.count("isobaricInhPa") && type == axis_levels.begin()->first && false);
+      axis_name[type] = plain ? "level" : "level_" + type;
+    }
+
+    for (const auto& name : order) {
+      GribVariable var;
+      var.meta.name = name;
+      variables_.emplace(name, std::move(var));
+    }
+    for (size_t index = 0; index < messages_.size(); ++index) {
+      const MessageInfo& message = messages_[index];
+      GribVariable& var = variables_.at(variable_name(message));
+      if (var.meta.dims.empty()) {
+        var.short_name = message.short_name;
+        var.type_of_level = message.type_of_level;
+        var.has_level = axis_levels.count(message.type_of_level) &&
+                        (message.type_of_level == "isobaricInhPa" || levels_of[var.meta.name].size() > 1);
+        var.levels = var.has_level ? std::vector<double>(axis_levels[message.type_of_level].begin(), axis_levels[message.type_of_level].end())
+                                   : std::vector<double>{message.level};
+        var.meta.dims.push_back({"time", times_.size()});
+        if (var.has_level) var.meta.dims.push_back({axis_name[message.type_of_level], var.levels.size()});
+        var.meta.dims.push_back({"latitude", static_cast<size_t>(grid_.nj)});
+        var.meta.dims.push_back({"longitude", static_cast<size_t>(grid_.ni)});
+        var.meta.dtype = message.packing;
+        auto& attributes = var.meta.attributes;
+        attributes["units"] = text_attribute(message.units);
+        attributes["long_name"] = text_attribute(message.long_name);
+        if (message.cf_name != "unknown" && !message.cf_name.empty()) attributes["standard_name"] = text_attribute(message.cf_name);
+        attributes["GRIB_shortName"] = text_attribute(message.short_name);
+        attributes["GRIB_typeOfLevel"] = text_attribute(message.type_of_level);
+        attributes["GRIB_paramId"] = number_attribute(static_cast<double>(message.param_id));
+        if (!var.has_level) attributes["GRIB_level"] = number_attribute(message.level);
+        attributes["_FillValue"] = number_attribute(kFillValue);
+        var.message_of_slot.assign(times_.size() * var.levels.size(), -1);
+      }
+      const size_t t = static_cast<size_t>(std::lower_bound(times_.begin(), times_.end(), message.valid_time) - times_.begin());
+      const size_t l = static_cast<size_t>(std::lower_bound(var.levels.begin(), var.levels.end(), message.level) - var.levels.begin());
+      int64_t& slot = var.message_of_slot[t * var.levels.size() + l];
+      if (slot >= 0) {
+        const MessageInfo& other = messages_[static_cast<size_t>(slot)];
+        auto origin = [](const MessageInfo& m) {
+          return "reference " + std::to_string(m.reference_date) + " " + std::to_string(m.reference_time) + " step " + std::to_string(m.step) + " " + m.step_units;
+        };
+        throw DataError(path_ + ": messages " + std::to_string(other.number) + " and " + std::to_string(message.number) + " both hold '" +
+                        message.short_name + "' at " + level_text(message.type_of_level, message.level) + " valid " + iso_time(message.valid_time) +
+                        " (" + origin(other) + "; " + origin(message) + "); one message per variable, level and valid time is read");
+      }
+      slot = static_cast<int64_t>(index);
+    }
+
+    // Coordinates.
+    auto coordinate = [&](const std::string& name, std::vector<double> values, std::map<std::string, Attribute> attributes) {
+      if (variables_.count(name)) throw DataError(path_ + ": a GRIB parameter is named '" + name + "', the name of a coordinate");
+      Coordinate c;
+      c.meta.name = name;
+      c.meta.dims.push_back({name, values.size()});
+      c.meta.attributes = std::move(attributes);
+      c.meta.dtype = "f8";
+      c.values = std::move(values);
+      coordinates_.emplace(name, std::move(c));
+    };
+    coordinate("time", std::vector<double>(times_.begin(), times_.end()),
+               {{"units", text_attribute(kTimeUnits)}, {"calendar", text_attribute("proleptic_gregorian")},
+                {"standard_name", text_attribute("time")}, {"long_name", text_attribute("valid time")}});
+    for (const auto& [type, levels] : axis_levels) {
+      std::map<std::string, Attribute> attributes{{"GRIB_typeOfLevel", text_attribute(type)}, {"long_name", text_attribute(type)}};
+      if (auto units = level_units(type)) attributes["units"] = text_attribute(*units);
+      if (type == "isobaricInhPa" || type == "isobaricInPa") {
+        attributes["standard_name"] = text_attribute("air_pressure");
+        attributes["positive"] = text_attribute("down");
+      }
+      coordinate(axis_name[type], std::vector<double>(levels.begin(), levels.end()), std::move(attributes));
+    }
+    coordinate("latitude", grid_.latitudes,
+               {{"units", text_attribute("degrees_north")}, {"standard_name", text_attribute("latitude")}, {"long_name", text_attribute("latitude")}});
+    coordinate("longitude", grid_.longitudes,
+               {{"units", text_attribute("degrees_east")}, {"standard_name", text_attribute("longitude")}, {"long_name", text_attribute("longitude")}});
+
+    names_ = order;
+    for (const auto& [name, c] : coordinates_) names_.push_back(name);
+  }
+
+  std::vector<double> decode(const MessageInfo& message) const {
+    const std::string place = where(message);
+    const std::vector<unsigned char> bytes = file_.message(message.location, place);
+    Handle handle;
+    {
+      std::lock_guard<std::mutex> lock(eccodes_mutex());
+      handle.reset(codes_handle_new_from_message(nullptr, bytes.data(), bytes.size()));
+    }
+    if (!handle) throw DataError(place + ": ecCodes cannot parse the message");
+    // ecCodes puts missingValue where the bitmap has no point; see kFillValue.
+    const int set = codes_set_double(handle.get(), "missingValue", kFillValue);
+    if (set != CODES_SUCCESS) throw DataError(place + ": key 'missingValue': " + codes_get_error_message(set));
+    size_t size = 0;
+    int status = codes_get_size(handle.get(), "values", &size);
+    if (status != CODES_SUCCESS) throw DataError(place + ": key 'values': " + codes_get_error_message(status));
+    const size_t expected = static_cast<size_t>(grid_.ni) * static_cast<size_t>(grid_.nj);
+    if (size != expected) {
+      throw DataError(place + ": key 'values' has " + std::to_string(size) + " values for a grid of " + std::to_string(expected) + " points");
+    }
+    std::vector<double> values(size);
+    status = codes_get_double_array(handle.get(), "values", values.data(), &size);
+    if (status != CODES_SUCCESS) throw DataError(place + ": key 'values' ('" + message.short_name + "'): " + codes_get_error_message(status));
+    if (size != expected) throw DataError(place + ": key 'values' decoded " + std::to_string(size) + " of " + std::to_string(expected) + " points");
+    return values;
+  }
+
+  void check_slab(const VariableMeta& meta, const std::vector<size_t>& start, const std::vector<size_t>& count) const {
+    if (start.size() != meta.dims.size() || count.size() != meta.dims.size()) {
+      throw DataError("reading '" + meta.name + "' in " + path_ + ": a slab of rank " + std::to_string(start.size()) +
+                      " for a variable of rank " + std::to_string(meta.dims.size()));
+    }
+    for (size_t d = 0; d < start.size(); ++d) {
+      if (start[d] > meta.dims[d].length || count[d] > meta.dims[d].length - start[d]) {
+        throw DataError("reading '" + meta.name + "' in " + path_ + ": dimension '" + meta.dims[d].name + "' has " +
+                        std::to_string(meta.dims[d].length) + " entries, asked for " + std::to_string(start[d]) + ".." +
+                        std::to_string(start[d] + count[d]));
+      }
+    }
+  }
+
+  std::string path_;
+  GribFile file_;
+  std::string format_;
+  std::vector<MessageInfo> messages_;
+  Grid grid_;
+  std::vector<int64_t> times_;
+  std::vector<std::string> names_;
+  std::map<std::string, GribVariable> variables_;
+  std::map<std::string, Coordinate> coordinates_;
+};
+
+bool has_grib_extension(const std::string& path) {
+  std::string lower = path;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* extension : {".grib", ".grib2", ".grb", ".grb2", ".grib1", ".grb1"}) {
+    const size_t n = std::strlen(extension);
+    if (lower.size() >= n && lower.compare(lower.size() - n, n, extension) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool looks_like_grib(const std::string& path) {
+  if (has_grib_extension(path)) return true;
+  std::ifstream file(path, std::ios::binary);
+  char magic[4] = {};
+  return file.read(magic, 4) && std::memcmp(magic, "GRIB", 4) == 0;
+}
+
+std::unique_ptr<Reader> open_grib(const std::string& path) { return std::make_unique<GribReader>(path); }
+
 }  // namespace wxtrain::data

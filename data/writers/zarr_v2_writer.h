@@ -1,0 +1,52 @@
+#pragma once
+// Writes a Zarr v2 group the way xarray's to_zarr does, so xarray, zarr-python and wxtrain's own
+// reader open it: a .zgroup, one folder per array with .zarray and .zattrs (dimension names in
+// _ARRAY_DIMENSIONS), chunks compressed with Blosc (lz4, byte shuffle: zarr-python's default), and
+// consolidated metadata (.zmetadata). The store is built in a temporary folder beside the target
+// and renamed into place on commit(), so a killed job never leaves a half-written store under the
+// real name. Torch-free.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace wxtrain::data {
+
+struct ZarrArraySpec {
+  std::string name;
+  std::vector<std::string> dims;     // _ARRAY_DIMENSIONS, outermost first
+  std::vector<size_t> shape;
+  std::vector<size_t> chunks;        // same rank as shape
+  bool float64 = false;              // "<f8", else "<f4"
+  nlohmann::json attributes = nlohmann::json::object();
+  std::optional<double> fill_value;  // written as "NaN" when NaN; null when absent
+};
+
+class ZarrV2Writer {
+ public:
+  // Throws DataError naming the folder when the temporary store cannot be created.
+  explicit ZarrV2Writer(std::string target);
+  ~ZarrV2Writer();  // removes the temporary store unless committed
+  ZarrV2Writer(const ZarrV2Writer&) = delete;
+  ZarrV2Writer& operator=(const ZarrV2Writer&) = delete;
+
+  // `values` holds the whole array in C order: float for f4, double for f8.
+  void add_array(const ZarrArraySpec& spec, const void* values);
+  void set_group_attributes(const nlohmann::json& attributes);
+  // Writes .zgroup/.zattrs/.zmetadata and renames the store onto the target (replacing an earlier
+  // store there). Throws DataError naming the file that could not be written and why.
+  void commit();
+
+ private:
+  void write_file(const std::string& relative, const std::string& bytes) const;
+
+  std::string target_;
+  std::string temporary_;
+  nlohmann::json consolidated_ = nlohmann::json::object();
+  nlohmann::json group_attributes_ = nlohmann::json::object();
+  bool committed_ = false;
+};
+
+}  // namespace wxtrain::data
