@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
+#include <cstdlib>
 #include <tuple>
 
 #include "core/error.h"
@@ -45,11 +45,14 @@ std::string trim(const std::string& text) {
   return text.substr(begin, end - begin + 1);
 }
 
+// The shortest text that reads back as `value` (9.96921e+36, not 9.9692099999999994e+36).
 std::string format_number(double value) {
-  std::ostringstream out;
-  out.precision(17);
-  out << value;
-  return out.str();
+  char buffer[32];
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  return buffer;
 }
 
 // ---- Day counts per calendar: days since the calendar's own 1970-01-01 -------------------------
@@ -541,9 +544,10 @@ EncodedTimes encode_times(const std::vector<int64_t>& seconds, Calendar calendar
 EncodedTimes encode_times(const std::vector<int64_t>& seconds, Calendar calendar) {
   const int64_t epoch = seconds.empty() ? 0 : seconds.front();
   const char* unit = "days";
-  for (const auto& [name, length] : {std::pair<const char*, int64_t>{"days", kSecondsPerDay},
-                                     {"hours", 3600}, {"minutes", 60}, {"seconds", 1}}) {
-    unit = name;
+  for (const auto& candidate : {std::pair<const char*, int64_t>{"days", kSecondsPerDay},
+                                 {"hours", 3600}, {"minutes", 60}, {"seconds", 1}}) {
+    unit = candidate.first;
+    const int64_t length = candidate.second;
     if (std::all_of(seconds.begin(), seconds.end(), [&](int64_t s) { return (s - epoch) % length == 0; })) break;
   }
   return encode_times(seconds, calendar, unit, from_seconds(epoch, calendar));
@@ -559,7 +563,8 @@ int64_t parse_duration(const std::string& text) {
   size_t pos = 0;
   int sign = 1;
   if (pos < body.size() && (body[pos] == '+' || body[pos] == '-')) sign = body[pos++] == '-' ? -1 : 1;
-  // The number as digits / 10^fraction_digits, exactly.
+  // The number as digits / 10^fraction_digits, exactly; 128 bits (GCC and Clang) so that 18 digits
+  // times a week's seconds cannot overflow.
   __int128 digits = 0;
   int integer_digits = 0, fraction_digits = 0;
   while (pos < body.size() && std::isdigit(static_cast<unsigned char>(body[pos])) && integer_digits < 18) {
