@@ -1,0 +1,93 @@
+#!/bin/bash
+# archives_train.sh WXTRAIN PYTHON DIR — `wxtrain train` on the ERA5-shaped fixture as each tool
+# writes it (tests/data/era5_fixture.py: Zarr with Blosc, Zarr with Zstd per-step chunks, NetCDF,
+# GRIB2), with pressure levels and a 6-hour step on hourly data; the first line counts the samples
+# the archive's gap removed; then `wxtrain forecast` to NetCDF and to Zarr, which xarray opens with
+# levels and CF time (tests/data/check_forecast_structure in the python below).
+set -eu
+wxtrain="$1"
+python="$2"
+dir="$3"
+here="$(cd "$(dirname "$0")/.." && pwd)"
+rm -rf "$dir"
+mkdir -p "$dir"
+"$python" "$here/data/era5_fixture.py" "$dir" >"$dir/fixture.log" 2>&1 || { cat "$dir/fixture.log"; exit 1; }
+
+config() {  # config STORE T2M_VARIABLE [sst]
+  cat <<TOML
+[model]
+name = "unet"
+channels = [16, 32]
+groups = 8
+[data]
+history = 2
+rollout_steps = 1
+time_step = "6h"
+train_period = ["2020-01-01", "2020-01-04"]
+val_period = ["2020-01-05", "2020-01-05T18:00"]
+prefetch = 2
+[[data.sources]]
+file = "$dir/$1"
+variable = "z"
+levels = [500, 850]
+[[data.sources]]
+file = "$dir/$1"
+variable = "t"
+levels = [850]
+[[data.sources]]
+file = "$dir/$1"
+variable = "$2"
+name = "t2m"
+[train]
+batch_size = 4
+precision = "fp32"
+steps = 4
+warmup_steps = 1
+log_every = 2
+val_every = 4
+checkpoint_every = 4
+out_dir = "$dir/run_${1//./_}"
+TOML
+}
+
+fail=0
+for store in era5.zarr era5_zstd.zarr era5.nc era5.grib2; do
+  t2m=t2m
+  [ "$store" = era5.grib2 ] && t2m=2t
+  config "$store" "$t2m" >"$dir/$store.toml"
+  echo "=== $store"
+  if ! output="$("$wxtrain" train -c "$dir/$store.toml" 2>&1)"; then
+    printf '%s\n' "$output"; echo "FAIL: train on $store"; fail=1; continue
+  fi
+  printf '%s\n' "$output"
+  first="$(head -n 1 <<<"$output")"
+  # 96 hours of training period every 6h minus the missing hour 54: windows (42,48,60), (48,60,66) skipped.
+  grep -qE "^data: 4 channels on 19 x 36, 19 states 2020-01-01T00:00:00 .. 2020-01-05T18:00:00 every 6h \(of 119 every 1h\). samples: 11 training \(2 skipped" <<<"$first" \
+    || { echo "FAIL: first line of train on $store: $first"; fail=1; }
+  grep -qE "validation at step 4" <<<"$output" || { echo "FAIL: no validation on $store"; fail=1; }
+done
+
+# Forecasts from the NetCDF run, both formats, opened by xarray.
+run="$dir/run_era5_nc"
+for out in forecast.nc forecast.zarr; do
+  "$wxtrain" forecast --checkpoint "$run/checkpoint.pt" -o "$dir/$out" --steps 3 || { echo "FAIL: forecast $out"; fail=1; continue; }
+  "$python" - "$dir/$out" <<'PY' || fail=1
+import sys
+import numpy as np
+import pandas as pd
+import xarray as xr
+path = sys.argv[1]
+ds = xr.open_zarr(path) if path.endswith(".zarr") else xr.open_dataset(path)
+print(ds)
+assert ds["z"].dims == ("time", "level", "lat", "lon"), ds["z"].dims
+assert list(ds["level"].values) == [500, 850], ds["level"].values
+assert ds["t"].shape[1] == 1 and ds["t2m"].dims == ("time", "lat", "lon")
+times = pd.to_datetime(ds["time"].values)
+want = pd.date_range("2020-01-06T00:00", periods=3, freq="6H")
+assert (times == want).all(), (times, want)
+assert np.isfinite(ds["z"].values).all() and 2e4 < float(ds["z"].mean()) < 1e5, float(ds["z"].mean())
+assert float(ds["lat"][0]) == 90.0
+print("OK", path)
+PY
+done
+exit $fail
