@@ -75,53 +75,60 @@ uint64_t big_endian(const unsigned char* bytes, int width) {
   return value;
 }
 
-// Walks the sections of one complete message held in `bytes` (its first `length` bytes) and
-// returns the length of its header, or throws naming what does not chain. `where` prefixes errors.
-uint64_t check_sections(const unsigned char* bytes, uint64_t length, int edition, const std::string& where) {
+// Walks the sections of one message of `length` bytes, reading through `read_at(position, count,
+// out)`, and returns the length of its header (the bytes before the coded values), or throws
+// naming what does not chain. `where` prefixes errors. Only section headers are read, so a
+// corrupt length costs nothing.
+template <typename ReadAt>
+uint64_t walk_sections(const ReadAt& read_at, uint64_t length, int edition, const std::string& where) {
   auto fail = [&](const std::string& what) { throw DataError(where + ": " + what); };
-  if (length < 12 || std::memcmp(bytes + length - 4, "7777", 4) != 0) {
+  unsigned char bytes[8] = {};
+  if (length < 12) fail("declares " + std::to_string(length) + " bytes, too short for a GRIB message");
+  read_at(length - 4, 4, bytes);
+  if (std::memcmp(bytes, "7777", 4) != 0) {
     fail("does not end with \"7777\" where its length (" + std::to_string(length) + " bytes) says it ends");
   }
   const uint64_t end = length - 4;
   if (edition == 2) {
     // Section 0 is 16 bytes; then 1, [2], 3, 4, 5, 6, 7 and "7777". A section 2, 3 or 4 after
-    // a 7 starts another field of a multi-field message.
+    // a 7 would start another field of a multi-field message.
     static constexpr uint64_t kMinimumLength[8] = {0, 21, 5, 14, 9, 11, 6, 5};
+    static constexpr int kMayFollow[8] = {-1, 0, 1, -1, 3, 4, 5, 6};  // the one section before each, 3: 1 or 2
     uint64_t position = 16, header_length = 0;
     int previous = 0, fields = 0;
     while (position < end) {
       if (end - position < 5) fail("a section header at byte " + std::to_string(position) + " runs into \"7777\"");
-      const uint64_t section_length = big_endian(bytes + position, 4);
-      const int number = bytes[position + 4];
+      read_at(position, 5, bytes);
+      const uint64_t section_length = big_endian(bytes, 4);
+      const int number = bytes[4];
       const std::string section = "section " + std::to_string(number) + " at byte " + std::to_string(position);
-      if (number < 1 || number > 7) fail("section number " + std::to_string(number) + " at byte " + std::to_string(position) + " (expected 1 to 7)");
-      const bool in_order = number > previous || (previous == 7 && number >= 2 && number <= 4);
-      if (!in_order || (previous == 0 && number != 1) || (number >= 4 && number != previous + 1 && !(number == 4 && previous == 7)) ||
-          (number == 3 && previous != 1 && previous != 2 && previous != 7)) {
-        fail(section + " follows section " + std::to_string(previous));
+      if (number < 1 || number > 7) fail("has section number " + std::to_string(number) + " at byte " + std::to_string(position) + " (expected 1 to 7)");
+      const bool next_field = previous == 7 && number >= 2 && number <= 4;
+      const bool in_order = number == 3 ? (previous == 1 || previous == 2) : previous == kMayFollow[number];
+      if (!in_order && !next_field) fail("has " + section + " after section " + std::to_string(previous));
+      if (section_length < kMinimumLength[number]) {
+        fail("has " + section + " of " + std::to_string(section_length) + " bytes, under the " + std::to_string(kMinimumLength[number]) + " it needs");
       }
-      if (section_length < kMinimumLength[number]) fail(section + " is " + std::to_string(section_length) + " bytes, under the " + std::to_string(kMinimumLength[number]) + " it needs");
-      if (section_length > end - position) fail(section + " (" + std::to_string(section_length) + " bytes) runs past \"7777\"");
-      if (number == 7) {
-        if (++fields == 1) header_length = position + 5;
-      }
+      if (section_length > end - position) fail("has " + section + " of " + std::to_string(section_length) + " bytes, running past \"7777\"");
+      if (number == 7 && ++fields == 1) header_length = position + 5;
       previous = number;
       position += section_length;
     }
     if (previous != 7) fail("has no data section (section 7) before \"7777\"");
     if (fields > 1) {
       fail("holds " + std::to_string(fields) + " fields (a multi-field GRIB2 message), which this reader does not split; "
-           "one field per message is needed (grib_copy with multi-field support splits them)");
+           "it needs one field per message");
     }
     return header_length;
   }
   // GRIB1: section 0 is 8 bytes; PDS; GDS and BMS when the PDS's flags say so; BDS; "7777".
   uint64_t position = 8;
   auto section = [&](const char* name, uint64_t minimum) {
-    if (end - position < 3) fail(std::string("the ") + name + " at byte " + std::to_string(position) + " runs into \"7777\"");
-    const uint64_t section_length = big_endian(bytes + position, 3);
+    if (end - position < 3) fail(std::string("has its ") + name + " at byte " + std::to_string(position) + " run into \"7777\"");
+    read_at(position, 3, bytes);
+    const uint64_t section_length = big_endian(bytes, 3);
     if (section_length < minimum || section_length > end - position) {
-      fail(std::string("the ") + name + " at byte " + std::to_string(position) + " declares " + std::to_string(section_length) +
+      fail(std::string("has a ") + name + " at byte " + std::to_string(position) + " of " + std::to_string(section_length) +
            " bytes (" + std::to_string(end - position) + " left before \"7777\", at least " + std::to_string(minimum) + " needed)");
     }
     const uint64_t start = position;
@@ -129,11 +136,12 @@ uint64_t check_sections(const unsigned char* bytes, uint64_t length, int edition
     return start;
   };
   const uint64_t pds = section("product definition section", 28);
-  const int flags = bytes[pds + 7];
+  read_at(pds + 7, 1, bytes);
+  const int flags = bytes[0];
   if (flags & 0x80) section("grid description section", 32);
   if (flags & 0x40) section("bitmap section", 6);
   const uint64_t bds = section("binary data section", 11);
-  if (position != end) fail("the binary data section ends at byte " + std::to_string(position) + ", not at \"7777\" (byte " + std::to_string(end) + ")");
+  if (position != end) fail("has its binary data section end at byte " + std::to_string(position) + ", not at \"7777\" (byte " + std::to_string(end) + ")");
   return bds + 11;
 }
 
@@ -193,9 +201,15 @@ class GribFile {
     location.offset = offset;
     unsigned char section0[16] = {};
     const uint64_t available = size_ - offset;
-    if (available < 16) throw DataError(where + " is truncated: the file ends " + std::to_string(available) + " bytes after \"GRIB\"");
-    read(offset, section0, 16);
-    location.edition = section0[7];
+    read(offset, section0, std::min<uint64_t>(available, 16));
+    location.edition = available >= 8 ? section0[7] : 0;
+    if (available >= 8 && location.edition != 1 && location.edition != 2) {
+      throw DataError(where + " has edition " + std::to_string(location.edition) + " (expected 1 or 2)" +
+                      (number == 1 && offset > 0 ? "; it is not a GRIB file, or the first GRIB message is not at its start" : ""));
+    }
+    if (available < (location.edition == 1 ? 8u : 16u)) {
+      throw DataError(where + " is truncated: the file ends " + std::to_string(available) + " bytes after \"GRIB\"");
+    }
     if (location.edition == 2) {
       location.length = big_endian(section0 + 8, 8);
     } else if (location.edition == 1) {
@@ -203,8 +217,6 @@ class GribFile {
       // Lengths over 2^23 bytes are coded in 120-byte units with a flag (ECMWF's "large GRIB1");
       // rare enough to refuse by name rather than guess.
       if (location.length & 0x800000) throw DataError(where + " is a GRIB1 message over 8 MiB (large-message coding), which this reader does not read");
-    } else {
-      throw DataError(where + " has edition " + std::to_string(location.edition) + " (expected 1 or 2)");
     }
     if (location.length > available) {
       throw DataError(where + " is truncated: it declares " + std::to_string(location.length) + " bytes and the file ends after " +
@@ -213,12 +225,23 @@ class GribFile {
     return location;
   }
 
+  // The bytes before the coded values, the sections of the whole message checked.
+  std::vector<unsigned char> header(MessageLocation& location, const std::string& where) const {
+    location.header_length = walk_sections(
+        [&](uint64_t at, uint64_t n, unsigned char* out) { read(location.offset + at, out, n); }, location.length, location.edition, where);
+    // GRIB1: the whole message (see read_header).
+    std::vector<unsigned char> bytes(location.edition == 1 ? location.length : location.header_length);
+    read(location.offset, bytes.data(), bytes.size());
+    return bytes;
+  }
+
   // The whole message, its sections checked.
   std::vector<unsigned char> message(const MessageLocation& location, const std::string& where) const {
     std::vector<unsigned char> bytes(location.length);
     read(location.offset, bytes.data(), bytes.size());
     if (std::memcmp(bytes.data(), "GRIB", 4) != 0) throw DataError(where + " no longer starts with \"GRIB\" (the file changed since it was opened)");
-    check_sections(bytes.data(), bytes.size(), location.edition, where);
+    walk_sections([&](uint64_t at, uint64_t n, unsigned char* out) { std::memcpy(out, bytes.data() + at, n); }, bytes.size(),
+                  location.edition, where);
     return bytes;
   }
 
@@ -263,6 +286,11 @@ class Keys {
     double value = 0;
     check(codes_get_double(handle_, key, &value), key);
     if (!std::isfinite(value)) throw DataError(where_ + ": key '" + key + "' is not a finite number");
+    return value;
+  }
+  std::optional<double> optional_real(const char* key) const {
+    double value = 0;
+    if (codes_get_double(handle_, key, &value) != CODES_SUCCESS || !std::isfinite(value)) return std::nullopt;
     return value;
   }
   std::string text(const char* key) const {
@@ -313,7 +341,7 @@ std::string iso_time(int64_t seconds) {
   const int64_t day = day_of_year - (153 * mp + 2) / 5 + 1;
   const int64_t month = mp < 10 ? mp + 3 : mp - 9;
   const int64_t year = year_of_era + era * 400 + (month <= 2);
-  char text[64];
+  char text[96];
   std::snprintf(text, sizeof(text), "%04lld-%02lld-%02lldT%02lld:%02lld:%02lld", static_cast<long long>(year),
                 static_cast<long long>(month), static_cast<long long>(day), static_cast<long long>(rest / 3600),
                 static_cast<long long>(rest / 60 % 60), static_cast<long long>(rest % 60));
@@ -414,23 +442,20 @@ Grid grid_of(const Keys& keys, const std::string& short_name) {
          << j_positive;
     throw DataError(text.str());
   }
-  auto increment = [&](const char* key) -> std::optional<double> {
-    int error = 0;
-    if (codes_is_missing(nullptr, key, &error)) return std::nullopt;
-    return std::nullopt;
-  };
-  (void)increment;
-  std::optional<double> di, dj;
-  {
-    // The increments are optional (resolutionAndComponentFlags); ecCodes reports them as missing.
-    double value = 0;
-    if (keys.optional_integer("iDirectionIncrementGiven").value_or(1) != 0) {
-      try { value = keys.real("iDirectionIncrementInDegrees"); di = value; } catch (const DataError&) {}
-    }
-    if (keys.optional_integer("jDirectionIncrementGiven").value_or(1) != 0) {
-      try { value = keys.real("jDirectionIncrementInDegrees"); dj = value; } catch (const DataError&) {}
-    }
+  if (std::fabs(lat_first) > 90.0 || std::fabs(lat_last) > 90.0) {
+    std::ostringstream text;
+    text << keys.where() << ": keys 'latitudeOfFirstGridPoint'/'latitudeOfLastGridPoint' (" << lat_first << ", " << lat_last
+         << ") are not latitudes";
+    throw DataError(text.str());
   }
+  // The increments are optional (resolutionAndComponentFlags); when absent ecCodes reports a
+  // missing value, which is no increment in degrees.
+  auto increment = [&](const char* key) -> std::optional<double> {
+    const std::optional<double> value = keys.optional_real(key);
+    if (!value || *value <= 0.0 || *value > 360.0) return std::nullopt;
+    return value;
+  };
+  const std::optional<double> di = increment("iDirectionIncrementInDegrees"), dj = increment("jDirectionIncrementInDegrees");
   grid.latitudes = axis(lat_first, lat_last, grid.nj, dj, "latitude", keys.where());
   grid.longitudes = axis(lon_first, lon_last, grid.ni, di, "longitude", keys.where());
   return grid;
@@ -574,11 +599,7 @@ class GribReader final : public Reader {
       message.number = messages_.size() + 1;
       message.location = file_.locate(offset, message.number);
       const std::string place = where(message);
-      // The header: section 0 through the start of the data, read in the 5-byte section headers
-      // first so that a corrupt length cannot make us read (or allocate) the whole file.
-      std::vector<unsigned char> bytes = file_.message(message.location, place);
-      message.location.header_length = check_sections(bytes.data(), bytes.size(), message.location.edition, place);
-      bytes.resize(message.location.header_length);
+      const std::vector<unsigned char> bytes = file_.header(message.location, place);
       (message.location.edition == 1 ? edition1 : edition2) = true;
       read_header(bytes, message, place);
       messages_.push_back(std::move(message));
@@ -590,7 +611,10 @@ class GribReader final : public Reader {
 
   void read_header(const std::vector<unsigned char>& header, MessageInfo& message, const std::string& place) {
     std::lock_guard<std::mutex> lock(eccodes_mutex());
-    Handle handle(codes_handle_new_from_partial_message(nullptr, header.data(), header.size()));
+    // A partial handle never parses a GRIB1 BDS (where gridType and packingType come from), so
+    // a GRIB1 header is the whole message, parsed whole.
+    Handle handle(message.location.edition == 1 ? codes_handle_new_from_message(nullptr, header.data(), header.size())
+                                                : codes_handle_new_from_partial_message(nullptr, header.data(), header.size()));
     if (!handle) throw DataError(place + ": ecCodes cannot parse the message's header");
     const Keys keys(handle.get(), place);
     message.short_name = keys.text("shortName");
@@ -652,8 +676,7 @@ class GribReader final : public Reader {
     }
     std::map<std::string, std::string> axis_name;
     for (const auto& [type, levels] : axis_levels) {
-      const bool plain = type == "isobaricInhPa" || (axis_levels.size() == 1) ||
-                         (!axis_levels.count("isobaricInhPa") && type == axis_levels.begin()->first && false);
+      const bool plain = type == "isobaricInhPa" || (!axis_levels.count("isobaricInhPa") && axis_levels.size() == 1);
       axis_name[type] = plain ? "level" : "level_" + type;
     }
 
