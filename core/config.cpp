@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -9,6 +12,7 @@
 
 #include <toml++/toml.h>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -72,6 +76,58 @@ std::string join(const std::vector<std::string>& v, const std::string& sep = ", 
   return out;
 }
 
+// While config_keys() runs, every SectionReader records the keys it reads here.
+thread_local std::vector<ConfigKey>* g_catalogue = nullptr;
+
+// TOML text of a default value, shortest form that reads back the same.
+std::string toml_text(int64_t v) { return std::to_string(v); }
+std::string toml_text(double v) {
+  std::string best;
+  for (int precision = 1; precision <= 17; ++precision) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v && (best.empty() || std::strlen(buf) < best.size())) best = buf;
+  }
+  if (best.find_first_of(".eEn") == std::string::npos) best += ".0";  // a float, as TOML wants it
+  return best;
+}
+std::string toml_text(bool v) { return v ? "true" : "false"; }
+std::string toml_text(const std::string& v) {
+  std::string out = "\"";
+  for (char ch : v) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", ch);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+template <typename T>
+std::string toml_text(const std::vector<T>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_text(v[i]);
+  return out + "]";
+}
+
+// "1 to 64"; bounds at the type's practical limit are left out (">= 1").
+std::string range_text(int64_t min, int64_t max) {
+  if (max >= (int64_t{1} << 40)) return ">= " + std::to_string(min);
+  return std::to_string(min) + " to " + std::to_string(max);
+}
+
+// Whether a lower bound is itself allowed: eps = 0 would divide by zero in Adam.
+enum class Lower { kInclusive, kExclusive };
+
+std::string range_text(double min, double max, Lower lower) {
+  const std::string low = (lower == Lower::kExclusive ? "> " : ">= ") + toml_text(min);
+  if (max >= 1e9) return low;
+  return lower == Lower::kExclusive ? low + " and <= " + toml_text(max) : toml_text(min) + " to " + toml_text(max);
+}
+
 // Reads one [section]: every get() marks its key as known, finish() rejects the rest.
 class SectionReader {
  public:
@@ -91,36 +147,52 @@ class SectionReader {
 
   const toml::node* node(const std::string& key) {
     if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
+    record(key, "", "", "");
     return table_ ? table_->get(key) : nullptr;
   }
 
+  // Adds the key to config_keys()'s catalogue (when one is being made); empty fields leave what an
+  // earlier call recorded.
+  void record(const std::string& key, const std::string& type, const std::string& default_value,
+              const std::string& range) const {
+    if (!g_catalogue) return;
+    const std::string full = section_ + "." + key;
+    auto it = std::find_if(g_catalogue->begin(), g_catalogue->end(), [&](const ConfigKey& k) { return k.key == full; });
+    if (it == g_catalogue->end()) it = g_catalogue->insert(g_catalogue->end(), ConfigKey{full, "", "", "", ""});
+    if (!type.empty()) it->type = type;
+    if (!default_value.empty()) it->default_value = default_value;
+    if (!range.empty()) it->range = range;
+  }
+
   void get(const std::string& key, int64_t& out, int64_t min, int64_t max) {
+    record(key, "integer", toml_text(out), range_text(min, max));
     const toml::node* n = node(key);
     if (!n) return;
     if (!n->is_integer()) fail(key, "must be an integer, got " + type_name(*n));
     int64_t v = n->as_integer()->get();
     if (v < min || v > max)
-      fail(key, "= " + std::to_string(v) + " is out of range: expected " + std::to_string(min) +
-                    " to " + std::to_string(max));
+      fail(key, "= " + std::to_string(v) + " is out of range: expected " + range_text(min, max));
     out = v;
   }
 
-  void get(const std::string& key, double& out, double min, double max) {
+  void get(const std::string& key, double& out, double min, double max, Lower lower = Lower::kInclusive) {
+    record(key, "number", toml_text(out), range_text(min, max, lower));
     const toml::node* n = node(key);
     if (!n) return;
     double v;
     if (n->is_floating_point()) v = n->as_floating_point()->get();
     else if (n->is_integer()) v = static_cast<double>(n->as_integer()->get());
     else fail(key, "must be a number, got " + type_name(*n));
-    if (!(v >= min && v <= max)) {
+    if (!(v >= min && v <= max) || (lower == Lower::kExclusive && v == min)) {
       std::ostringstream s;
-      s << "= " << v << " is out of range: expected " << min << " to " << max;
+      s << "= " << v << " is out of range: expected " << range_text(min, max, lower);
       fail(key, s.str());
     }
     out = v;
   }
 
   void get(const std::string& key, bool& out) {
+    record(key, "boolean", toml_text(out), "");
     const toml::node* n = node(key);
     if (!n) return;
     if (!n->is_boolean()) fail(key, "must be true or false, got " + type_name(*n));
@@ -128,6 +200,7 @@ class SectionReader {
   }
 
   void get(const std::string& key, std::string& out) {
+    record(key, "string", toml_text(out), "");
     const toml::node* n = node(key);
     if (!n) return;
     if (!n->is_string()) fail(key, "must be a string, got " + type_name(*n));
@@ -135,6 +208,7 @@ class SectionReader {
   }
 
   void get_choice(const std::string& key, std::string& out, const std::vector<std::string>& choices) {
+    record(key, "", "", "one of " + join(choices));
     get(key, out);
     if (std::find(choices.begin(), choices.end(), out) == choices.end())
       fail(key, "= '" + out + "' is not valid: expected one of " + join(choices) +
@@ -142,6 +216,7 @@ class SectionReader {
   }
 
   void get(const std::string& key, std::vector<int64_t>& out, int64_t min) {
+    record(key, "array of integers", toml_text(out), "entries >= " + std::to_string(min));
     const toml::node* n = node(key);
     if (!n) return;
     if (!n->is_array()) fail(key, "must be an array of integers, got " + type_name(*n));
@@ -156,6 +231,7 @@ class SectionReader {
   }
 
   void get(const std::string& key, std::vector<double>& out) {
+    record(key, "array of numbers", toml_text(out), "");
     const toml::node* n = node(key);
     if (!n) return;
     if (!n->is_array()) fail(key, "must be an array of numbers, got " + type_name(*n));
@@ -169,6 +245,7 @@ class SectionReader {
   }
 
   void get(const std::string& key, std::vector<std::string>& out) {
+    record(key, "array of strings", toml_text(out), "");
     const toml::node* n = node(key);
     if (!n) return;
     if (!n->is_array()) fail(key, "must be an array of strings, got " + type_name(*n));
@@ -181,6 +258,7 @@ class SectionReader {
   }
 
   void get_bytes(const std::string& key, int64_t& out) {
+    record(key, "size (\"24GiB\" or bytes)", toml_text(out), ">= 0");
     const toml::node* n = node(key);
     if (!n) return;
     if (n->is_integer()) {
@@ -351,13 +429,9 @@ RunConfig build(const toml::table& root, const std::string& file) {
   {  // [train]
     SectionReader r(root.get_as<toml::table>("train"), file, "train");
     auto& t = c.train;
-    if (const toml::node* n = r.node("batch_size")) {
-      if (n->is_string() && n->as_string()->get() == "auto") {
-        t.batch_auto = true;
-      } else {
-        r.get("batch_size", t.batch_size, 1, 1 << 20);
-      }
-    }
+    const toml::node* batch = r.node("batch_size");
+    if (batch && batch->is_string() && batch->as_string()->get() == "auto") t.batch_auto = true;
+    else r.get("batch_size", t.batch_size, 1, 1 << 20);
     r.get("accumulation", t.accumulation, 1, 4096);
     std::string precision = to_string(t.precision);
     r.get_choice("precision", precision, {"fp32", "bf16-mixed", "fp16-mixed", "bf16"});
@@ -369,8 +443,8 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("momentum", t.momentum, 0.0, 0.9999);
     r.get("beta1", t.beta1, 0.0, 0.9999999);
     r.get("beta2", t.beta2, 0.0, 0.9999999);
-    r.get("eps", t.eps, 0.0, 1.0);
-    r.get("steps", t.steps, 0, int64_t{1} << 40);
+    r.get("eps", t.eps, 0.0, 1.0, Lower::kExclusive);  // Adam divides by sqrt(v) + eps
+    r.get("steps", t.steps, 1, int64_t{1} << 40);      // 0 steps would only write a checkpoint
     r.get("warmup_steps", t.warmup_steps, 0, int64_t{1} << 40);
     r.get("min_lr_ratio", t.min_lr_ratio, 0.0, 1.0);
     r.get("grad_clip", t.grad_clip, 0.0, 1e9);
@@ -391,6 +465,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("freeze", t.freeze);
     r.get("frozen_lr_scale", t.frozen_lr_scale, 0.0, 1.0);
     r.finish();
+    if (t.out_dir.empty()) r.fail("out_dir", "must not be empty: name the run's folder, e.g. \"runs/storm\"");
     if (t.device != "auto" && t.device != "cpu" && t.device.rfind("cuda", 0) != 0)
       r.fail("device", "= '" + t.device + "' is not valid: expected auto, cpu, cuda or cuda:N");
   }
@@ -449,10 +524,11 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   return parse_config(read_file(path), path, overrides);
 }
 
-void write_config_value(const std::string& path, const std::string& section, const std::string& key,
-                        const std::string& toml_value) {
-  // Edit the text line by line so the user's comments and layout survive.
-  std::string text = read_file(path);
+namespace {
+
+// Sets `key = value` in `section` of a run file's text, line by line so comments and layout stay.
+std::string set_value_in_text(const std::string& text, const std::string& section, const std::string& key,
+                              const std::string& toml_value) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -489,14 +565,181 @@ void write_config_value(const std::string& path, const std::string& section, con
   }
   std::string out;
   for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+}  // namespace
+
+void write_config_value(const std::string& path, const std::string& section, const std::string& key,
+                        const std::string& toml_value) {
+  const std::string out = set_value_in_text(read_file(path), section, key, toml_value);
   parse_toml(out, path);  // never write a file we could not read back
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw ConfigError(path + ": cannot write (permission?)");
-    f << out;
+  write_file_atomically(path, out, "the run file is unchanged");
+}
+
+std::string apply_overrides_to_text(const std::string& original, const std::vector<std::string>& overrides) {
+  std::string text = original;
+  for (const auto& o : overrides) {
+    const auto eq = o.find('='), dot = o.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq) continue;  // load_config rejected it
+    std::string value = o.substr(eq + 1);
+    try {
+      (void)toml::parse("v = " + value);
+    } catch (const toml::parse_error&) {
+      value = wxtrain::toml_text(value);  // a bare word such as bf16-mixed is a string, as --set reads it
+    }
+    text = set_value_in_text(text, o.substr(0, dot), o.substr(dot + 1, eq - dot - 1), value);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw ConfigError(path + ": cannot replace the run file");
+  try {
+    (void)toml::parse(text);
+    return text;
+  } catch (const toml::parse_error&) {
+    // A layout the line editor cannot place a key in: keep the file as written and say what was set.
+    std::string out = original;
+    out += "\n# applied on top of the above with --set:\n";
+    for (const auto& o : overrides) out += "#   " + o + "\n";
+    return out;
+  }
+}
+
+namespace {
+
+// What each key means, and a type where the parser's own word would mislead. The parser records
+// key, type, default and range itself; a key missing here still appears, with no description.
+const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
+  static const std::map<std::string, std::pair<std::string, std::string>> docs = {
+      {"model.name", {"", "architecture from the zoo"}},
+      {"model.channels", {"", "unet: width per level"}},
+      {"model.groups", {"", "unet: GroupNorm groups (each width a multiple)"}},
+      {"model.patch_size", {"", "vit: patch edge in grid points"}},
+      {"model.embed_dim", {"", "vit: token width (a multiple of heads)"}},
+      {"model.depth", {"", "vit: transformer blocks"}},
+      {"model.heads", {"", "vit: attention heads"}},
+      {"model.mlp_ratio", {"", "vit: MLP width / embed_dim"}},
+      {"model.latent", {"", "gnn: node and edge latent width"}},
+      {"model.processor_layers", {"", "gnn: message-passing rounds"}},
+      {"model.neighbourhood", {"", "gnn: grid radius of each node's edges (1 = 8 neighbours)"}},
+      {"model.mlp_layers", {"", "gnn: depth of every MLP"}},
+      {"data.sources", {"array of tables", "[[data.sources]]: one variable from one file each (keys below)"}},
+      {"data.sources.file", {"", "NetCDF file, Zarr store or GRIB file (required)"}},
+      {"data.sources.variable", {"", "the variable's name in the file (required)"}},
+      {"data.sources.name", {"", "wxtrain's name for it (default: variable); unique"}},
+      {"data.sources.levels", {"", "level coordinate values to take, one channel <name>_<level> each"}},
+      {"data.variables", {"", "without sources: channel names, to estimate without data"}},
+      {"data.grid", {"", "without sources: [lat, lon]"}},
+      {"data.history", {"", "input states per sample"}},
+      {"data.rollout_steps", {"", "predicted states per sample (autoregressive)"}},
+      {"data.val_fraction", {"", "trailing share of the time axis for validation"}},
+      {"data.time_step", {"", "the model's step, e.g. \"6h\"; \"\" = the data's spacing"}},
+      {"data.train_period", {"", "[first, last] dates of training samples (with val_period)"}},
+      {"data.val_period", {"", "[first, last] dates of validation samples (with train_period)"}},
+      {"data.prefetch", {"", "background loader workers (0 = load inline)"}},
+      {"data.queue_depth", {"", "batches buffered ahead"}},
+      {"data.load_delay_ms", {"", "artificial delay per batch (benchmarks)"}},
+      {"train.batch_size", {"integer or \"auto\"", "micro-batch per rank; \"auto\" tunes it first"}},
+      {"train.accumulation", {"", "micro-batches per optimizer step"}},
+      {"train.precision", {"", "fp32, autocast mixed (bf16/fp16), or pure bf16 with fp32 master weights"}},
+      {"train.checkpointing", {"", "recompute each block in backward (activation checkpointing)"}},
+      {"train.optimizer", {"", "optimizer"}},
+      {"train.lr", {"", "peak learning rate"}},
+      {"train.weight_decay", {"", "decoupled (adamw) or L2 (adam, sgd) weight decay"}},
+      {"train.momentum", {"", "sgd: momentum (0 = none)"}},
+      {"train.beta1", {"", "adam, adamw: first-moment decay"}},
+      {"train.beta2", {"", "adam, adamw: second-moment decay"}},
+      {"train.eps", {"", "adam, adamw: denominator term"}},
+      {"train.steps", {"", "optimizer steps in the run"}},
+      {"train.warmup_steps", {"", "linear warmup steps, then cosine decay"}},
+      {"train.min_lr_ratio", {"", "cosine floor as a fraction of lr"}},
+      {"train.grad_clip", {"", "max global gradient norm (0 = off)"}},
+      {"train.seed", {"", "model init, shuffling, dropout"}},
+      {"train.device", {"", "auto, cpu, cuda or cuda:N"}},
+      {"train.out_dir", {"", "the run's folder: checkpoint.pt, metrics.csv, validation.csv, run.toml, command.txt"}},
+      {"train.checkpoint_every", {"", "steps between checkpoints (0 = only at the end and on a stop)"}},
+      {"train.log_every", {"", "steps between progress lines when not on a terminal"}},
+      {"train.val_every", {"", "steps between validations (0 = at each epoch's end)"}},
+      {"train.loss_scale", {"", "fp16-mixed: initial loss scale"}},
+      {"train.scale_growth", {"", "fp16-mixed: scale factor after scale_interval finite steps"}},
+      {"train.scale_backoff", {"", "fp16-mixed: scale factor after a non-finite step"}},
+      {"train.scale_interval", {"", "fp16-mixed: finite steps before the scale grows"}},
+      {"train.init_from", {"", "checkpoint whose weights start this run (\"\" = none)"}},
+      {"train.strict", {"", "init_from: every name must match"}},
+      {"train.freeze", {"", "glob patterns of parameter names to freeze"}},
+      {"train.frozen_lr_scale", {"", "lr multiplier of frozen groups (0 = frozen)"}},
+      {"memory.limit", {"", "device budget for tune-batch and estimate (0 = the device's size)"}},
+      {"memory.margin", {"", "share of the budget tune-batch keeps free"}},
+      {"memory.multiple_of", {"", "tune-batch keeps batch sizes multiples of this"}},
+      {"memory.max_batch", {"", "tune-batch never goes above"}},
+      {"memory.probe_steps", {"", "training steps per tune-batch probe"}},
+      {"distributed.zero_stage", {"", "0 = DDP, 1-2 = ZeRO (3: estimate only)"}},
+      {"distributed.world_size", {"", "ranks for estimate (0 = from MPI)"}},
+      {"distributed.bucket_mb", {"", "gradient bucket size in MB"}},
+      {"distributed.backend", {"", "collectives: auto, mpi or nccl"}},
+  };
+  return docs;
+}
+
+}  // namespace
+
+std::vector<ConfigKey> config_keys() {
+  // The smallest run file every section accepts: one source, so [[data.sources]]'s keys are read
+  // too. Defaults are recorded from the structs before a key is read, so nothing here shows.
+  std::vector<ConfigKey> keys;
+  g_catalogue = &keys;
+  try {
+    build(parse_toml("[[data.sources]]\nfile = \"f\"\nvariable = \"v\"\n", "config_keys"), "config_keys");
+  } catch (...) {
+    g_catalogue = nullptr;
+    throw;
+  }
+  g_catalogue = nullptr;
+  for (auto& k : keys) {
+    auto it = key_docs().find(k.key);
+    if (it == key_docs().end()) continue;
+    if (!it->second.first.empty()) k.type = it->second.first;
+    k.doc = it->second.second;
+  }
+  return keys;
+}
+
+std::string config_keys_markdown() {
+  auto cell = [](const std::string& text) {
+    std::string out;
+    for (char ch : text) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    return out;
+  };
+  std::string md =
+      "# Run-file keys\n\n"
+      "Every key of the run file (TOML) with its type, built-in default and accepted range. A value\n"
+      "outside its range is an error naming the file, line and key (exit code 2). This file is\n"
+      "generated from the parser itself (core/config.cpp) by `wxtrain config-keys --markdown`; the\n"
+      "CTest `docs.config_keys` fails when the two differ. Regenerate it with\n\n"
+      "    build/cli/wxtrain config-keys --markdown > docs/config.md\n";
+  // Sections in the order the parser reads them, [[data.sources]] after the rest of [data].
+  std::vector<ConfigKey> keys = config_keys();
+  auto section_of = [](const ConfigKey& k) { return k.key.substr(0, k.key.rfind('.')); };
+  std::vector<std::string> order;
+  for (const auto& k : keys)
+    if (std::find(order.begin(), order.end(), section_of(k)) == order.end()) order.push_back(section_of(k));
+  auto rank = [&](const std::string& s) {
+    const auto own = std::find(order.begin(), order.end(), s) - order.begin();
+    if (s == "data.sources") return 2.0 * static_cast<double>(std::find(order.begin(), order.end(), "data") - order.begin()) + 1;
+    return 2.0 * static_cast<double>(own);
+  };
+  std::stable_sort(keys.begin(), keys.end(),
+                   [&](const ConfigKey& a, const ConfigKey& b) { return rank(section_of(a)) < rank(section_of(b)); });
+  std::string section;
+  for (const auto& k : keys) {
+    const std::string s = section_of(k);
+    if (s != section) {
+      section = s;
+      md += "\n## " + (s == "data.sources" ? "[[data.sources]]" : "[" + s + "]") + "\n\n";
+      md += "| key | type | default | range | meaning |\n|---|---|---|---|---|\n";
+    }
+    md += "| `" + k.key.substr(s.size() + 1) + "` | " + cell(k.type) + " | " +
+          (k.default_value.empty() ? "" : "`" + cell(k.default_value) + "`") + " | " + cell(k.range) + " | " +
+          cell(k.doc) + " |\n";
+  }
+  return md;
 }
 
 }  // namespace wxtrain

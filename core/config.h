@@ -75,14 +75,14 @@ struct TrainConfig {
   double weight_decay = 0.01;   // train.weight_decay
   double momentum = 0.0;        // train.momentum (sgd; 0 = no momentum buffer)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // train.beta1 / beta2 / eps (adam, adamw)
-  int64_t steps = 100;          // train.steps: optimizer steps in the run
+  int64_t steps = 100;          // train.steps: optimizer steps in the run (>= 1)
   int64_t warmup_steps = 10;    // train.warmup_steps: linear warmup, then cosine decay
   double min_lr_ratio = 0.1;    // train.min_lr_ratio: cosine floor as a fraction of lr
   double grad_clip = 1.0;       // train.grad_clip: max global grad norm (0 = off)
   uint64_t seed = 0;            // train.seed: model init, shuffling, dropout
   std::string device = "auto"; // train.device: auto | cpu | cuda | cuda:N
   std::string out_dir = "runs/run";  // train.out_dir: checkpoints, metrics.csv
-  int64_t checkpoint_every = 50;  // train.checkpoint_every: steps between checkpoints
+  int64_t checkpoint_every = 50;  // train.checkpoint_every: steps between checkpoints (0 = only at the end and on a stop)
   int64_t log_every = 1;        // train.log_every
   int64_t val_every = 0;        // train.val_every: steps between validations (0 = per epoch)
   // Loss scaler (fp16-mixed): dynamic scale as in torch.cuda.amp.GradScaler.
@@ -133,8 +133,26 @@ RunConfig parse_config(const std::string& toml_text, const std::string& source_n
                        const std::vector<std::string>& overrides = {});
 
 // Writes `key = value` into `section` of the run file in place, keeping everything else
-// (used by tune-batch --write). The value is TOML text.
+// (used by tune-batch --write). The value is TOML text. The file is replaced atomically; a failed
+// write throws WriteError ("cannot write <path>: No space left on device") and leaves it as it was.
 void write_config_value(const std::string& path, const std::string& section, const std::string& key,
                         const std::string& toml_value);
+
+// The run file's text with the --set values written into it (comments and layout kept), so the
+// result alone reproduces the run: what `train` records as <out_dir>/run.toml.
+std::string apply_overrides_to_text(const std::string& toml_text, const std::vector<std::string>& overrides);
+
+// One key of the run file as the parser reads it. The parser records these itself as it reads each
+// section (SectionReader), so `wxtrain config-keys` and docs/config.md cannot drift from the code.
+struct ConfigKey {
+  std::string key;            // "train.steps", "data.sources.file"
+  std::string type;           // "integer", "number", "string", "array of integers", ...
+  std::string default_value;  // TOML text of the built-in default
+  std::string range;          // ">= 1", "0 to 0.9", "one of fp32, bf16-mixed, ...", "" = any
+  std::string doc;            // what it means
+};
+std::vector<ConfigKey> config_keys();
+// docs/config.md: every key in a Markdown table per section.
+std::string config_keys_markdown();
 
 }  // namespace wxtrain

@@ -151,3 +151,57 @@ TEST(Units, ParsesAndFormatsSizes) {
   EXPECT_FALSE(parse_bytes("-1GB").has_value());
   EXPECT_EQ(format_bytes(3.0 * (1 << 30)), "3.00 GiB");
 }
+
+TEST(Config, ZeroOrNegativeValuesThatMeanNothingAreRejected) {
+  // train.steps = 0 used to "finish at step 0 of 0" and write a checkpoint.
+  std::string msg = error_of("[data]\nvariables=[\"t\"]\ngrid=[8,8]\n[train]\nsteps = 3\n", {"train.steps=0"});
+  EXPECT_NE(msg.find("command line (--set): train.steps = 0 is out of range: expected >= 1"), std::string::npos) << msg;
+  msg = error_of("[data]\nvariables=[\"t\"]\ngrid=[8,8]\n[train]\neps = 0\n");
+  EXPECT_NE(msg.find("run.toml:5: train.eps = 0 is out of range: expected > 0.0 and <= 1.0"), std::string::npos) << msg;
+  msg = error_of("[data]\nvariables=[\"t\"]\ngrid=[8,8]\n[train]\nout_dir = \"\"\n");
+  EXPECT_NE(msg.find("train.out_dir must not be empty"), std::string::npos) << msg;
+  // Documented zeros stay valid: checkpoint_every = 0 (only at the end), val_every = 0 (per epoch).
+  EXPECT_EQ(error_of("[data]\nvariables=[\"t\"]\ngrid=[8,8]\n[train]\ncheckpoint_every = 0\nval_every = 0\n"), "");
+}
+
+TEST(ConfigKeys, EveryKeyComesFromTheParserWithTypeDefaultAndRange) {
+  const std::vector<ConfigKey> keys = config_keys();
+  auto find = [&](const std::string& name) -> const ConfigKey* {
+    for (const auto& k : keys)
+      if (k.key == name) return &k;
+    return nullptr;
+  };
+  const ConfigKey* steps = find("train.steps");
+  ASSERT_NE(steps, nullptr);
+  EXPECT_EQ(steps->type, "integer");
+  EXPECT_EQ(steps->default_value, "100");
+  EXPECT_EQ(steps->range, ">= 1");
+  const ConfigKey* precision = find("train.precision");
+  ASSERT_NE(precision, nullptr);
+  EXPECT_EQ(precision->default_value, "\"fp32\"");
+  EXPECT_EQ(precision->range, "one of fp32, bf16-mixed, fp16-mixed, bf16");
+  // [data] is read by the same SectionReader, so its keys come out without being listed anywhere.
+  ASSERT_NE(find("data.history"), nullptr);
+  EXPECT_EQ(find("data.history")->range, "1 to 64");
+  ASSERT_NE(find("data.sources.file"), nullptr);
+  for (const auto& k : keys) EXPECT_FALSE(k.type.empty()) << k.key << " has no type";
+  // Every key the markdown lists is one a run file may set: parse each default back.
+  for (const auto& k : keys) {
+    if (k.key.rfind("data.", 0) == 0 || k.default_value.empty()) continue;
+    EXPECT_EQ(error_of(kValid, {k.key + "=" + k.default_value}), "")
+        << k.key << " = " << k.default_value;
+  }
+}
+
+TEST(Config, OverridesWrittenIntoTheTextReproduceTheRun) {
+  const std::vector<std::string> overrides = {"train.batch_size=4", "train.precision=fp32", "memory.margin=0.25",
+                                              "distributed.zero_stage=1"};
+  const std::string text = apply_overrides_to_text(kValid, overrides);
+  const RunConfig direct = parse_config(kValid, "run.toml", overrides);
+  const RunConfig recorded = parse_config(text, "recorded.toml");
+  EXPECT_EQ(recorded.train.batch_size, 4);
+  EXPECT_EQ(recorded.train.precision, direct.train.precision);
+  EXPECT_DOUBLE_EQ(recorded.memory.margin, 0.25);
+  EXPECT_EQ(recorded.distributed.zero_stage, 1);
+  EXPECT_EQ(recorded.model.patch_size, direct.model.patch_size);
+}
