@@ -54,8 +54,12 @@ namespace {
 // netCDF's NC_FILL_FLOAT: exactly representable in float, so a decoded point compares equal to
 // the attribute after the conversion to float32.
 constexpr double kFillValue = 9.9692099683868690e+36;
-// A grid larger than this (2^31 points, 16 GiB of doubles per message) is taken for corruption.
-constexpr uint64_t kMaxGridPoints = uint64_t{1} << 31;
+// Grids past these sizes are taken for corruption rather than allocated: 2^28 points is a 2 GiB
+// message decoded (a 0.025-degree global grid is 1.04e8 points), 2^24 points along one axis.
+// A constant field (bitsPerValue 0) codes any number of points in a few bytes, so the message's
+// length bounds nothing.
+constexpr uint64_t kMaxGridPoints = uint64_t{1} << 28;
+constexpr long kMaxAxisPoints = long{1} << 24;
 
 const char* const kTimeUnits = "seconds since 1970-01-01 00:00:00";
 
@@ -73,6 +77,27 @@ uint64_t big_endian(const unsigned char* bytes, int width) {
   uint64_t value = 0;
   for (int i = 0; i < width; ++i) value = (value << 8) | bytes[i];
   return value;
+}
+
+// Whether ecCodes has the definition file `relative` (e.g. "grib2/template.3.0.def"). ecCodes
+// 2.28 leaks the half-built handle when a message names a template it has no file for, so such a
+// message is refused before ecCodes sees it.
+bool ecCodes_has_definition(const std::string& relative) {
+  static std::mutex mutex;
+  static std::map<std::string, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = known.try_emplace(relative, false);
+  if (inserted) {
+    // The context owns the string. ECCODES_DEFINITION_PATH may list directories separated by ':'.
+    const char* paths = codes_definition_path(nullptr);
+    std::stringstream list(paths ? paths : "");
+    std::string directory;
+    while (std::getline(list, directory, ':')) {
+      struct stat status {};
+      if (::stat((directory + "/" + relative).c_str(), &status) == 0) it->second = true;
+    }
+  }
+  return it->second;
 }
 
 // Walks the sections of one message of `length` bytes, reading through `read_at(position, count,
@@ -110,6 +135,19 @@ uint64_t walk_sections(const ReadAt& read_at, uint64_t length, int edition, cons
         fail("has " + section + " of " + std::to_string(section_length) + " bytes, under the " + std::to_string(kMinimumLength[number]) + " it needs");
       }
       if (section_length > end - position) fail("has " + section + " of " + std::to_string(section_length) + " bytes, running past \"7777\"");
+      if (number >= 3 && number <= 5) {
+        // The template number: octets 13-14 of section 3, 8-9 of section 4, 10-11 of section 5.
+        static constexpr uint64_t kTemplateOctet[6] = {0, 0, 0, 12, 7, 9};
+        read_at(position + kTemplateOctet[number], 2, bytes);
+        const std::string template_number = std::to_string(big_endian(bytes, 2));
+        // Section 5's template also picks section 7's.
+        for (int templated : {number, number == 5 ? 7 : number}) {
+          const std::string name = std::to_string(templated) + "." + template_number;
+          if (!ecCodes_has_definition("grib2/template." + name + ".def")) {
+            fail("has " + section + " naming template " + name + ", which ecCodes has no definition of");
+          }
+        }
+      }
       if (number == 7 && ++fields == 1) header_length = position + 5;
       previous = number;
       position += section_length;
@@ -138,9 +176,44 @@ uint64_t walk_sections(const ReadAt& read_at, uint64_t length, int edition, cons
   const uint64_t pds = section("product definition section", 28);
   read_at(pds + 7, 1, bytes);
   const int flags = bytes[0];
-  if (flags & 0x80) section("grid description section", 32);
+  if (!(flags & 0x80)) {
+    // The grid is then one of the WMO's predefined catalogue, numbered in PDS octet 7.
+    read_at(pds + 6, 1, bytes);
+    fail("has no grid description section (it refers to predefined grid " + std::to_string(bytes[0]) +
+         "); this reader needs the grid described in the message");
+  }
+  {
+    const uint64_t gds = section("grid description section", 32);
+    // Octets 4-6: the number of vertical coordinates (NV), where they start (PVL) and the data
+    // representation type. Only type 0, latitude/longitude, is read; ecCodes sizes the section
+    // from NV and PVL rather than from its length, so the two must agree before it parses it.
+    read_at(gds + 3, 3, bytes);
+    const uint64_t gds_length = position - gds, vertical = bytes[0], vertical_start = bytes[1];
+    if (bytes[2] != 0) {
+      fail("has a grid of data representation type " + std::to_string(bytes[2]) +
+           " (GRIB1 code table 6); this reader reads regular_ll (type 0) grids only");
+    }
+    if (vertical > 0 && (vertical_start < 33 || vertical_start - 1 + 4 * vertical > gds_length)) {
+      fail("has " + std::to_string(vertical) + " vertical coordinates from octet " + std::to_string(vertical_start) +
+           " of a " + std::to_string(gds_length) + "-byte grid description section");
+    }
+  }
   if (flags & 0x40) section("bitmap section", 6);
   const uint64_t bds = section("binary data section", 11);
+  // The BDS flags pick ecCodes' packingType and with it a definition file; combinations its
+  // concept has no name for leave the template unnamed (and ecCodes 2.28 leaks the handle).
+  read_at(bds + 3, 1, bytes);
+  const int data_flags = bytes[0];
+  if (data_flags & 0x80) fail("holds spherical harmonics (gridType sh), not grid points; this reader reads regular_ll grids only");
+  if (data_flags & 0x40) {
+    if (end - bds < 14) fail("has a second-order packed binary data section too short for its flags");
+    read_at(bds + 13, 1, bytes);
+    const int extended = bytes[0];
+    const bool matrix = extended & 0x40, secondary_bitmap = extended & 0x20, different_width = extended & 0x10,
+               general = extended & 0x08;
+    const bool named = !matrix && (general ? different_width && !secondary_bitmap : different_width || secondary_bitmap);
+    if (!named) fail("has second-order packing flags (" + std::to_string(extended) + ") that name no packing ecCodes knows");
+  }
   if (position != end) fail("has its binary data section end at byte " + std::to_string(position) + ", not at \"7777\" (byte " + std::to_string(end) + ")");
   return bds + 11;
 }
@@ -349,7 +422,19 @@ std::string iso_time(int64_t seconds) {
 }
 
 // validityDate (YYYYMMDD) and validityTime (HHMM) as seconds since 1970-01-01.
-int64_t valid_time_of(const Keys& keys) {
+int64_t valid_time_of(const Keys& keys, int edition) {
+  // ecCodes 2.28 loops forever computing the validity of a step in a unit it cannot convert
+  // (indicatorOfUnitOfTimeRange 255, "missing", for one): the units are checked first. Months
+  // and longer are refused too, having no fixed length.
+  static const std::set<long> kGrib2Units = {0, 1, 2, 10, 11, 12, 13};           // code table 4.4
+  static const std::set<long> kGrib1Units = {0, 1, 2, 10, 11, 12, 13, 14, 254};  // code table 4
+  const std::set<long>& units = edition == 1 ? kGrib1Units : kGrib2Units;
+  for (const char* key : {"indicatorOfUnitOfTimeRange", "unitOfTimeRange", "indicatorOfUnitForTimeRange"}) {
+    if (const std::optional<long> unit = keys.optional_integer(key); unit && !units.count(*unit)) {
+      throw DataError(keys.where() + ": key '" + key + "' is " + std::to_string(*unit) +
+                      ", not a unit of time a valid time can be computed from (minutes to days)");
+    }
+  }
   const long date = keys.integer("validityDate");
   const long time = keys.integer("validityTime");
   const long year = date / 10000, month = date / 100 % 100, day = date % 100;
@@ -417,10 +502,12 @@ Grid grid_of(const Keys& keys, const std::string& short_name) {
   grid.ni = keys.integer("Ni");
   grid.nj = keys.integer("Nj");
   const long points = keys.integer("numberOfDataPoints");
-  if (grid.ni < 1 || grid.nj < 1 || static_cast<uint64_t>(grid.ni) * static_cast<uint64_t>(grid.nj) > kMaxGridPoints ||
+  if (grid.ni < 1 || grid.nj < 1 || grid.ni > kMaxAxisPoints || grid.nj > kMaxAxisPoints ||
+      static_cast<uint64_t>(grid.ni) * static_cast<uint64_t>(grid.nj) > kMaxGridPoints ||
       grid.ni * grid.nj != points) {
     throw DataError(keys.where() + ": keys 'Ni' x 'Nj' (" + std::to_string(grid.ni) + " x " + std::to_string(grid.nj) +
-                    ") do not make a grid of 'numberOfDataPoints' (" + std::to_string(points) + ")");
+                    ") do not make a grid of 'numberOfDataPoints' (" + std::to_string(points) +
+                    ") of at most 2^24 points a side and 2^28 in all");
   }
   if (keys.optional_integer("alternativeRowScanning").value_or(0) != 0) {
     throw DataError(keys.where() + ": key 'alternativeRowScanning' is set (rows alternate direction); not supported");
@@ -634,7 +721,7 @@ class GribReader final : public Reader {
     message.cf_name = keys.text_or("cfName", "unknown");
     message.packing = keys.text_or("packingType", "unknown");
     message.param_id = keys.optional_integer("paramId").value_or(0);
-    message.valid_time = valid_time_of(keys);
+    message.valid_time = valid_time_of(keys, message.location.edition);
     message.reference_date = keys.integer("dataDate");
     message.reference_time = keys.integer("dataTime");
     message.step_units = keys.text_or("stepUnits", "?");
