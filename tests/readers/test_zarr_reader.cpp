@@ -177,6 +177,8 @@ TEST(ZarrReader, XarrayStoreDimensionsAttributesAndTime) {
   EXPECT_DOUBLE_EQ(meta.number("scale_factor").value_or(0), 0.01);
   EXPECT_DOUBLE_EQ(meta.number("add_offset").value_or(0), 270.0);
   EXPECT_EQ(meta.number("_FillValue").value_or(0), -32767);
+  EXPECT_FALSE(packed->has_variable("station"));  // a string coordinate: listed nowhere, named when asked for
+  expect_mentions(error_of([&] { packed->variable("station"); }), {"'station'", "<U3", "not supported"});
   float first = 0;
   packed->read("packed", {0, 0, 0}, {1, 1, 1}, &first);
   EXPECT_EQ(first, -32767.0f);  // as stored: no unpacking, no masking

@@ -37,7 +37,8 @@ def expect_zarr_store(store):
     """Expected values of every top-level array, as zarr-python reads them."""
     group = zarr.open_group(os.path.join(OUT, store), mode="r")
     for name, array in group.arrays():
-        expect(store, name, array[...])
+        if array.dtype.kind in "fiub":
+            expect(store, name, array[...])
 
 
 rng = np.random.default_rng(11)
@@ -67,7 +68,7 @@ codecs = xr.Dataset(
         "v_gzip": (("time", "lat", "lon"), t2m),
         "packed": (("time", "lat", "lon"), packed_source),
     },
-    coords={"time": times},
+    coords={"time": times, "station": ("lat", np.array(["a", "bb", "ccc", "d", "e"]))},  # a string coordinate
 )
 codecs.to_zarr(
     os.path.join(OUT, "xarray_codecs.zarr"),

@@ -319,19 +319,30 @@ void set_dtype_v3(ArrayMeta& meta, const json* value) {
       {"uint16", {ScalarKind::kUnsignedInt, 2}}, {"uint32", {ScalarKind::kUnsignedInt, 4}},
       {"uint64", {ScalarKind::kUnsignedInt, 8}}, {"float16", {ScalarKind::kFloat, 2}},
       {"float32", {ScalarKind::kFloat, 4}},     {"float64", {ScalarKind::kFloat, 8}}};
-  if (!value || !value->is_string()) fail(meta.name, "data_type", "expected a type name, got " + json_text(value));
+  if (!value) fail(meta.name, "data_type", "missing");
+  if (!value->is_string()) {
+    throw UnsupportedDataType("Zarr array '" + meta.name + "', metadata key 'data_type': data type " + value->dump() + " is not supported");
+  }
   meta.dtype_name = value->get<std::string>();
   auto it = kTypes.find(meta.dtype_name);
-  if (it == kTypes.end()) fail(meta.name, "data_type", "data type '" + meta.dtype_name + "' is not supported (bool, int8..int64, uint8..uint64, float16/32/64)");
+  if (it == kTypes.end()) {
+    throw UnsupportedDataType("Zarr array '" + meta.name + "', metadata key 'data_type': data type '" + meta.dtype_name +
+                              "' is not supported (bool, int8..int64, uint8..uint64, float16/32/64)");
+  }
   meta.dtype = it->second;
 }
 
 // v2: "<f4", ">i2", "|u1", "|b1"; datetime64/timedelta64 ("<M8[ns]") are int64 counts.
 Endian set_dtype_v2(ArrayMeta& meta, const json* value) {
-  if (!value || !value->is_string()) fail(meta.name, ".zarray dtype", "expected a dtype string such as \"<f4\", got " + json_text(value) + " (structured dtypes are not supported)");
+  if (value && value->is_array()) {
+    throw UnsupportedDataType("Zarr array '" + meta.name + "', metadata key '.zarray dtype': structured dtypes are not supported");
+  }
+  if (!value || !value->is_string()) fail(meta.name, ".zarray dtype", "expected a dtype string such as \"<f4\", got " + json_text(value));
   const std::string text = value->get<std::string>();
   meta.dtype_name = text;
-  if (text.size() < 3) fail(meta.name, ".zarray dtype", "dtype '" + text + "' is not supported");
+  if (text.size() < 3) {
+    throw UnsupportedDataType("Zarr array '" + meta.name + "', metadata key '.zarray dtype': dtype '" + text + "' is not supported");
+  }
   const char order = text[0];
   const char kind = text[1];
   const std::string size_text = text.substr(2);
@@ -353,7 +364,8 @@ Endian set_dtype_v2(ArrayMeta& meta, const json* value) {
   } else if ((kind == 'u' && size) || (kind == 'b' && size == 1)) {
     meta.dtype = {ScalarKind::kUnsignedInt, size};
   } else {
-    fail(meta.name, ".zarray dtype", "dtype '" + text + "' is not supported (f2/f4/f8, i1..i8, u1..u8, b1)");
+    throw UnsupportedDataType("Zarr array '" + meta.name + "', metadata key '.zarray dtype': dtype '" + text +
+                              "' is not supported (f2/f4/f8, i1..i8, u1..u8, b1)");
   }
   return endian;
 }

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "data/readers/reader.h"
 
 namespace wxtrain::data::zarr {
@@ -29,6 +30,14 @@ struct DataType {
 enum class Endian { kLittle, kBig };
 
 struct ShardingCodec;
+
+// Thrown for an array whose elements are not numbers the reader converts to float (strings,
+// objects, complex, structured: xarray writes string coordinates as "<U8" or "|O"). The store still
+// opens without that array; asking for it gives this message.
+class UnsupportedDataType : public wxtrain::DataError {
+ public:
+  using DataError::DataError;
+};
 
 // One entry of a codec chain. Chains are in encoding order: array->array codecs (transpose), one
 // array->bytes codec (bytes or sharding_indexed), then bytes->bytes codecs (compressors, crc32c).

@@ -36,6 +36,7 @@ class ZarrReader final : public Reader {
   ZarrReader(const std::string& path, ZarrOptions options) : path_(path), cache_(options.chunk_cache_bytes) {
     zarr::StoreLayout layout = zarr::read_store_layout(path);
     format_ = "Zarr v" + std::to_string(layout.zarr_format);
+    unreadable_ = layout.unreadable;
     for (auto& stored : layout.arrays) {
       const ArrayMeta& meta = stored.meta;
       VariableMeta variable;
@@ -67,6 +68,9 @@ class ZarrReader final : public Reader {
   const VariableMeta& variable(const std::string& name) const override {
     auto it = variables_.find(name);
     if (it == variables_.end()) {
+      if (auto unreadable = unreadable_.find(name); unreadable != unreadable_.end()) {
+        throw DataError("variable '" + name + "' in " + path_ + " cannot be read as numbers: " + unreadable->second);
+      }
       std::string listing;
       for (const auto& n : names_) listing += (listing.empty() ? "" : ", ") + n;
       throw DataError("variable '" + name + "' not found in " + path_ + "; the store has: " + (listing.empty() ? "(no arrays)" : listing));
@@ -226,6 +230,7 @@ class ZarrReader final : public Reader {
   std::vector<std::string> names_;
   std::map<std::string, VariableMeta> variables_;
   std::map<std::string, OpenArray> arrays_;
+  std::map<std::string, std::string> unreadable_;  // string arrays and the like: named in errors
   mutable zarr::ChunkCache cache_;
 };
 

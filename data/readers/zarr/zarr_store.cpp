@@ -76,6 +76,16 @@ const json* member(const json& object, const std::string& key) {
   return it == object.end() ? nullptr : &*it;
 }
 
+// Adds the array `parse` reads, or notes it as unreadable when its elements are not numbers.
+template <typename Parse>
+void add_array(StoreLayout& layout, const std::string& name, const std::string& directory, Parse parse) {
+  try {
+    layout.arrays.push_back({parse(), directory});
+  } catch (const UnsupportedDataType& error) {
+    layout.unreadable[name] = error.what();
+  }
+}
+
 bool is_array_node(const json& metadata) {
   const json* type = member(metadata, "node_type");
   return type && *type == "array";
@@ -87,7 +97,7 @@ StoreLayout read_v3(const std::string& path) {
   const json root = parse_metadata_json(text_of(read_file_if_exists(join(path, "zarr.json"))), "zarr.json");
   if (is_array_node(root)) {
     const std::string name = array_name_of_store(path);
-    layout.arrays.push_back({parse_v3_array(root, name), path});
+    add_array(layout, name, path, [&] { return parse_v3_array(root, name); });
     return layout;
   }
   const json* type = member(root, "node_type");
@@ -97,14 +107,14 @@ StoreLayout read_v3(const std::string& path) {
   if (entries && entries->is_object()) {
     for (auto it = entries->begin(); it != entries->end(); ++it) {
       if (it.key().find('/') != std::string::npos || !is_array_node(it.value())) continue;  // nested groups' arrays
-      layout.arrays.push_back({parse_v3_array(it.value(), it.key()), join(path, it.key())});
+      add_array(layout, it.key(), join(path, it.key()), [&] { return parse_v3_array(it.value(), it.key()); });
     }
     return layout;
   }
   for (const std::string& child : children_holding(path, "zarr.json")) {
     const std::string directory = join(path, child);
     const json metadata = parse_metadata_json(text_of(read_file_if_exists(join(directory, "zarr.json"))), child + "/zarr.json");
-    if (is_array_node(metadata)) layout.arrays.push_back({parse_v3_array(metadata, child), directory});
+    if (is_array_node(metadata)) add_array(layout, child, directory, [&] { return parse_v3_array(metadata, child); });
   }
   return layout;
 }
@@ -119,7 +129,8 @@ StoreLayout read_v2(const std::string& path) {
     const json none = json::object();
     if (const json* zarray = member(*metadata, ".zarray")) {
       const json* zattrs = member(*metadata, ".zattrs");
-      layout.arrays.push_back({parse_v2_array(*zarray, zattrs ? *zattrs : none, array_name_of_store(path)), path});
+      const std::string name = array_name_of_store(path);
+      add_array(layout, name, path, [&] { return parse_v2_array(*zarray, zattrs ? *zattrs : none, name); });
       return layout;
     }
     const std::string suffix = "/.zarray";
@@ -129,21 +140,21 @@ StoreLayout read_v2(const std::string& path) {
       const std::string name = key.substr(0, key.size() - suffix.size());
       if (name.find('/') != std::string::npos) continue;  // arrays of nested groups
       const json* zattrs = member(*metadata, name + "/.zattrs");
-      layout.arrays.push_back({parse_v2_array(it.value(), zattrs ? *zattrs : none, name), join(path, name)});
+      add_array(layout, name, join(path, name), [&] { return parse_v2_array(it.value(), zattrs ? *zattrs : none, name); });
     }
     return layout;
   }
   if (auto zarray = read_file_if_exists(join(path, ".zarray"))) {
-    layout.arrays.push_back({parse_v2_array(text_of(zarray), text_of(read_file_if_exists(join(path, ".zattrs"))),
-                                            array_name_of_store(path)),
-                             path});
+    const std::string name = array_name_of_store(path);
+    const std::string zattrs = text_of(read_file_if_exists(join(path, ".zattrs")));
+    add_array(layout, name, path, [&] { return parse_v2_array(text_of(zarray), zattrs, name); });
     return layout;
   }
   for (const std::string& child : children_holding(path, ".zarray")) {
     const std::string directory = join(path, child);
-    layout.arrays.push_back({parse_v2_array(text_of(read_file_if_exists(join(directory, ".zarray"))),
-                                            text_of(read_file_if_exists(join(directory, ".zattrs"))), child),
-                             directory});
+    const std::string zarray = text_of(read_file_if_exists(join(directory, ".zarray")));
+    const std::string zattrs = text_of(read_file_if_exists(join(directory, ".zattrs")));
+    add_array(layout, child, directory, [&] { return parse_v2_array(zarray, zattrs, child); });
   }
   return layout;
 }

@@ -4,6 +4,7 @@
 // threads share. The Reader over it is in zarr_reader.cpp.
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,8 @@ struct StoredArray {
 struct StoreLayout {
   int zarr_format = 2;
   std::vector<StoredArray> arrays;  // a group's top-level arrays by name, or the store's one array
+  // Arrays left out because their elements are not numbers (string coordinates): name -> why.
+  std::map<std::string, std::string> unreadable;
 };
 
 // Reads the store's metadata: v3 when zarr.json is at the root, else v2. A group's arrays come
