@@ -541,10 +541,10 @@ std::map<std::string, Attribute> attributes_from_json(const nlohmann::json& obje
 ArrayMeta parse_v2_array(const std::string& zarray_text, const std::string& zattrs_text, const std::string& name) {
   const json zarray = parse_metadata_json(zarray_text, "Zarr array '" + name + "' .zarray");
   const json zattrs = zattrs_text.empty() ? json::object() : parse_metadata_json(zattrs_text, "Zarr array '" + name + "' .zattrs");
-  return parse_v2_array(zarray, zattrs, name);
+  return v2_array_from_json(zarray, zattrs, name);
 }
 
-ArrayMeta parse_v2_array(const nlohmann::json& zarray, const nlohmann::json& zattrs, const std::string& name) {
+ArrayMeta v2_array_from_json(const nlohmann::json& zarray, const nlohmann::json& zattrs, const std::string& name) {
   return guarded(name, [&] {
     ArrayMeta meta;
     meta.name = name;
@@ -615,10 +615,10 @@ ArrayMeta parse_v2_array(const nlohmann::json& zarray, const nlohmann::json& zat
 }
 
 ArrayMeta parse_v3_array(const std::string& json_text, const std::string& name) {
-  return parse_v3_array(parse_metadata_json(json_text, "Zarr array '" + name + "' zarr.json"), name);
+  return v3_array_from_json(parse_metadata_json(json_text, "Zarr array '" + name + "' zarr.json"), name);
 }
 
-ArrayMeta parse_v3_array(const nlohmann::json& metadata, const std::string& name) {
+ArrayMeta v3_array_from_json(const nlohmann::json& metadata, const std::string& name) {
   return guarded(name, [&] {
     ArrayMeta meta;
     meta.name = name;

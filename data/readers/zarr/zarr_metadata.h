@@ -83,11 +83,13 @@ struct ArrayMeta {
 
 // Parses a v2 array. `zattrs_text` may be empty (no .zattrs). `name` is used in messages.
 ArrayMeta parse_v2_array(const std::string& zarray_text, const std::string& zattrs_text, const std::string& name);
-ArrayMeta parse_v2_array(const nlohmann::json& zarray, const nlohmann::json& zattrs, const std::string& name);
+// The same from JSON already parsed (consolidated metadata holds every array's).
+ArrayMeta v2_array_from_json(const nlohmann::json& zarray, const nlohmann::json& zattrs, const std::string& name);
 
 // Parses a v3 zarr.json whose node_type is "array".
 ArrayMeta parse_v3_array(const std::string& json_text, const std::string& name);
-ArrayMeta parse_v3_array(const nlohmann::json& metadata, const std::string& name);
+// The same from JSON already parsed.
+ArrayMeta v3_array_from_json(const nlohmann::json& metadata, const std::string& name);
 
 // Parses Zarr metadata JSON. Python's json (zarr-python, xarray) writes NaN, Infinity and
 // -Infinity bare for non-finite attributes, which is not JSON; they are accepted here and read

@@ -97,7 +97,7 @@ StoreLayout read_v3(const std::string& path) {
   const json root = parse_metadata_json(text_of(read_file_if_exists(join(path, "zarr.json"))), "zarr.json");
   if (is_array_node(root)) {
     const std::string name = array_name_of_store(path);
-    add_array(layout, name, path, [&] { return parse_v3_array(root, name); });
+    add_array(layout, name, path, [&] { return v3_array_from_json(root, name); });
     return layout;
   }
   const json* type = member(root, "node_type");
@@ -107,14 +107,14 @@ StoreLayout read_v3(const std::string& path) {
   if (entries && entries->is_object()) {
     for (auto it = entries->begin(); it != entries->end(); ++it) {
       if (it.key().find('/') != std::string::npos || !is_array_node(it.value())) continue;  // nested groups' arrays
-      add_array(layout, it.key(), join(path, it.key()), [&] { return parse_v3_array(it.value(), it.key()); });
+      add_array(layout, it.key(), join(path, it.key()), [&] { return v3_array_from_json(it.value(), it.key()); });
     }
     return layout;
   }
   for (const std::string& child : children_holding(path, "zarr.json")) {
     const std::string directory = join(path, child);
     const json metadata = parse_metadata_json(text_of(read_file_if_exists(join(directory, "zarr.json"))), child + "/zarr.json");
-    if (is_array_node(metadata)) add_array(layout, child, directory, [&] { return parse_v3_array(metadata, child); });
+    if (is_array_node(metadata)) add_array(layout, child, directory, [&] { return v3_array_from_json(metadata, child); });
   }
   return layout;
 }
@@ -130,7 +130,7 @@ StoreLayout read_v2(const std::string& path) {
     if (const json* zarray = member(*metadata, ".zarray")) {
       const json* zattrs = member(*metadata, ".zattrs");
       const std::string name = array_name_of_store(path);
-      add_array(layout, name, path, [&] { return parse_v2_array(*zarray, zattrs ? *zattrs : none, name); });
+      add_array(layout, name, path, [&] { return v2_array_from_json(*zarray, zattrs ? *zattrs : none, name); });
       return layout;
     }
     const std::string suffix = "/.zarray";
@@ -140,7 +140,7 @@ StoreLayout read_v2(const std::string& path) {
       const std::string name = key.substr(0, key.size() - suffix.size());
       if (name.find('/') != std::string::npos) continue;  // arrays of nested groups
       const json* zattrs = member(*metadata, name + "/.zattrs");
-      add_array(layout, name, join(path, name), [&] { return parse_v2_array(it.value(), zattrs ? *zattrs : none, name); });
+      add_array(layout, name, join(path, name), [&] { return v2_array_from_json(it.value(), zattrs ? *zattrs : none, name); });
     }
     return layout;
   }
