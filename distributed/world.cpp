@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <exception>
 
+#include <c10/util/Exception.h>
 #include <mpi.h>
 
 #include "core/error.h"
@@ -76,18 +77,22 @@ void finalize_world() {
   if (mpi_running()) MPI_Finalize();
 }
 
-void abort_world(const std::string& message) {
+void abort_world(const std::string& message, int code) {
   std::fflush(stdout);
   std::fprintf(stderr, "error: rank %d: %s\n", g_world.rank, message.c_str());
   std::fflush(stderr);
-  if (g_world.mpi && mpi_running()) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);
+  if (g_world.mpi && mpi_running()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
 }
 
 int run_or_abort(const std::function<int()>& body) {
   if (g_world.size <= 1) return body();
   try {
     return body();
+  } catch (const ConfigError& e) {
+    abort_world(e.what(), 2);
+  } catch (const c10::Error& e) {
+    abort_world(e.what_without_backtrace());  // a message, not LibTorch's C++ stack
   } catch (const std::exception& e) {
     abort_world(e.what());
   } catch (...) {

@@ -25,12 +25,13 @@ const World& current_world();
 // Stops the MPI progress thread and calls MPI_Finalize. Communicators must not be used afterwards.
 void finalize_world();
 
-// Prints "rank R: message" to stderr and takes the whole job down (MPI_Abort with code 1), so one
-// rank's exception never leaves the others waiting in a collective. Without MPI: exits with 1.
-[[noreturn]] void abort_world(const std::string& message);
+// Prints "rank R: message" to stderr and takes the whole job down (MPI_Abort with `code`), so one
+// rank's exception never leaves the others waiting in a collective. Without MPI: exits with `code`.
+[[noreturn]] void abort_world(const std::string& message, int code = 1);
 
 // Runs `body`; if it throws, the message goes through abort_world() when the world has more than
-// one rank (otherwise the exception propagates, so a single process reports it normally).
+// one rank (otherwise the exception propagates, so a single process reports it normally). A
+// ConfigError keeps its exit code 2 (the user's input), anything else ends the job with 1.
 int run_or_abort(const std::function<int()>& body);
 
 }  // namespace wxtrain::distributed

@@ -1,12 +1,10 @@
 #include "trainer/checkpoint_io.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace wxtrain::trainer {
@@ -31,20 +29,9 @@ TensorMap read_map(torch::serialize::InputArchive& root, const std::string& key)
   return map;
 }
 
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
   torch::serialize::OutputArchive archive;
   archive.write("format", c10::IValue(std::string("wxtrain-checkpoint-1")));
   archive.write("step", c10::IValue(c.step));
@@ -61,17 +48,16 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   write_map(archive, "optimizer", c.optimizer);
   write_map(archive, "scaler", c.scaler);
   write_map(archive, "normalization", c.normalization);
-  const std::string tmp = path + ".tmp";
+  // LibTorch's zip writer runs our sink from C code and finishes the archive in its destructor, so
+  // the sink never throws: it keeps the first error (ENOSPC, EIO) for commit() to report, which
+  // leaves the previous checkpoint in place and no checkpoint.pt.tmp behind.
+  AtomicFile file(path);
   try {
-    archive.save_to(tmp);
+    archive.save_to(file.sink());
   } catch (const c10::Error& e) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot write the checkpoint: " + e.what_without_backtrace());
+    throw Error("cannot write " + path + ": " + e.what_without_backtrace());
   }
-  fsync_path(tmp);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(path + ": cannot move " + tmp + " into place");
-  if (target.has_parent_path()) fsync_path(target.parent_path().string());
+  file.commit("the previous checkpoint, if any, is unchanged");
 }
 
 Checkpoint load_checkpoint(const std::string& path) {

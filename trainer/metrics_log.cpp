@@ -9,10 +9,9 @@
 namespace wxtrain::trainer {
 
 MetricsCsv::MetricsCsv(const std::string& path, bool append)
-    : out_(path, append ? std::ios::app : std::ios::trunc) {
-  if (!out_) throw Error(path + ": cannot open the metrics file for writing");
-  if (!append || out_.tellp() == 0)
-    out_ << "step,epoch,loss,lr,grad_norm,loss_scale,samples_per_s,allocated_GB,reserved_GB,peak_GB,applied\n";
+    : out_(path, /*truncate=*/!append) {
+  if (out_.empty())
+    out_.append("step,epoch,loss,lr,grad_norm,loss_scale,samples_per_s,allocated_GB,reserved_GB,peak_GB,applied\n");
 }
 
 void MetricsCsv::write(const StepMetrics& m) {
@@ -20,8 +19,7 @@ void MetricsCsv::write(const StepMetrics& m) {
   std::snprintf(line, sizeof line, "%ld,%ld,%.8g,%.6g,%.6g,%.6g,%.4g,%.6f,%.6f,%.6f,%d\n",
                 static_cast<long>(m.step), static_cast<long>(m.epoch), m.loss, m.lr, m.grad_norm,
                 m.loss_scale, m.samples_per_s, m.allocated_gb, m.reserved_gb, m.peak_gb, m.applied ? 1 : 0);
-  out_ << line;
-  out_.flush();
+  out_.append(line);
 }
 
 ProgressLine::ProgressLine(int64_t first_step, int64_t total_steps)

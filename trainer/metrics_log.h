@@ -3,8 +3,10 @@
 // per-step metrics CSV for plotting afterwards.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <memory>
 #include <string>
+
+#include "core/atomic_file.h"
 
 namespace wxtrain::trainer {
 
@@ -19,11 +21,13 @@ struct StepMetrics {
 class MetricsCsv {
  public:
   // Appends when resuming (the file keeps the earlier steps), else starts a new file with a header.
+  // A row that cannot be written (full disk) throws WriteError and leaves the file at its last
+  // complete row.
   MetricsCsv(const std::string& path, bool append);
   void write(const StepMetrics& m);
 
  private:
-  std::ofstream out_;
+  AppendFile out_;
 };
 
 class ProgressLine {

@@ -22,6 +22,9 @@ void install_stop_handlers() {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // Open MPI's mpirun forwards SIGUSR1 to every rank, whereas SIGTERM to mpirun aborts the job
+  // (it exits 1 and sends SIGKILL one second after SIGTERM), so SIGUSR1 is how to stop a job cleanly.
+  sigaction(SIGUSR1, &action, nullptr);
 }
 
 bool stop_requested() { return g_stop != 0; }

@@ -1,10 +1,14 @@
 #include "trainer/trainer.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -34,7 +38,88 @@ std::string checkpoint_path(const RunConfig& config) {
 
 namespace {
 
+namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// The files a run writes into its folder; another run's copies of these make the folder taken.
+const std::vector<std::string>& run_files() {
+  static const std::vector<std::string> files = {"checkpoint.pt", "metrics.csv", "validation.csv", "run.toml",
+                                                 "command.txt"};
+  return files;
+}
+
+std::string in_out_dir(const RunConfig& config, const std::string& name) {
+  return (fs::path(config.train.out_dir) / name).string();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A run killed after logging steps it never checkpointed leaves rows past the checkpoint (and
+// perhaps half a row); the resumed run redoes those steps, so their rows go and the CSV keeps one
+// row per step.
+void drop_rows_after(const std::string& path, int64_t step) {
+  if (!fs::exists(path)) return;
+  const std::string text = read_text(path);
+  std::string kept;
+  bool header = true;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    const size_t end = text.find('\n', begin);
+    if (end == std::string::npos) break;  // no newline: a row cut off mid-write
+    const std::string line = text.substr(begin, end - begin + 1);
+    begin = end + 1;
+    if (header) {
+      kept += line;
+      header = false;
+      continue;
+    }
+    char* after = nullptr;
+    const long long row_step = std::strtoll(line.c_str(), &after, 10);
+    if (after != line.c_str() && row_step <= step) kept += line;
+  }
+  if (kept != text) write_file_atomically(path, kept);
+}
+
+// Just before the first step (so a run that fails to start takes nothing over): --overwrite
+// removes the earlier run's files, then run.toml and command.txt describe this run.
+void record_run(const RunConfig& config, const RunSource& source, const TrainOptions& options, int64_t first_step,
+                int world_size) {
+  if (options.overwrite && !options.resume) {
+    for (const auto& name : run_files()) {
+      const std::string path = in_out_dir(config, name);
+      std::error_code ec;
+      fs::remove(path, ec);
+      if (ec) throw WriteError(path, ec.value(), "--overwrite could not remove the earlier run's file");
+    }
+  }
+  const std::string stamp = utc_now();
+  write_file_atomically(in_out_dir(config, "run.toml"),
+                        "# The run file of the run in this folder (from " + config.path + ", " + stamp +
+                            "), with its --set values written in.\n" +
+                            apply_overrides_to_text(source.text, source.overrides));
+  if (options.command_line.empty()) return;
+  const std::string path = in_out_dir(config, "command.txt");
+  std::string text = options.resume ? read_text(path) : "";
+  std::error_code ec;
+  const std::string cwd = fs::current_path(ec).string();
+  text += "# " + stamp + ": " + (options.resume ? "resumed at step " + std::to_string(first_step) : "started") +
+          " on " + std::to_string(world_size) + " rank(s), in " + cwd + "\n" + options.command_line + "\n";
+  write_file_atomically(path, text);
+}
 
 // Everything the loop touches, built once.
 struct Run {
@@ -46,6 +131,7 @@ struct Run {
   data::Normalization normalization;
   std::unique_ptr<TrainingState> state;
   std::unique_ptr<data::Loader> loader;
+  int64_t saved_step = -1;  // the step checkpoint.pt holds (-1: none from this run yet)
   bool is_root() const { return world.rank == 0; }
 };
 
@@ -118,14 +204,16 @@ void print_validation(const Validation& v) {
 }
 
 void append_validation_csv(const RunConfig& c, const Validation& v, bool& started) {
-  const auto path = std::filesystem::path(c.train.out_dir) / "validation.csv";
+  const std::string path = in_out_dir(c, "validation.csv");
   // A new run starts the file afresh; a resumed run (started already set) appends.
-  const bool fresh = !started || !std::filesystem::exists(path);
-  std::ofstream out(path, fresh ? std::ios::trunc : std::ios::app);
+  const bool fresh = !started || !fs::exists(path);
+  AppendFile out(path, /*truncate=*/fresh);
   started = true;
-  if (fresh) out << "step,variable,model_rmse,persistence_rmse\n";
+  std::ostringstream rows;
+  if (out.empty()) rows << "step,variable,model_rmse,persistence_rmse\n";
   for (size_t i = 0; i < v.names.size(); ++i)
-    out << v.step << "," << v.names[i] << "," << v.model_rmse[i] << "," << v.persistence_rmse[i] << "\n";
+    rows << v.step << "," << v.names[i] << "," << v.model_rmse[i] << "," << v.persistence_rmse[i] << "\n";
+  out.append(rows.str());  // one validation's rows whole, or none of them
 }
 
 Checkpoint make_checkpoint(Run& run, int64_t step, const RunSource& source) {
@@ -148,17 +236,46 @@ void save(Run& run, int64_t step, const RunSource& source) {
   Checkpoint c = make_checkpoint(run, step, source);
   if (run.is_root()) save_checkpoint(checkpoint_path(run.config), c);
   run.state->comm->barrier();
+  run.saved_step = step;
+}
+
+// What a user can do after a write failed mid-run: the checkpoint on disk is whole either way.
+std::string after_write_failure(const Run& run) {
+  if (run.saved_step < 0) return "no checkpoint of this run was written yet";
+  return "checkpoint.pt still holds step " + std::to_string(run.saved_step) +
+         ": free some space, then continue with --resume";
 }
 
 }  // namespace
+
+void check_run_folder(const RunConfig& config, const TrainOptions& options) {
+  if (options.resume && options.overwrite)
+    throw ConfigError("--resume and --overwrite contradict each other: --resume continues the run in train.out_dir = \"" +
+                      config.train.out_dir + "\", --overwrite replaces it");
+  if (options.resume || options.overwrite) return;
+  std::vector<std::string> present;
+  for (const auto& name : run_files())
+    if (fs::exists(in_out_dir(config, name))) present.push_back(name);
+  if (present.empty()) return;
+  std::string files;
+  for (const auto& name : present) files += (files.empty() ? "" : ", ") + name;
+  const std::string& dir = config.train.out_dir;
+  const bool resumable = present.front() == "checkpoint.pt";
+  throw ConfigError("train.out_dir = \"" + dir + "\" already holds another run (" + files + "): " +
+                    (resumable ? "continue it with --resume, " : "") +
+                    "start afresh with --overwrite (replaces that run's files), or give this run its own folder, "
+                    "e.g. --set train.out_dir=" + dir + "_2");
+}
 
 TrainSummary train(const RunConfig& config, const RunSource& source, const TrainOptions& options) {
   Run run;
   run.config = config;
   run.world = distributed::current_world();
-  run.device = resolve_device(config.train.device, run.world.local_rank);
   const TrainConfig& t = config.train;
-  std::filesystem::create_directories(t.out_dir);
+  // Rank 0 writes the folder's files; the others must not race it over them.
+  if (run.world.rank == 0) check_run_folder(config, options);
+  run.device = resolve_device(config.train.device, run.world.local_rank);
+  make_directories(t.out_dir);
 
   run.dataset = std::make_shared<data::Dataset>(config.data);
   const data::SampleWindow window{config.data.history, config.data.rollout_steps};
@@ -244,8 +361,15 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   install_stop_handlers();
   MemoryMeter& meter = memory_meter(run.device);
   std::unique_ptr<MetricsCsv> csv;
-  if (run.is_root())
-    csv = std::make_unique<MetricsCsv>((std::filesystem::path(t.out_dir) / "metrics.csv").string(), options.resume);
+  if (resume_from) run.saved_step = first_step;
+  if (run.is_root()) {
+    record_run(config, source, options, first_step, run.world.size);
+    if (resume_from) {
+      drop_rows_after(in_out_dir(config, "metrics.csv"), first_step);
+      drop_rows_after(in_out_dir(config, "validation.csv"), first_step);
+    }
+    csv = std::make_unique<MetricsCsv>(in_out_dir(config, "metrics.csv"), options.resume);
+  }
   ProgressLine progress(first_step, t.steps);
   TrainingStep step_runner(*run.state);
 
@@ -271,66 +395,72 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
     throw Error("the data loader produced no batch for a new epoch");
   };
 
-  while (step < t.steps) {
-    const auto t0 = Clock::now();
-    std::vector<MicroBatch> micro;
-    for (int64_t m = 0; m < t.accumulation; ++m) {
-      data::Batch b = next_batch();
-      micro.push_back({b.input, b.target, b.target_mask});
-    }
-    const double lr = learning_rate(t, step);
-    meter.reset_peak();
-    StepResult r = step_runner.run(micro, lr);
-    // Each rank's loss is over its own shard: log the mean over ranks, the loss of the whole
-    // effective batch (what one process with that batch reports).
-    if (run.world.size > 1) r.loss = run.state->comm->sum(r.loss) / run.world.size;
-    if (!r.applied && !run.state->scaler.enabled()) {
-      // The step was not applied, so the weights are still the last good ones: keep them.
-      save(run, step, source);
-      throw Error("non-finite loss or gradients at step " + std::to_string(step + 1) + " (loss " +
-                  std::to_string(r.loss) + "); saved the last good state to " + ckpt_path +
-                  " — lower train.lr, raise train.warmup_steps or enable train.grad_clip");
-    }
-    ++step;
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    samples_seen += t.batch_size * t.accumulation;
-    StepMetrics m;
-    m.step = step;
-    m.epoch = run.loader->state().epoch;
-    m.loss = r.loss;
-    m.lr = lr;
-    m.grad_norm = r.grad_norm;
-    m.loss_scale = r.loss_scale;
-    m.samples_per_s = static_cast<double>(effective) / seconds;
-    const MemorySnapshot mem = meter.snapshot();
-    m.allocated_gb = mem.allocated / kGB;
-    m.reserved_gb = mem.reserved / kGB;
-    m.peak_gb = mem.peak / kGB;
-    m.applied = r.applied;
-    summary.last_loss = r.loss;
-    if (run.is_root()) {
-      csv->write(m);
-      if (!options.quiet) progress.update(m, t.log_every);
-    }
-    if (t.val_every > 0 && step % t.val_every == 0) validate_now();
-
-    const bool local_stop = stop_requested() || (options.stop_after > 0 && step - first_step >= options.stop_after);
-    const bool stop = run.state->comm->any(local_stop);  // all ranks stop together
-    if (stop || (t.checkpoint_every > 0 && step % t.checkpoint_every == 0) || step == t.steps)
-      save(run, step, source);
-    if (stop && step < t.steps) {
-      summary.stopped_early = true;
-      if (run.is_root()) {
-        progress.finish();
-        std::cerr << "stopped at step " << step << "; checkpoint saved to " << ckpt_path
-                  << " (continue with --resume)\n";
+  // A file that cannot be written (full disk, I/O error) ends the run with what the user can do.
+  try {
+    while (step < t.steps) {
+      const auto t0 = Clock::now();
+      std::vector<MicroBatch> micro;
+      for (int64_t m = 0; m < t.accumulation; ++m) {
+        data::Batch b = next_batch();
+        micro.push_back({b.input, b.target, b.target_mask});
       }
-      break;
+      const double lr = learning_rate(t, step);
+      meter.reset_peak();
+      StepResult r = step_runner.run(micro, lr);
+      // Each rank's loss is over its own shard: log the mean over ranks, the loss of the whole
+      // effective batch (what one process with that batch reports).
+      if (run.world.size > 1) r.loss = run.state->comm->sum(r.loss) / run.world.size;
+      if (!r.applied && !run.state->scaler.enabled()) {
+        // The step was not applied, so the weights are still the last good ones: keep them.
+        save(run, step, source);
+        throw Error("non-finite loss or gradients at step " + std::to_string(step + 1) + " (loss " +
+                    std::to_string(r.loss) + "); saved the last good state to " + ckpt_path +
+                    " — lower train.lr, raise train.warmup_steps or enable train.grad_clip");
+      }
+      ++step;
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      samples_seen += t.batch_size * t.accumulation;
+      StepMetrics m;
+      m.step = step;
+      m.epoch = run.loader->state().epoch;
+      m.loss = r.loss;
+      m.lr = lr;
+      m.grad_norm = r.grad_norm;
+      m.loss_scale = r.loss_scale;
+      m.samples_per_s = static_cast<double>(effective) / seconds;
+      const MemorySnapshot mem = meter.snapshot();
+      m.allocated_gb = mem.allocated / kGB;
+      m.reserved_gb = mem.reserved / kGB;
+      m.peak_gb = mem.peak / kGB;
+      m.applied = r.applied;
+      summary.last_loss = r.loss;
+      if (run.is_root()) {
+        csv->write(m);
+        if (!options.quiet) progress.update(m, t.log_every);
+      }
+      if (t.val_every > 0 && step % t.val_every == 0) validate_now();
+
+      const bool local_stop = stop_requested() || (options.stop_after > 0 && step - first_step >= options.stop_after);
+      const bool stop = run.state->comm->any(local_stop);  // all ranks stop together
+      if (stop || (t.checkpoint_every > 0 && step % t.checkpoint_every == 0) || step == t.steps)
+        save(run, step, source);
+      if (stop && step < t.steps) {
+        summary.stopped_early = true;
+        if (run.is_root()) {
+          progress.finish();
+          std::cerr << "stopped at step " << step << "; checkpoint saved to " << ckpt_path
+                    << " (continue with --resume)\n";
+        }
+        break;
+      }
     }
+    if (run.is_root() && !options.quiet) progress.finish();
+    const bool validated_last_step = t.val_every > 0 && step % t.val_every == 0;
+    if (!summary.stopped_early && step == t.steps && step > first_step && !validated_last_step) validate_now();
+  } catch (const WriteError& e) {
+    if (run.is_root() && !options.quiet) progress.finish();
+    throw WriteError(e.path(), e.error_number(), after_write_failure(run));
   }
-  if (run.is_root() && !options.quiet) progress.finish();
-  const bool validated_last_step = t.val_every > 0 && step % t.val_every == 0;
-  if (!summary.stopped_early && step == t.steps && step > first_step && !validated_last_step) validate_now();
   summary.last_step = step;
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
   summary.samples_per_s = total > 0 ? static_cast<double>(samples_seen) / total : 0.0;

@@ -12,8 +12,10 @@ namespace wxtrain::trainer {
 
 struct TrainOptions {
   bool resume = false;     // continue from <out_dir>/checkpoint.pt
+  bool overwrite = false;  // out_dir holds another run: start afresh, replacing its files
   bool quiet = false;      // no progress line (tests)
   int64_t stop_after = 0;  // stop (as on SIGTERM) after this many steps of this invocation (0 = off)
+  std::string command_line;  // recorded in <out_dir>/command.txt ("" = not recorded)
 };
 
 // Latitude-weighted RMSE per variable in the data's units, of the model and of persistence (the
@@ -36,6 +38,12 @@ struct TrainSummary {
 
 std::string checkpoint_path(const RunConfig& config);  // <out_dir>/checkpoint.pt
 
+// A run folder belongs to one run. Without --resume or --overwrite, a folder holding another run's
+// files (checkpoint.pt, metrics.csv, validation.csv, run.toml, command.txt) is refused with a
+// ConfigError that offers --resume, --overwrite or a new folder. train() checks it; the CLI also
+// checks before tuning a batch size, so the refusal comes first.
+void check_run_folder(const RunConfig& config, const TrainOptions& options);
+
 // The run file as the user wrote it and the --set values applied to it; checkpoints keep both so
 // forecast rebuilds the same model.
 struct RunSource {
@@ -43,6 +51,8 @@ struct RunSource {
   std::vector<std::string> overrides;
 };
 
+// Beside its outputs a run records its run file with the --set values written in (run.toml) and
+// its command line (command.txt; a resumed run appends its own), both written atomically.
 TrainSummary train(const RunConfig& config, const RunSource& source, const TrainOptions& options);
 
 }  // namespace wxtrain::trainer
