@@ -205,7 +205,12 @@ Bytes decode_chunk(const CodecChain& chain, const DataType& dtype, const std::ve
       throw DataError("decoded to " + std::to_string(encoded_size) + " bytes, expected " + std::to_string(element_bytes) +
                       " for a chunk of " + shape_text(chunk_shape) + " elements of " + std::to_string(dtype.size) + " bytes");
     }
-    elements.assign(encoded, encoded + encoded_size);
+    if (encoded == stage.data()) {  // a decompressor's output: taken over, not copied
+      stage.resize(encoded_size);
+      elements = std::move(stage);
+    } else {
+      elements.assign(encoded, encoded + encoded_size);
+    }
     if (codec.endian == Endian::kBig && dtype.size > 1) swap_bytes(elements.data(), elements.size() / dtype.size, dtype.size);
   } else if (codec.kind == Codec::Kind::kSharding && codec.sharding) {
     elements = decode_shard(*codec.sharding, dtype, encoded_shape, fill_bytes, encoded, encoded_size);
