@@ -1,6 +1,6 @@
 // libFuzzer target for the GRIB reader (data/readers/grib): the bytes as a GRIB file, opened,
 // listed and every variable's first slab read. A wxtrain::Error is the expected answer to a bad
-// file; a crash, leak or sanitizer report is a bug. Seeds: fuzz/corpus/grib_reader/, written by
+// file; a crash, leak or sanitizer report is a bug. Seeds: fuzz/corpus/grib_reader_fuzz/, written by
 // tests/readers/test_grib_reader.cpp (GribReader.DISABLED_WriteFuzzSeeds).
 #include <unistd.h>
 

@@ -410,10 +410,10 @@ TEST(GribReader, ConcurrentReadsAgree) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-// Writes the fuzzer's seeds (fuzz/corpus/grib_reader/): run with --gtest_also_run_disabled_tests
+// Writes the fuzzer's seeds (fuzz/corpus/grib_reader_fuzz/): run with --gtest_also_run_disabled_tests
 // --gtest_filter='GribReader.DISABLED_WriteFuzzSeeds' after changing the fixtures.
 TEST(GribReader, DISABLED_WriteFuzzSeeds) {
-  const std::string directory = std::string(WXTRAIN_SOURCE_DIR) + "/fuzz/corpus/grib_reader";
+  const std::string directory = std::string(WXTRAIN_SOURCE_DIR) + "/fuzz/corpus/grib_reader_fuzz";
   std::filesystem::create_directories(directory);
   fixtures::MessageSpec small;
   small.ni = 4, small.nj = 3, small.lat_last = 57.0, small.lon_last = 4.5;
