@@ -15,6 +15,7 @@
 int main(int argc, char** argv) {
   // Count every CPU tensor from the start, so estimate, tune-batch and profile see all of them.
   wxtrain::memory_meter(c10::Device(c10::DeviceType::CPU));
+  wxtrain::cli::set_command_line(argc, argv);
 
   CLI::App app{"wxtrain: memory estimation, batch tuning and training for weather and climate models"};
   app.require_subcommand(1);
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   add(wxtrain::cli::add_forecast_command, "forecast");
   add(wxtrain::cli::add_tune_batch_command, "tune-batch");
   add(wxtrain::cli::add_profile_command, "profile");
+  add(wxtrain::cli::add_config_keys_command, "config-keys");
 
   try {
     app.parse(argc, argv);

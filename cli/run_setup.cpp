@@ -28,6 +28,24 @@ RunConfig load_run(const RunOptions& options) {
   return config;
 }
 
+namespace {
+std::string g_command_line;
+}
+
+void set_command_line(int argc, char** argv) {
+  g_command_line.clear();
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool plain = !arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789-_./=:,+@%") == std::string::npos;
+    std::string quoted = "'";
+    for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    g_command_line += (i ? " " : "") + (plain ? arg : quoted + "'");
+  }
+}
+
+const std::string& command_line() { return g_command_line; }
+
 int64_t resolve_auto_batch(const RunConfig& config) {
   const auto& world = distributed::current_world();
   const int64_t batch = autotune::tune_batch(config, resolve_device(config.train.device, world.local_rank));

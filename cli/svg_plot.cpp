@@ -109,15 +109,4 @@ std::string render_svg(const PlotSpec& spec) {
   return o.str();
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(path + ": cannot write (does the directory exist?)");
-    f << text;
-    if (!f) throw Error(path + ": write failed (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(path + ": cannot rename " + tmp + " into place");
-}
-
 }  // namespace wxtrain::cli

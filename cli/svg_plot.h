@@ -21,7 +21,5 @@ struct PlotSpec {
 };
 
 std::string render_svg(const PlotSpec& spec);
-// Writes atomically (temporary file + rename); throws wxtrain::Error naming the path.
-void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace wxtrain::cli

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/svg_plot.h"
 #include "cli/table.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "estimator/estimate.h"
@@ -63,7 +64,7 @@ void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFi
                {targets[i].gpu.memory_bytes / kGiB, targets[i].gpu.memory_bytes / kGiB}, colors[i], true};
     plot.series.push_back(cap);
   }
-  write_text_file(path, render_svg(plot));
+  write_file_atomically(path, render_svg(plot));
 }
 
 int run_estimate(const EstimateArgs& args) {

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/svg_plot.h"
 #include "cli/table.h"
+#include "core/atomic_file.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -98,7 +99,7 @@ void write_timeline(const autotune::ProfileReport& r, const std::string& model, 
   plot.series = {mem, optimizer, end, peak};
   if (threshold > 0)
     plot.series.push_back({"threshold", {0.0, t.end_ms}, {threshold / kGiB, threshold / kGiB}, "#9467bd", false});
-  write_text_file(path, render_svg(plot));
+  write_file_atomically(path, render_svg(plot));
 }
 
 int run_profile(const ProfileArgs& args) {
@@ -117,10 +118,10 @@ int run_profile(const ProfileArgs& args) {
     if (snapshot) options.snapshot_entries = args.snapshot_entries;
     const autotune::ProfileReport r = autotune::profile_memory(config, device, nullptr, options);
     // Every rank records its own memory; write_text_file writes FILE.tmp and renames it into place.
-    if (snapshot) write_text_file(snapshot_path(args.snapshot, world.rank), r.snapshot);
+    if (snapshot) write_file_atomically(snapshot_path(args.snapshot, world.rank), r.snapshot);
     if (world.rank != 0) return 0;
 
-    if (!args.csv.empty()) write_text_file(args.csv, autotune::steps_csv(r));
+    if (!args.csv.empty()) write_file_atomically(args.csv, autotune::steps_csv(r));
     if (!args.svg.empty()) write_timeline(r, config.model.name, threshold, args.svg);
     std::optional<autotune::ThresholdVerdict> verdict;
     if (threshold > 0) verdict = autotune::check_threshold(r.peak(), threshold);
