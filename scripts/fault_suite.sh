@@ -84,6 +84,13 @@ val_every = 1000000
 log_every = 1000000
 TOML
 train() { "$wxtrain" train -q -c "$work/run.toml" "$@"; }
+# train_bg LOG ARGS... — in the background with $! the pid of wxtrain itself (a function run with &
+# would be a subshell, and a signal to it would miss wxtrain).
+train_bg() {
+  local log="$1"; shift
+  "$wxtrain" train -q -c "$work/run.toml" "$@" >"$log" 2>&1 &
+  bg_pid=$!
+}
 
 # ---- kill -9, 20 times, in one run folder --------------------------------------------------------
 kill_run="$work/kill9"
@@ -93,8 +100,8 @@ tmp_seen=0
 for i in $(seq 1 20); do
   log="$work/kill9_$i.log"
   if [ -e "$kill_run/checkpoint.pt" ]; then mode=--resume; else mode=--overwrite; fi
-  train --set train.out_dir="$kill_run" $mode >"$log" 2>&1 &
-  pid=$!
+  train_bg "$log" --set train.out_dir="$kill_run" $mode
+  pid=$bg_pid
   if ! wait_for started "$log"; then kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
     kill_fail="run $i did not start: $(error_line "$log")"; break; fi
   if [ "$mode" = --resume ]; then
@@ -178,8 +185,8 @@ fi
 data_fault() {  # data_fault NAME ACTION
   local name="$1" action="$2" dir="$work/data_$1" log="$work/data_$1.log"
   cp "$storm/Tstorm.cdf" "$work/data/Tstorm.cdf"
-  train --set train.out_dir="$dir" --overwrite >"$log" 2>&1 &
-  local pid=$!
+  train_bg "$log" --set train.out_dir="$dir" --overwrite
+  local pid=$bg_pid
   wait_for started "$log"
   sleep 0.5
   case "$action" in
