@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory_meter.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/normalization.h"
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: loader_archive --store STORE.zarr [--batches N] [--batch-size B] [--prefetch P]\n");
     return 2;
   }
+  // The allocator `wxtrain train` runs with (it keeps freed blocks for the next batch of that size).
+  memory_meter(torch::Device(torch::kCPU));
   try {
     DataConfig config;
     config.sources = {{store, "z", "z", {500, 700, 850}}, {store, "t", "t", {500, 700, 850}},

@@ -112,34 +112,48 @@ struct Dataset::Source {
 
   size_t num_lat() const { return dims[lat_dim].length; }
   size_t num_lon() const { return dims[lon_dim].length; }
-  bool needs_remap() const { return flip_lat || lon_shift != 0 || lon_dim < lat_dim; }
-
-  // One channel's [lat, lon] plane at source time ts into out (dataset grid order), decoded.
-  void read_plane(size_t channel, int64_t ts, float* out, std::vector<float>& scratch) const {
-    std::vector<size_t> start(dims.size(), 0), count(dims.size(), 1);
+  // All of this source's channels at source time ts into out (channel after channel, each a
+  // [lat, lon] plane in the dataset's grid order), decoded. The selected levels are read in one
+  // slab from the lowest to the highest: one request per state, so a Zarr chunk holding every
+  // level is opened once and only the levels between decoded (zarr::blosc_decode_range).
+  void read_channels(int64_t ts, float* out, std::vector<float>& scratch) const {
+    const size_t H = num_lat(), W = num_lon(), rank = dims.size();
+    std::vector<size_t> start(rank, 0), count(rank, 1);
     start[time_dim] = static_cast<size_t>(ts);
-    if (level_dim) start[*level_dim] = level_indices[channel];
-    count[lat_dim] = num_lat();
-    count[lon_dim] = num_lon();
-    const size_t H = num_lat(), W = num_lon();
-    float* target = out;
-    if (needs_remap()) {
-      scratch.resize(H * W);
-      target = scratch.data();
+    size_t lowest = 0;
+    if (level_dim) {
+      lowest = *std::min_element(level_indices.begin(), level_indices.end());
+      start[*level_dim] = lowest;
+      count[*level_dim] = *std::max_element(level_indices.begin(), level_indices.end()) - lowest + 1;
     }
-    reader->read(config.variable, start, count, target);
-    if (target != out) {
-      // scratch is [lat, lon], or [lon, lat] when the variable stores longitude first.
-      const bool lon_first = lon_dim < lat_dim;
+    count[lat_dim] = H;
+    count[lon_dim] = W;
+    size_t total = 1;
+    std::vector<size_t> stride(rank, 1);
+    for (size_t d = rank; d-- > 0;) {
+      stride[d] = total;
+      total *= count[d];
+    }
+    scratch.resize(total);
+    reader->read(config.variable, start, count, scratch.data());
+    const size_t lat_stride = stride[lat_dim], lon_stride = stride[lon_dim];
+    for (size_t c = 0; c < num_channels; ++c) {
+      const float* level = scratch.data() + (level_dim ? (level_indices[c] - lowest) * stride[*level_dim] : 0);
+      float* plane = out + c * H * W;
       for (size_t i = 0; i < H; ++i) {
-        const size_t si = flip_lat ? H - 1 - i : i;
-        for (size_t j = 0; j < W; ++j) {
-          const size_t sj = (j + static_cast<size_t>(lon_shift)) % W;
-          out[i * W + j] = lon_first ? scratch[sj * H + si] : scratch[si * W + sj];
+        const float* row = level + (flip_lat ? H - 1 - i : i) * lat_stride;
+        float* target = plane + i * W;
+        if (lon_stride == 1) {
+          // Rolled longitudes are two runs of a row.
+          const size_t shift = static_cast<size_t>(lon_shift);
+          std::copy(row + shift, row + W, target);
+          std::copy(row, row + shift, target + (W - shift));
+        } else {
+          for (size_t j = 0; j < W; ++j) target[j] = row[((j + static_cast<size_t>(lon_shift)) % W) * lon_stride];
         }
       }
+      decode(plane, static_cast<int64_t>(H * W));
     }
-    decode(out, static_cast<int64_t>(H * W));
   }
 
   // Fill values -> NaN, then scale_factor/add_offset, as CF decoders (xarray) do.
@@ -499,12 +513,9 @@ std::vector<std::string> Dataset::variable_names() const {
 
 void Dataset::read_state(int64_t t, float* out) const {
   const int64_t plane = num_lat() * num_lon();
-  std::vector<float> scratch;
+  thread_local std::vector<float> scratch;  // one per loader worker, reused state after state
   for (const auto& s : sources_) {
-    const int64_t ts = s->time_index[static_cast<size_t>(t)];
-    for (size_t c = 0; c < s->num_channels; ++c) {
-      s->read_plane(c, ts, out + static_cast<int64_t>(s->first_channel + c) * plane, scratch);
-    }
+    s->read_channels(s->time_index[static_cast<size_t>(t)], out + static_cast<int64_t>(s->first_channel) * plane, scratch);
   }
 }
 

@@ -51,9 +51,12 @@ for target in "$build"/*_fuzz; do
   else
     status=1
     echo "$name: CRASH"
-    grep -E "ERROR|SUMMARY|Test unit written" "$work/$name.log" | head -20
-    mkdir -p fuzz-artifacts && cp "$work/$name"-* fuzz-artifacts/ 2>/dev/null || true
-    echo "reproducer copied to fuzz-artifacts/ (run: $target fuzz-artifacts/<file>)"
+    mkdir -p fuzz-artifacts
+    cp "$work/$name"-* fuzz-artifacts/ 2>/dev/null || true
+    cp "$work/$name.log" "fuzz-artifacts/$name.log"
+    # The sanitizer's report, not the library chatter before it.
+    sed -n '/==[0-9]*==ERROR\|^SUMMARY\|Test unit written\|deadly signal\|ALARM\|out-of-memory/p' "$work/$name.log" | head -n 20 || true
+    echo "reproducer and log copied to fuzz-artifacts/ (run: $target fuzz-artifacts/<file>)"
   fi
 done
 exit $status

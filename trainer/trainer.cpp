@@ -350,7 +350,7 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   const int64_t first_step = resume_from ? resume_from->step : 0;
   const int64_t effective = t.batch_size * t.accumulation * run.world.size;
   if (run.is_root()) {
-    std::cerr << "wxtrain train: " << config.model.name << " on " << run.dataset->num_variables() << " variables, grid "
+    std::cerr << "wxtrain train: " << config.model.name << " on " << run.dataset->num_variables() << " channels, grid "
               << shape.lat << " x " << shape.lon << ", " << run.loader->batches_per_epoch() << " batches/epoch/rank\n"
               << "effective batch " << effective << " = micro-batch " << t.batch_size << " x accumulation "
               << t.accumulation << " x " << run.world.size << " rank(s); precision " << to_string(t.precision)

@@ -1,6 +1,7 @@
 #!/bin/bash
 # archives_train.sh WXTRAIN PYTHON DIR — `wxtrain train` on the ERA5-shaped fixture as each tool
-# writes it (tests/data/era5_fixture.py: Zarr with Blosc, Zarr with Zstd per-step chunks, NetCDF,
+# writes it (tests/data/era5_fixture.py: Zarr with Blosc, Zarr with Zstd per-step chunks, Zarr v3
+# sharded, NetCDF,
 # GRIB2), with pressure levels and a 6-hour step on hourly data; the first line counts the samples
 # the archive's gap removed; then `wxtrain forecast` to NetCDF and to Zarr, which xarray opens with
 # levels and CF time (tests/data/check_forecast_structure in the python below).
@@ -51,7 +52,7 @@ TOML
 }
 
 fail=0
-for store in era5.zarr era5_zstd.zarr era5.nc era5.grib2; do
+for store in era5.zarr era5_zstd.zarr era5_v3.zarr era5.nc era5.grib2; do
   t2m=t2m
   [ "$store" = era5.grib2 ] && t2m=2t
   config "$store" "$t2m" >"$dir/$store.toml"

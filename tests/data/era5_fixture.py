@@ -12,14 +12,21 @@ files do. Written as:
     era5_zstd.zarr  to_zarr with Zstd and one chunk per time step
     era5.nc         to_netcdf (netCDF4), t2m packed as int16 with scale_factor/add_offset
     era5.grib2      ecCodes: one GRIB2 message per (variable, level, time), IEEE-packed
+    era5_v3.zarr    Zarr v3, as zarr-python 3 lays it out: zarr.json with consolidated metadata,
+                    dimension_names; z and t sharded (sharding_indexed: a shard of 24 steps, one
+                    inner chunk per step, blosc inside, a crc32c-checked index), the surface
+                    fields bytes + zstd, time as int64 hours with CF units
 
 and, for each store, what xarray itself reads from it (decoded, masked) at every sixth hour for the
 channels the tests ask for, as raw little-endian float32 in expected_<store>.f32 with
 [time, channel, lat, lon] layout; expected_times.txt lists those hours' dates. Debian's
 python3-zarr (2.13) cannot write the Zarr v3 format: the v3 reader is tested on stores written by
-tests/readers' spec-following writer.
+the small spec-following writer below (write_v3), which uses numcodecs for the compressed
+bytes: what zarr-python 3 would write for this dataset, chunk for chunk.
 """
+import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -125,6 +132,94 @@ def write_grib(ds, path):
                     eccodes.codes_release(h)
 
 
+def crc32c(data):
+    """CRC-32C (Castagnoli), the v3 crc32c codec's checksum."""
+    table = getattr(crc32c, "table", None)
+    if table is None:
+        table = []
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            table.append(c)
+        crc32c.table = table
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def write_v3(ds, root):
+    import numcodecs
+
+    blosc = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    zstd = numcodecs.Zstd(level=3)
+    os.makedirs(root, exist_ok=True)
+    members = {}
+
+    def array(name, values, attrs, dims, chunks, codecs, data_type, encode_chunk, fill):
+        folder = os.path.join(root, name)
+        os.makedirs(folder, exist_ok=True)
+        meta = {"zarr_format": 3, "node_type": "array", "shape": list(values.shape), "data_type": data_type,
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
+                "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+                "fill_value": fill, "codecs": codecs, "attributes": attrs, "dimension_names": list(dims)}
+        with open(os.path.join(folder, "zarr.json"), "w") as f:
+            json.dump(meta, f, indent=2)
+        grid = [-(-n // c) for n, c in zip(values.shape, chunks)]
+        for position in np.ndindex(*grid):
+            region = tuple(slice(p * c, min((p + 1) * c, n)) for p, c, n in zip(position, chunks, values.shape))
+            block = np.zeros(chunks, dtype=values.dtype)
+            block[tuple(slice(0, r.stop - r.start) for r in region)] = values[region]
+            path = os.path.join(folder, "c", *[str(p) for p in position])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(encode_chunk(block))
+        members[name] = meta
+
+    def sharded(block):
+        """A shard of one-step inner chunks, each bytes + blosc, then the index (end, crc32c)."""
+        data, index = b"", b""
+        for k in range(block.shape[0]):
+            chunk = blosc.encode(np.ascontiguousarray(block[k:k + 1]).astype("<f4"))
+            index += struct.pack("<QQ", len(data), len(chunk))
+            data += chunk
+        return data + index + struct.pack("<I", crc32c(index))
+
+    for name in ("z", "t"):
+        values = np.asarray(ds[name].values, dtype="<f4")
+        shard = (24,) + values.shape[1:]
+        codecs = [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [1] + list(values.shape[1:]),
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                       {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle",
+                                                           "typesize": 4, "blocksize": 0}}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+            "index_location": "end"}}]
+        array(name, values, dict(ds[name].attrs), ds[name].dims, shard, codecs, "float32", sharded, "NaN")
+    zstd_codecs = [{"name": "bytes", "configuration": {"endian": "little"}},
+                   {"name": "zstd", "configuration": {"level": 3, "checksum": False}}]
+    for name in ("t2m", "sst", "lsm"):
+        values = np.asarray(ds[name].values, dtype="<f4")
+        chunks = (1,) + values.shape[1:] if values.ndim == 3 else values.shape
+        array(name, values, dict(ds[name].attrs), ds[name].dims, chunks, zstd_codecs, "float32",
+              lambda b: zstd.encode(np.ascontiguousarray(b)), "NaN")
+    hours = ((ds.time.values - ds.time.values[0]) / np.timedelta64(1, "h")).astype("<i8")
+    start = pd.Timestamp(ds.time.values[0]).strftime("%Y-%m-%d %H:%M:%S")
+    plain = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    array("time", hours, {"units": "hours since " + start, "calendar": "proleptic_gregorian"}, ("time",),
+          hours.shape, plain, "int64", lambda b: b.astype("<i8").tobytes(), 0)
+    for name in ("level", "latitude", "longitude"):
+        values = np.asarray(ds[name].values)
+        data_type = "int64" if values.dtype.kind == "i" else "float64"
+        array(name, values.astype("<i8" if data_type == "int64" else "<f8"), dict(ds[name].attrs), (name,),
+              values.shape, plain, data_type, lambda b: b.tobytes(), 0)
+    group = {"zarr_format": 3, "node_type": "group", "attributes": {"source": "wxtrain test fixture"},
+             "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": members}}
+    with open(os.path.join(root, "zarr.json"), "w") as f:
+        json.dump(group, f, indent=2)
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -137,6 +232,7 @@ def main():
     ds.to_netcdf(os.path.join(out, "era5.nc"), encoding={
         "t2m": {"dtype": "int16", "scale_factor": 0.002, "add_offset": 280.0, "_FillValue": -32767}})
     write_grib(ds, os.path.join(out, "era5.grib2"))
+    write_v3(ds, os.path.join(out, "era5_v3.zarr"))
 
     for store, opener in (("era5.zarr", xr.open_zarr), ("era5_zstd.zarr", xr.open_zarr),
                           ("era5.nc", xr.open_dataset)):
@@ -146,6 +242,8 @@ def main():
     # GRIB: the values written (IEEE-packed, so exact); xarray has no GRIB engine in Debian's packages.
     values, times = expected(ds)
     values.astype("<f4").tofile(os.path.join(out, "expected_era5.grib2.f32"))
+    # Zarr v3: the dataset written (no reader of v3 in Debian's Python to ask).
+    values.astype("<f4").tofile(os.path.join(out, "expected_era5_v3.zarr.f32"))
     with open(os.path.join(out, "expected_times.txt"), "w") as f:
         for when in pd.to_datetime(times.values):
             f.write(when.strftime("%Y-%m-%dT%H:%M:%S") + "\n")

@@ -1,5 +1,6 @@
 // Weather archives as the field writes them (tests/data/era5_fixture.py: xarray's to_zarr with its
-// default Blosc and with Zstd per-step chunks, to_netcdf with int16 packing, GRIB2 from ecCodes),
+// default Blosc and with Zstd per-step chunks, Zarr v3 with sharding, to_netcdf with int16 packing,
+// GRIB2 from ecCodes),
 // read through one Dataset with pressure levels and a 6-hour step on hourly data: every value equals
 // what xarray reads, the gap in the archive removes exactly the samples that need it, dates and
 // periods split the data, and forecasts written as NetCDF and Zarr open in xarray with their levels,
@@ -90,7 +91,7 @@ std::vector<std::string> lines_of(const std::string& path) {
 TEST_F(Archives, EveryFormatReadsWhatXarrayReadsWithLevelsAndA6HourStep) {
   const std::vector<std::string> dates = lines_of(file("expected_times.txt"));
   ASSERT_EQ(dates.size(), 19u);  // 120 hours, every sixth, one of them missing
-  for (const std::string store : {"era5.zarr", "era5_zstd.zarr", "era5.nc", "era5.grib2"}) {
+  for (const std::string store : {"era5.zarr", "era5_zstd.zarr", "era5_v3.zarr", "era5.nc", "era5.grib2"}) {
     SCOPED_TRACE(store);
     const bool grib = store == "era5.grib2";
     const int64_t channels = grib ? 4 : 5;

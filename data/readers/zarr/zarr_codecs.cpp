@@ -240,6 +240,33 @@ Bytes blosc_decode(const uint8_t* data, size_t size, size_t max_size) {
   return decoded;
 }
 
+std::optional<Bytes> blosc_decode_range(const uint8_t* data, size_t size, size_t chunk_bytes, size_t first,
+                                        size_t length) {
+  size_t decoded_size = 0;
+  if (size < BLOSC_MIN_HEADER_LENGTH || blosc_cbuffer_validate(data, size, &decoded_size) != 0) {
+    throw DataError("blosc: not a valid blosc buffer (" + std::to_string(size) + " bytes)");
+  }
+  size_t typesize = 0, nbytes = 0, cbytes = 0, blocksize = 0;
+  int flags = 0;
+  blosc_cbuffer_metainfo(data, &typesize, &flags);
+  blosc_cbuffer_sizes(data, &nbytes, &cbytes, &blocksize);
+  // getitem allocates a few blocks of scratch: bound them by the chunk, as the full decode is.
+  if (decoded_size != chunk_bytes || blocksize == 0 || blocksize > decoded_size || typesize == 0 ||
+      first % typesize != 0 || length % typesize != 0 || first > decoded_size || length > decoded_size - first ||
+      decoded_size > static_cast<size_t>(INT32_MAX)) {
+    return std::nullopt;
+  }
+  Bytes decoded(length);
+  if (length == 0) return decoded;
+  // blosc_getitem works on a context of its own (no global state), so threads may call it at once.
+  const int result = blosc_getitem(data, static_cast<int>(first / typesize), static_cast<int>(length / typesize),
+                                   decoded.data());
+  if (result < 0 || static_cast<size_t>(result) != length) {
+    throw DataError("blosc: decompression failed (corrupt data, code " + std::to_string(result) + ")");
+  }
+  return decoded;
+}
+
 Bytes zstd_decode(const uint8_t* data, size_t size, size_t max_size) {
   std::unique_ptr<ZSTD_DStream, size_t (*)(ZSTD_DStream*)> stream(ZSTD_createDStream(), ZSTD_freeDStream);
   if (!stream) throw DataError("zstd: out of memory");

@@ -6,6 +6,7 @@
 // a crash: these functions are fuzzed (fuzz/zarr_*_fuzz.cpp).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "data/readers/zarr/zarr_metadata.h"
@@ -21,6 +22,13 @@ Bytes decode_chunk(const CodecChain& chain, const DataType& dtype, const std::ve
 
 // The bytes->bytes decoders, each producing at most `max_size` bytes.
 Bytes blosc_decode(const uint8_t* data, size_t size, size_t max_size);
+// Bytes [first, first + length) of what the blosc buffer decodes to, decompressing only the blosc
+// blocks that hold them (blosc_getitem): a sample that needs 3 of a chunk's 13 pressure levels
+// decodes about 3/13 of it. The buffer must decode to exactly `chunk_bytes`, and `first` and
+// `length` be multiples of its typesize inside it; nullopt otherwise (the caller decodes the whole
+// chunk, which reports what is wrong).
+std::optional<Bytes> blosc_decode_range(const uint8_t* data, size_t size, size_t chunk_bytes, size_t first,
+                                        size_t length);
 Bytes zstd_decode(const uint8_t* data, size_t size, size_t max_size);
 // numcodecs' LZ4: a 4-byte little-endian uncompressed size, then one LZ4 block.
 Bytes lz4_decode(const uint8_t* data, size_t size, size_t max_size);

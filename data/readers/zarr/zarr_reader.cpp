@@ -29,6 +29,9 @@ struct OpenArray {
   std::vector<size_t> read_chunk_shape;
   const zarr::ShardingCodec* sharding = nullptr;
   std::shared_ptr<const Bytes> fill_chunk;  // a read chunk of fill values
+  // The chunk is C-order little-endian elements compressed by blosc alone (xarray's default
+  // layout): a part of it can be decoded without the rest (zarr::blosc_decode_range).
+  bool blosc_ranges = false;
 };
 
 class ZarrReader final : public Reader {
@@ -54,6 +57,10 @@ class ZarrReader final : public Reader {
       auto fill = std::make_shared<Bytes>(elements * meta.dtype.size);
       for (size_t i = 0; i < elements; ++i) std::copy(meta.fill_bytes.begin(), meta.fill_bytes.end(), fill->begin() + i * meta.dtype.size);
       array.fill_chunk = std::move(fill);
+      const zarr::CodecChain& chain = meta.codecs;
+      array.blosc_ranges = chain.size() == 2 && chain[0].kind == zarr::Codec::Kind::kBytes &&
+                           (chain[0].endian == zarr::Endian::kLittle || meta.dtype.size == 1) &&
+                           chain[1].kind == zarr::Codec::Kind::kBlosc;
       array.stored = std::move(stored);
       names_.push_back(variable.name);
       variables_.emplace(variable.name, std::move(variable));
@@ -125,17 +132,28 @@ class ZarrReader final : public Reader {
       first[d] = start[d] / chunk[d];
       last[d] = (start[d] + count[d] - 1) / chunk[d];
     }
+    const size_t chunk_elements = chunk.empty() ? 1 : chunk_strides[0] * chunk[0];
     std::vector<size_t> index = first, extent(rank);
     while (true) {
-      const std::shared_ptr<const Bytes> data = load_chunk(array, index);
-      size_t chunk_base = 0, out_base = 0;
+      size_t chunk_base = 0, out_base = 0, chunk_last = 0;
       for (size_t d = 0; d < rank; ++d) {
         const size_t origin = index[d] * chunk[d];
         const size_t begin = std::max(start[d], origin);
         const size_t end = std::min(start[d] + count[d], origin + chunk[d]);
         extent[d] = end - begin;
         chunk_base += (begin - origin) * chunk_strides[d];
+        chunk_last += (end - 1 - origin) * chunk_strides[d];
         out_base += (begin - start[d]) * out_strides[d];
+      }
+      // Less than half of a chunk that is not cached: decode only the elements between the
+      // slab's first and last in it (and keep them out of the cache, which holds whole chunks).
+      std::shared_ptr<const Bytes> data;
+      const size_t span = chunk_last - chunk_base + 1;
+      if (array.blosc_ranges && 2 * span < chunk_elements) data = load_chunk_range(array, index, chunk_base, span);
+      if (data) {
+        chunk_base = 0;
+      } else {
+        data = load_chunk(array, index);
       }
       zarr::visit_runs(extent, chunk_strides, chunk_base, out_strides, out_base, [&](size_t source, size_t target, size_t length) {
         zarr::convert_elements(dtype, data->data() + source * dtype.size, length, out + target);
@@ -162,6 +180,26 @@ class ZarrReader final : public Reader {
     std::shared_ptr<const Bytes> decoded = array.sharding ? load_inner_chunk(array, index) : load_stored_chunk(array, index);
     if (decoded != array.fill_chunk) cache_.insert(cache_key, decoded);
     return decoded;
+  }
+
+  // Elements [first, first + count) of a blosc-only chunk, decoded alone; nullptr when the chunk is
+  // cached or missing (load_chunk serves those) or blosc cannot cut that range.
+  std::shared_ptr<const Bytes> load_chunk_range(const OpenArray& array, const std::vector<size_t>& index, size_t first,
+                                                size_t count) const {
+    const ArrayMeta& meta = array.stored.meta;
+    if (cache_.find(meta.name + '\0' + index_text(index))) return nullptr;
+    const std::string key = meta.chunk_key(index);
+    try {
+      std::optional<Bytes> stored = zarr::read_file_if_exists(array.stored.directory + "/" + key);
+      if (!stored) return nullptr;
+      const size_t chunk_bytes = array.fill_chunk->size();
+      std::optional<Bytes> part = zarr::blosc_decode_range(stored->data(), stored->size(), chunk_bytes,
+                                                           first * meta.dtype.size, count * meta.dtype.size);
+      if (!part) return nullptr;
+      return std::make_shared<const Bytes>(std::move(*part));
+    } catch (const DataError& error) {
+      throw DataError(chunk_error(array, key, error.what()));
+    }
   }
 
   std::shared_ptr<const Bytes> load_stored_chunk(const OpenArray& array, const std::vector<size_t>& index) const {
