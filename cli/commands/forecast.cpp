@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -18,9 +20,53 @@ struct ForecastArgs {
   std::string checkpoint;
   std::string output;
   int64_t steps = 4;
-  int64_t start = -1;
+  std::string start;  // a time index or a date; "" = the last state
   std::string precision = "fp32";
 };
+
+// --start as a time index ("12") or a date of the data ("2020-01-03T18:00"); the newest initial
+// state, with history - 1 states before it, one time step apart.
+int64_t start_index(const data::Dataset& dataset, const std::string& text, int64_t history) {
+  const data::TimeAxis& axis = dataset.time_axis();
+  int64_t start = dataset.num_times() - 1;
+  if (!text.empty()) {
+    if (text.find('-') != std::string::npos && axis.has_dates) {
+      int64_t seconds = 0;
+      try {
+        seconds = data::to_seconds(data::parse_date(text, axis.calendar), axis.calendar);
+      } catch (const DataError& error) {
+        throw ConfigError(std::string("--start: ") + error.what());
+      }
+      const auto found = std::find(axis.seconds.begin(), axis.seconds.end(), seconds);
+      if (found == axis.seconds.end()) {
+        throw ConfigError("--start " + text + ": the data has no state at that time (it runs from " + axis.label(0) +
+                          " to " + axis.label(axis.size() - 1) + ", every " + data::format_duration(axis.step_seconds) + ")");
+      }
+      start = found - axis.seconds.begin();
+    } else {
+      char* end = nullptr;
+      start = std::strtoll(text.c_str(), &end, 10);
+      if (end == text.c_str() || *end != '\0') {
+        throw ConfigError("--start " + text + ": expected a time index" +
+                          std::string(axis.has_dates ? " or a date such as " + axis.label(axis.size() - 1) : ""));
+      }
+    }
+  }
+  if (start < history - 1 || start >= dataset.num_times())
+    throw ConfigError("--start " + (text.empty() ? std::to_string(start) : text) + ": expected a time index from " +
+                      std::to_string(history - 1) + " to " + std::to_string(dataset.num_times() - 1) +
+                      " (the model needs " + std::to_string(history) + " states up to it)");
+  if (axis.has_dates) {
+    for (int64_t t = start - history + 1; t < start; ++t) {
+      if (axis.seconds[t + 1] - axis.seconds[t] != axis.step_seconds) {
+        throw ConfigError("--start " + axis.label(start) + ": the " + std::to_string(history) + " initial states must be " +
+                          data::format_duration(axis.step_seconds) + " apart, but the data jumps from " + axis.label(t) +
+                          " to " + axis.label(t + 1));
+      }
+    }
+  }
+  return start;
+}
 
 int run_forecast(const ForecastArgs& args) {
   trainer::Checkpoint ckpt = trainer::load_checkpoint(args.checkpoint);
@@ -30,11 +76,7 @@ int run_forecast(const ForecastArgs& args) {
     throw ConfigError("--precision " + args.precision + ": expected fp32 or bf16 (forecasts run on the CPU)");
   auto dataset = std::make_shared<data::Dataset>(config.data);
   const int64_t history = config.data.history;
-  const int64_t start = args.start >= 0 ? args.start : dataset->num_times() - 1;
-  if (start < history - 1 || start >= dataset->num_times())
-    throw ConfigError("--start " + std::to_string(start) + ": expected a time index from " + std::to_string(history - 1) +
-                      " to " + std::to_string(dataset->num_times() - 1) + " (the model needs " +
-                      std::to_string(history) + " states up to it)");
+  const int64_t start = start_index(*dataset, args.start, history);
   config.data.lat = dataset->num_lat();
   config.data.lon = dataset->num_lon();
   data::Normalization norm = data::Normalization::from_map(ckpt.normalization);
@@ -69,7 +111,7 @@ Action add_forecast_command(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint, "checkpoint written by wxtrain train")->required();
   cmd->add_option("-o,--output", args->output, "output: a NetCDF file, or a Zarr v2 store for a path ending .zarr")->required();
   cmd->add_option("--steps", args->steps, "forecast steps (default 4)");
-  cmd->add_option("--start", args->start, "time index of the newest initial state (default: the last)");
+  cmd->add_option("--start", args->start, "the newest initial state: a time index or a date of the data, e.g. 2020-01-03T18:00 (default: the last)");
   cmd->add_option("--precision", args->precision, "fp32 (default) or bf16 (autocast on the CPU)");
   return [args]() { return run_forecast(*args); };
 }

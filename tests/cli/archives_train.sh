@@ -91,4 +91,12 @@ assert float(ds["lat"][0]) == 90.0
 print("OK", path)
 PY
 done
+# --start by date; a window across the archive's gap (06:00 on Jan 3 is missing) is refused.
+if out="$("$wxtrain" forecast --checkpoint "$run/checkpoint.pt" -o "$dir/gap.nc" --steps 2 --start 2020-01-03T12:00 2>&1)"; then
+  echo "FAIL: a forecast from a window across the gap was accepted"; fail=1
+fi
+grep -q "jumps from 2020-01-03T00:00:00 to 2020-01-03T12:00:00" <<<"$out" || { echo "FAIL: gap message: $out"; fail=1; }
+out="$("$wxtrain" forecast --checkpoint "$run/checkpoint.pt" -o "$dir/dated.nc" --steps 2 --start 2020-01-04T00:00 2>&1)" \
+  || { echo "FAIL: forecast --start 2020-01-04T00:00: $out"; fail=1; }
+grep -q "from 2020-01-04T00:00:00" <<<"$out" || { echo "FAIL: forecast start line: $out"; fail=1; }
 exit $fail
