@@ -49,7 +49,7 @@ class NetcdfReader final : public Reader {
 
   void read(const std::string& name, const std::vector<size_t>& start, const std::vector<size_t>& count,
             float* out) const override {
-    check_slab(name, start, count);
+    check_slab(path_, variable(name), start, count);
     NetcdfFile::open(path_).read_floats(name, start, count, out);
   }
 
@@ -59,21 +59,6 @@ class NetcdfReader final : public Reader {
   }
 
  private:
-  void check_slab(const std::string& name, const std::vector<size_t>& start, const std::vector<size_t>& count) const {
-    const VariableMeta& meta = variable(name);
-    if (start.size() != meta.dims.size() || count.size() != meta.dims.size()) {
-      throw DataError("reading '" + name + "' in " + path_ + ": a slab of rank " + std::to_string(start.size()) +
-                      " for a variable of rank " + std::to_string(meta.dims.size()));
-    }
-    for (size_t d = 0; d < start.size(); ++d) {
-      if (start[d] + count[d] > meta.dims[d].length) {
-        throw DataError("reading '" + name + "' in " + path_ + ": dimension '" + meta.dims[d].name + "' has " +
-                        std::to_string(meta.dims[d].length) + " entries, asked for " + std::to_string(start[d]) +
-                        ".." + std::to_string(start[d] + count[d]));
-      }
-    }
-  }
-
   std::string path_;
   std::vector<std::string> names_;
   std::map<std::string, VariableMeta> variables_;

@@ -29,6 +29,22 @@ bool Reader::has_variable(const std::string& name) const {
   return false;
 }
 
+void check_slab(const std::string& path, const VariableMeta& meta, const std::vector<size_t>& start,
+                const std::vector<size_t>& count) {
+  const std::string what = "reading '" + meta.name + "' in " + path + ": ";
+  if (start.size() != meta.dims.size() || count.size() != meta.dims.size()) {
+    throw DataError(what + "a slab of rank " + std::to_string(start.size()) + " for a variable of rank " +
+                    std::to_string(meta.dims.size()));
+  }
+  for (size_t d = 0; d < start.size(); ++d) {
+    // Written so that start + count cannot overflow.
+    if (start[d] > meta.dims[d].length || count[d] > meta.dims[d].length - start[d]) {
+      throw DataError(what + "dimension '" + meta.dims[d].name + "' has " + std::to_string(meta.dims[d].length) +
+                      " entries, asked for " + std::to_string(start[d]) + ".." + std::to_string(start[d] + count[d]));
+    }
+  }
+}
+
 std::unique_ptr<Reader> open_reader(const std::string& path) {
   std::string local = path;
   // The NCZarr URL form earlier versions took ("file:///abs/store.zarr#mode=nczarr,file"): the

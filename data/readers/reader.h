@@ -67,6 +67,12 @@ class Reader {
   virtual std::vector<double> read_doubles(const std::string& name) const = 0;
 };
 
+// What every read() checks first: `start` and `count` have the variable's rank and stay inside
+// it (the zarr form of the check guards against overflow too). Throws DataError naming the path,
+// the variable and the dimension.
+void check_slab(const std::string& path, const VariableMeta& meta, const std::vector<size_t>& start,
+                const std::vector<size_t>& count);
+
 // Opens by what is at `path`: a directory holding .zgroup, .zarray, .zmetadata or zarr.json is a
 // Zarr store; a file starting with "GRIB" (or named .grib/.grib2/.grb/.grb2) is GRIB; anything else
 // goes to netCDF-C. The legacy NCZarr URL form "file:///abs/store.zarr#mode=..." opens the store at

@@ -87,7 +87,7 @@ class ZarrReader final : public Reader {
 
   void read(const std::string& name, const std::vector<size_t>& start, const std::vector<size_t>& count,
             float* out) const override {
-    check_slab(name, start, count);
+    check_slab(path_, variable(name), start, count);
     read_slab(arrays_.at(name), start, count, out);
   }
 
@@ -102,21 +102,6 @@ class ZarrReader final : public Reader {
   }
 
  private:
-  void check_slab(const std::string& name, const std::vector<size_t>& start, const std::vector<size_t>& count) const {
-    const VariableMeta& meta = variable(name);
-    if (start.size() != meta.dims.size() || count.size() != meta.dims.size()) {
-      throw DataError("reading '" + name + "' in " + path_ + ": a slab of rank " + std::to_string(start.size()) +
-                      " for a variable of rank " + std::to_string(meta.dims.size()));
-    }
-    for (size_t d = 0; d < start.size(); ++d) {
-      if (start[d] > meta.dims[d].length || count[d] > meta.dims[d].length - start[d]) {
-        throw DataError("reading '" + name + "' in " + path_ + ": dimension '" + meta.dims[d].name + "' has " +
-                        std::to_string(meta.dims[d].length) + " entries, asked for " + std::to_string(start[d]) + ".." +
-                        std::to_string(start[d] + count[d]));
-      }
-    }
-  }
-
   template <typename Out>
   void read_slab(const OpenArray& array, const std::vector<size_t>& start, const std::vector<size_t>& count, Out* out) const {
     const size_t rank = start.size();
