@@ -8,10 +8,14 @@
 #   bench/check_scripts.sh bundle-run   WORK  from the moved bundle in a clean environment: env.sh,
 #                                             ncdump -h on the storm data, mpirun --version, a C program
 #                                             built with the bundle's mpicc under mpirun -np 2, a C
-#                                             program against netCDF
+#                                             program against netCDF, one against the readers' codecs
+#                                             and ecCodes that writes a GRIB2 field from ecCodes' sample
+#                                             and reads it back, and the bundle's grib_ls on it
 #   bench/check_scripts.sh bundle-cmake WORK  find_package of every dependency from the bundle alone
-#                                             (CMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF), a program using
-#                                             them all
+#                                             (CMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF), the codecs and
+#                                             ecCodes as data/readers/CMakeLists.txt finds them (the
+#                                             folder added, nothing of it built), programs using them
+#                                             all
 #   bench/check_scripts.sh no-device WORK GPU_CHECK [PYTHON]
 #                                             scripts/gpu_check.sh and the gpu_check binary stop at
 #                                             once with "no CUDA device" and exit code 3, building
@@ -26,8 +30,9 @@
 #
 # "Clean": env -i, and, where this runs as root and may make a mount namespace (unshare -m), every
 # file the bundle provides is also hidden at its original place on this machine (/dev/null bound over
-# it), except the libraries the host's own tools (bash, cmake, the compiler) load, so the bundle
-# cannot lean on the Debian packages it came from. Without the namespace the checks say so.
+# it), except the libraries the host's own tools (bash, cmake, the compiler) load, and ecCodes'
+# data folder /usr/share/eccodes is hidden whole (an empty tmpfs over it), so the bundle cannot lean
+# on the Debian packages it came from. Without the namespace the checks say so.
 set -euo pipefail
 usage="usage: check_scripts.sh bundle-make|bundle-run|bundle-cmake WORK | no-device WORK GPU_CHECK [PYTHON] | plumbing WORK BUILD PYTHON STAGES [fresh]"
 mode=${1:?$usage}
@@ -64,20 +69,26 @@ hide_host() {
   done
   while IFS= read -r rel; do
     case $rel in
-      env.sh | MANIFEST) continue ;;
+      env.sh | MANIFEST | share/eccodes/*) continue ;;  # ecCodes' thousands of definitions: below
       bin/* | libexec/wxtrain-bundle/*) host=/usr/bin/${rel##*/} ;;
       etc/*) host=/$rel ;;
       *) host=/usr/$rel ;;
     esac
     [[ -n ${keep[${rel##*/}]:-} ]] && continue
+    # A bind mount over a link covers what it points to: not a kept library (libz.so -> libz.so.1.2.13).
+    [[ -L $host && -n ${keep[$(basename "$(readlink -f "$host")")]:-} ]] && continue
     if [[ -e $host ]]; then mount --bind /dev/null "$host" && n=$((n + 1)); fi
   done < <(cd "$b" && find . \( -type f -o -type l \) | sed 's|^\./||')
   echo "isolation: $n files of this machine that the bundle provides are hidden (${#keep[@]} libraries of the host's tools kept)"
+  if [[ -d $b/share/eccodes && -d /usr/share/eccodes ]]; then
+    mount -t tmpfs -o ro,size=4k wxtrain-hidden /usr/share/eccodes
+    echo "isolation: /usr/share/eccodes is hidden (an empty folder)"
+  fi
 }
 
 # isolated SCRIPT: bash -c SCRIPT with a clean environment and the host's copies hidden where possible.
 isolated() {
-  local clean=(env -i HOME="$work" PATH=/usr/bin:/bin LANG=C.UTF-8 TMPDIR="$work" B="$bundle" W="$work"
+  local clean=(env -i HOME="$work" PATH=/usr/bin:/bin LANG=C.UTF-8 TMPDIR="$work" B="$bundle" W="$work" S="$src"
                OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
   if [[ $(id -u) == 0 ]] && unshare -m true 2>/dev/null; then
     unshare -m -- "${clean[@]}" bash -c "set -euo pipefail; $(declare -f hide_host); hide_host \"\$B\"; $1"
@@ -85,6 +96,88 @@ isolated() {
     echo "isolation: none (not root, or no mount namespace here): the host's packages stay visible"
     "${clean[@]}" bash -c "set -euo pipefail; $1"
   fi
+}
+
+# readers_deps_c DIR: DIR/readers_deps.c, a program against the readers' codecs and ecCodes.
+readers_deps_c() {
+  cat >"$1/readers_deps.c" <<'EOF'
+/* The data readers' native dependencies: each Zarr codec round-trips a buffer (c-blosc with each of
+   its compressors, zstd, lz4, zlib), and a GRIB2 field is written from ecCodes' sample
+   (ECCODES_SAMPLES_PATH) to argv[1] and read back (ECCODES_DEFINITION_PATH). */
+#include <blosc.h>
+#include <eccodes.h>
+#include <lz4.h>
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+static double src[1000], back[1000];
+static char packed[16384];
+
+static int same(const char* what, int ok) {
+  ok = ok && memcmp(src, back, sizeof src) == 0;
+  if (!ok) printf("codec %s: no round trip\n", what);
+  memset(back, 0, sizeof back);
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  const char* compressors[] = {"blosclz", "lz4", "zstd", "zlib"};
+  int bad = 0, err = 0;
+  if (argc != 2) return 2;
+  for (int i = 0; i < 1000; ++i) src[i] = 273.15 + i % 17;
+  blosc_init();
+  for (int k = 0; k < 4; ++k) {
+    int n = blosc_set_compressor(compressors[k]) < 0 ? -1
+            : blosc_compress(5, BLOSC_SHUFFLE, sizeof(double), sizeof src, src, packed, sizeof packed);
+    bad += same(compressors[k], n > 0 && blosc_decompress(packed, back, sizeof back) == (int)sizeof src);
+  }
+  blosc_destroy();
+  size_t z = ZSTD_compress(packed, sizeof packed, src, sizeof src, 3);
+  bad += same("zstd", !ZSTD_isError(z) && ZSTD_decompress(back, sizeof back, packed, z) == sizeof src);
+  int l = LZ4_compress_default((const char*)src, packed, sizeof src, sizeof packed);
+  bad += same("lz4", l > 0 && LZ4_decompress_safe(packed, (char*)back, l, sizeof back) == (int)sizeof src);
+  uLongf zl = sizeof packed, bl = sizeof back;
+  bad += same("zlib", compress((Bytef*)packed, &zl, (const Bytef*)src, sizeof src) == Z_OK &&
+                          uncompress((Bytef*)back, &bl, (const Bytef*)packed, zl) == Z_OK && bl == sizeof src);
+  printf("codecs: blosc %s (blosclz, lz4, zstd, zlib), zstd %s, lz4 %s, zlib %s: %s\n", BLOSC_VERSION_STRING,
+         ZSTD_versionString(), LZ4_versionString(), zlibVersion(), bad ? "FAILED" : "round trips");
+
+  /* 2 m temperature on a 4 x 3 grid, written from the sample and read back. */
+  codes_handle* h = codes_grib_handle_new_from_samples(NULL, "regular_ll_sfc_grib2");
+  if (!h) { printf("grib: no sample regular_ll_sfc_grib2\n"); return 1; }
+  codes_set_long(h, "Ni", 4);
+  codes_set_long(h, "Nj", 3);
+  codes_set_double(h, "latitudeOfFirstGridPointInDegrees", 2);
+  codes_set_double(h, "latitudeOfLastGridPointInDegrees", 0);
+  codes_set_double(h, "longitudeOfFirstGridPointInDegrees", 0);
+  codes_set_double(h, "longitudeOfLastGridPointInDegrees", 3);
+  codes_set_double(h, "iDirectionIncrementInDegrees", 1);
+  codes_set_double(h, "jDirectionIncrementInDegrees", 1);
+  size_t len = 0;
+  err = codes_set_string(h, "shortName", "2t", &len);
+  err = err ? err : codes_set_double_array(h, "values", src, 12);
+  err = err ? err : codes_write_message(h, argv[1], "w");
+  codes_handle_delete(h);
+  if (err) { printf("grib: cannot write %s: %s\n", argv[1], codes_get_error_message(err)); return 1; }
+  FILE* f = fopen(argv[1], "rb");
+  h = f ? codes_handle_new_from_file(NULL, f, PRODUCT_GRIB, &err) : NULL;
+  if (!h) { printf("grib: cannot read %s back\n", argv[1]); return 1; }
+  char name[64] = "";
+  long ni = 0, nj = 0, edition = 0;
+  size_t name_len = sizeof name, n = 1000;
+  codes_get_string(h, "shortName", name, &name_len);
+  codes_get_long(h, "Ni", &ni);
+  codes_get_long(h, "Nj", &nj);
+  codes_get_long(h, "edition", &edition);
+  err = codes_get_double_array(h, "values", back, &n);
+  printf("grib: edition %ld, %s, %ld x %ld, %zu values %.2f .. %.2f\n", edition, name, ni, nj, n, back[0], back[n - 1]);
+  codes_handle_delete(h);
+  fclose(f);
+  return bad || err || n != 12;
+}
+EOF
 }
 
 case $mode in
@@ -100,15 +193,25 @@ case $mode in
       lib/$MA/cmake/netCDF/netCDFConfig.cmake lib/$MA/cmake/fmt/fmt-config.cmake lib/$MA/cmake/GTest/GTestConfig.cmake \
       lib/$MA/cmake/tomlplusplus/tomlplusplusConfig.cmake share/cmake/CLI11/CLI11Config.cmake \
       share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake share/openmpi/help-orterun.txt \
-      share/openmpi/mpicc-wrapper-data.txt etc/openmpi/openmpi-mca-params.conf; do
+      share/openmpi/mpicc-wrapper-data.txt etc/openmpi/openmpi-mca-params.conf \
+      include/blosc.h include/zstd.h include/lz4.h include/zlib.h include/$MA/eccodes.h lib/$MA/libblosc.so \
+      lib/$MA/libblosc.so.1 lib/$MA/libzstd.so.1 lib/$MA/liblz4.so.1 lib/$MA/libz.so.1 lib/$MA/libeccodes.so.0 \
+      lib/$MA/libaec.so.0 bin/grib_ls bin/grib_set bin/codes_info share/eccodes/definitions/boot.def \
+      share/eccodes/definitions/grib1/boot.def share/eccodes/definitions/grib2/boot.def \
+      share/eccodes/definitions/grib2/template.3.0.def share/eccodes/samples/regular_ll_sfc_grib2.tmpl; do
       [[ -e $b/$f ]] || fail "the bundle has no $f"
     done
+    # ecCodes' definitions of the other message kinds are left out; env.sh points ecCodes at the bundle.
+    [[ ! -e $b/share/eccodes/definitions/bufr ]] || fail "ecCodes' BUFR definitions bundled"
+    grep -q 'ECCODES_DEFINITION_PATH="$WXTRAIN_BUNDLE/share/eccodes/definitions"' "$b/env.sh" || fail "env.sh sets no ECCODES_DEFINITION_PATH"
+    grep -q 'ECCODES_SAMPLES_PATH="$WXTRAIN_BUNDLE/share/eccodes/samples"' "$b/env.sh" || fail "env.sh sets no ECCODES_SAMPLES_PATH"
     for v in P T U V U500 V500; do [[ -s $b/share/ncarg/data/cdf/${v}storm.cdf ]] || fail "no ${v}storm.cdf"; done
     ls "$b/lib/$MA/openmpi/lib/openmpi"*/mca_btl_vader.so >/dev/null || fail "no OpenMPI plugins"
     # Nothing from the documentation, no other static library, no glibc, no link pointing outside.
     [[ -z $(find "$b" -path '*/doc/*' -o -path '*/man/*' -o -name '*.pc') ]] || fail "docs or pkg-config files bundled"
     [[ -z $(find "$b" -name '*.a' ! -name 'libgtest*.a') ]] || fail "static libraries other than GoogleTest's"
-    [[ -z $(find "$b" -name 'libc.so*' -o -name 'libstdc++.so*' -o -name 'ld-linux*') ]] || fail "glibc or libstdc++ bundled"
+    [[ -z $(find "$b" -name 'libc.so*' -o -name 'libstdc++.so*' -o -name 'ld-linux*' -o -name 'libgomp.so*') ]] ||
+      fail "glibc, libstdc++ or libgomp bundled"
     while read -r l; do
       [[ $(readlink -f "$l") == "$b"/* ]] || fail "$l points outside the bundle ($(readlink "$l"))"
     done < <(find "$b" -type l)
@@ -121,6 +224,7 @@ case $mode in
 
   bundle-run)
     [[ -f $bundle/env.sh ]] || fail "no bundle in $bundle (run the make check first)"
+    readers_deps_c "$work"
     out=$(isolated '
       . "$B/env.sh"
       [ "$WXTRAIN_BUNDLE" = "$B" ] || { echo "env.sh: WXTRAIN_BUNDLE=$WXTRAIN_BUNDLE"; exit 1; }
@@ -145,12 +249,30 @@ case $mode in
         "  return nc_close(nc); }" >hello_nc.c
       cc -I"$B/include" hello_nc.c -L"$B/lib/'"$MA"'" -lnetcdf -o hello_nc
       ./hello_nc "$B/share/ncarg/data/cdf/Tstorm.cdf"
-      ldd ./hello_nc | grep -E "libnetcdf|libhdf5_serial\." ' 2>&1) || { echo "$out"; fail "the bundle does not run on its own"; }
+      ldd ./hello_nc | grep -E "libnetcdf|libhdf5_serial\."
+      [ "$ECCODES_DEFINITION_PATH" = "$B/share/eccodes/definitions" ] || { echo "ECCODES_DEFINITION_PATH=$ECCODES_DEFINITION_PATH"; exit 1; }
+      [ "$ECCODES_SAMPLES_PATH" = "$B/share/eccodes/samples" ] || { echo "ECCODES_SAMPLES_PATH=$ECCODES_SAMPLES_PATH"; exit 1; }
+      if [ -d /usr/share/eccodes ] && [ -z "$(ls -A /usr/share/eccodes)" ]; then echo "host ecCodes data: hidden"; fi
+      codes_info >codes_info.txt
+      grep "^ecCodes Version" codes_info.txt
+      cc -I"$B/include" -I"$B/include/'"$MA"'" readers_deps.c -L"$B/lib/'"$MA"'" -leccodes -lblosc -lzstd -llz4 -lz -o readers_deps
+      ./readers_deps "$W/t2m.grib2"
+      grib_ls -p edition,shortName,Ni,Nj,numberOfValues "$W/t2m.grib2" | sed -n 3p
+      ldd ./readers_deps | grep -E "lib(eccodes|blosc|zstd|lz4|z|aec|openjp2|png16|snappy)\.so" ' 2>&1) ||
+      { echo "$out"; fail "the bundle does not run on its own"; }
     echo "$out"
     grep -q "^netcdf Pstorm" <<<"$out" || fail "ncdump -h printed no header"
     grep -q "Open MPI" <<<"$out" || fail "mpirun --version"
     grep -q "^mpi ranks 2 sum 3$" <<<"$out" || fail "mpirun -np 2 of a program built with the bundle's mpicc"
     grep -q "^netcdf 4\.9.*dims" <<<"$out" || fail "a C program against the bundle's netCDF"
+    grep -q "^codecs: blosc.*: round trips$" <<<"$out" || fail "a C program against the bundle's codecs"
+    grep -q "^grib: edition 2, 2t, 4 x 3, 12 values 273.15 .. 284.15$" <<<"$out" ||
+      fail "a GRIB2 field written from the bundle's ecCodes sample and read back with its definitions"
+    grep -qE "^2 +2t +4 +3 +12 *$" <<<"$out" || fail "the bundle's grib_ls on that field"
+    [[ $(grep -cE "=> $bundle/lib/" <<<"$out") -ge 11 ]] || fail "not every library from the bundle"
+    if ! grep -q "^isolation: none" <<<"$out"; then
+      grep -q "^host ecCodes data: hidden$" <<<"$out" || fail "/usr/share/eccodes was not hidden"
+    fi
     ! grep -E "=> (/usr)?/lib/" <<<"$out" || fail "libraries loaded from the host, not the bundle"
     ;;
 
@@ -170,9 +292,17 @@ find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(fmt REQUIRED)
 find_package(GTest REQUIRED)
+# The readers' codecs and ecCodes, by data/readers/CMakeLists.txt itself (nothing of it built).
+add_subdirectory(${WXTRAIN_SOURCE}/data/readers readers EXCLUDE_FROM_ALL)
 get_target_property(mpi_include MPI::MPI_C INTERFACE_INCLUDE_DIRECTORIES)
 foreach(v netCDF_DIR tomlplusplus_DIR CLI11_DIR nlohmann_json_DIR fmt_DIR GTest_DIR MPI_C_COMPILER mpi_include MPI_mpi_LIBRARY)
   message(STATUS "found ${v} = ${${v}}")
+endforeach()
+foreach(lib blosc zstd lz4 zlib eccodes)
+  get_target_property(location wxtrain::${lib} IMPORTED_LOCATION)
+  get_target_property(include wxtrain::${lib} INTERFACE_INCLUDE_DIRECTORIES)
+  message(STATUS "found wxtrain::${lib} = ${location}")
+  message(STATUS "found wxtrain::${lib} include = ${include}")
 endforeach()
 add_executable(deps deps.cpp)
 target_link_libraries(deps PRIVATE MPI::MPI_C netCDF::netcdf tomlplusplus::tomlplusplus CLI11::CLI11
@@ -181,7 +311,10 @@ target_compile_definitions(deps PRIVATE OMPI_SKIP_MPICXX)  # as wxtrain_distribu
 # Linked as scripts/gpu_check.sh links wxtrain (an RPATH): runs with no LD_LIBRARY_PATH at all.
 add_executable(rpath_only rpath_only.c)
 target_link_libraries(rpath_only PRIVATE MPI::MPI_C netCDF::netcdf)
+add_executable(readers_deps readers_deps.c)  # linked as wxtrain_readers links them
+target_link_libraries(readers_deps PRIVATE wxtrain::blosc wxtrain::zstd wxtrain::lz4 wxtrain::zlib wxtrain::eccodes)
 EOF
+    readers_deps_c "$work/cmake-src"
     cat >"$work/cmake-src/rpath_only.c" <<'EOF'
 #include <mpi.h>
 #include <netcdf.h>
@@ -232,21 +365,27 @@ EOF
       . "$B/env.sh"
       unset LD_LIBRARY_PATH
       lib="$B/lib/'"$MA"'"
-      cmake -S "$W/cmake-src" -B "$W/cmake-build" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release \
+      cmake -S "$W/cmake-src" -B "$W/cmake-build" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release -DWXTRAIN_SOURCE="$S" \
         -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath-link,$lib" \
         "-DCMAKE_BUILD_RPATH=$lib" | grep -E "^-- found "
       cmake --build "$W/cmake-build" -j2 >/dev/null
       STORM="$B/share/ncarg/data/cdf/Ustorm.cdf" mpirun -np 1 "$W/cmake-build/deps" | grep -E "^deps:|PASSED"
       "$W/cmake-build/rpath_only" "$B/share/ncarg/data/cdf/Vstorm.cdf"
-      ldd "$W/cmake-build/rpath_only" | grep -E "libhdf5_serial\.|libopen-pal" ' 2>&1) ||
+      ldd "$W/cmake-build/rpath_only" | grep -E "libhdf5_serial\.|libopen-pal"
+      "$W/cmake-build/readers_deps" "$W/t2m.grib2"  # ecCodes data from env.sh, libraries by the RPATH
+      ldd "$W/cmake-build/readers_deps" | grep -E "lib(eccodes|blosc|zstd|lz4|z|aec|openjp2|png16|snappy)\.so" ' 2>&1) ||
       { echo "$out"; fail "a CMake project could not find, build or run against the bundle"; }
     echo "$out"
-    [[ $(grep -c "^-- found " <<<"$out") == 9 ]] || fail "not every package was reported"
+    [[ $(grep -c "^-- found " <<<"$out") == 19 ]] || fail "not every package was reported"
     while read -r line; do
       [[ $line == *" = $bundle/"* ]] || fail "found outside the bundle: $line"
     done < <(grep "^-- found " <<<"$out")
     grep -q '^deps: {"batch":8,"dims":[0-9]*} ranks 1$' <<<"$out" || fail "the program against every dependency"
     grep -q '^rpath_only: netcdf 4\.9.*MPI initialized 0$' <<<"$out" || fail "a program linked with an RPATH, without LD_LIBRARY_PATH"
+    grep -q "^codecs: blosc.*: round trips$" <<<"$out" || fail "a program against the codecs data/readers finds"
+    grep -q "^grib: edition 2, 2t, 4 x 3, 12 values 273.15 .. 284.15$" <<<"$out" ||
+      fail "a GRIB2 field written and read back through the ecCodes data/readers finds"
+    [[ $(grep -cE "=> $bundle/lib/" <<<"$out") -ge 11 ]] || fail "not every library from the bundle"
     ! grep -E "=> (/usr)?/lib/" <<<"$out" || fail "libraries loaded from the host, not the bundle"
     ;;
 

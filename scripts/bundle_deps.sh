@@ -4,8 +4,9 @@
 # folder can be moved or copied anywhere and used as it is.
 #
 #   scripts/bundle_deps.sh [--archive] [DIR]   (default deps-bundle/; run scripts/install_deps.sh first)
-#       --archive   also write DIR.tar.gz (about 40% of the folder's size) for machines you copy it to
-#   . DIR/env.sh     PATH, LD_LIBRARY_PATH, CMAKE_PREFIX_PATH, MPI_HOME, OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_PREFIX
+#       --archive   also write DIR.tar.gz (about 30% of the folder's size) for machines you copy it to
+#   . DIR/env.sh     PATH, LD_LIBRARY_PATH, CMAKE_PREFIX_PATH, MPI_HOME, OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_PREFIX,
+#                    ECCODES_DEFINITION_PATH, ECCODES_SAMPLES_PATH
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH="<torch.utils.cmake_prefix_path>;$WXTRAIN_BUNDLE"
 #   scripts/gpu_check.sh --bundle DIR[.tar.gz]  (does that itself)
 #
@@ -15,22 +16,31 @@
 # dependencies by absolute path, is rewritten. In the bundle:
 #   - headers and CMake configs of toml++, CLI11, nlohmann-json, fmt, GoogleTest (its static
 #     libgtest, the only form Debian ships) and netCDF-C; OpenMPI's mpi.h and what it includes;
-#   - the shared libraries of toml++, fmt, netCDF-C and OpenMPI and everything they load (ldd):
-#     HDF5, curl with its TLS/Kerberos/LDAP stack, libxml2 with ICU (whose data alone is 30 MiB),
-#     hwloc, libevent, PMIx, ...; not glibc and not the compiler's runtime (libstdc++, libgcc_s),
+#     the headers of the readers' codecs (c-blosc, zstd, lz4, zlib) and of ecCodes, which
+#     data/readers/CMakeLists.txt finds by file (find_path/find_library), with no CMake config;
+#   - the shared libraries of toml++, fmt, netCDF-C, OpenMPI, c-blosc, zstd, lz4, zlib and ecCodes
+#     and everything they load (ldd): HDF5, curl with its TLS/Kerberos/LDAP stack, libxml2 with ICU
+#     (whose data alone is 30 MiB), hwloc, libevent, PMIx, snappy, libaec, OpenJPEG, libpng, ...;
+#     not glibc and not the compiler's runtime (libstdc++, libgcc_s, libgomp, which ecCodes loads),
 #     which the machine that builds wxtrain has (MANIFEST says which versions the bundle needs);
+#   - ecCodes' definitions and samples (share/eccodes/), which it reads at run time: env.sh and the
+#     bin/ wrappers set ECCODES_DEFINITION_PATH and ECCODES_SAMPLES_PATH to them, since the library
+#     looks in /usr/share/eccodes otherwise. The definitions of the other message kinds ecCodes
+#     reads (BUFR, METAR, TAF, GTS: 61 of their 95 MiB) are left out; GRIB 1, 2 and 3 need none of
+#     them (definitions/boot.def includes each kind's own boot.def only for a message of that kind);
+#     grib_ls, grib_dump, grib_get, grib_set and codes_info come along to look at GRIB files;
 #   - OpenMPI's launcher (mpirun, mpiexec, orterun; prterun where the version has it), ompi_info,
 #     the wrapper compilers FindMPI runs (mpicc, mpicxx), the MCA plugins except the InfiniBand,
 #     UCX, OFI, PSM and OpenSHMEM ones (one node needs none of them, and their libraries would
 #     double the bundle), help and wrapper-data files; PMIx's plugins and help files;
 #   - ncdump, and the storm NetCDF files of libncarg-data that configs/storm_*.toml read
 #     (share/ncarg/data/cdf/; scripts/gpu_check.sh points copies of the configs at them).
-# Programs in bin/ are small bash wrappers that set the library path and the OpenMPI/PMIx prefixes
-# and exec the real binary from libexec/wxtrain-bundle/, so DIR/bin/mpirun works without env.sh.
-# OpenMPI's RUNPATHs (/usr/lib/<multiarch>/openmpi/lib) are rewritten to $ORIGIN-relative ones, so a
-# program linked with an RPATH into the bundle finds everything with no LD_LIBRARY_PATH (the way
-# scripts/gpu_check.sh builds wxtrain). No docs, man pages, pkg-config files or static libraries
-# other than GoogleTest's.
+# Programs in bin/ are small bash wrappers that set the library path, the OpenMPI/PMIx prefixes and
+# ecCodes' paths and exec the real binary from libexec/wxtrain-bundle/, so DIR/bin/mpirun works
+# without env.sh. OpenMPI's RUNPATHs (/usr/lib/<multiarch>/openmpi/lib) are rewritten to
+# $ORIGIN-relative ones, so a program linked with an RPATH into the bundle finds every library with
+# no LD_LIBRARY_PATH (the way scripts/gpu_check.sh builds wxtrain); reading GRIB still takes env.sh's
+# ECCODES_* paths. No docs, man pages, pkg-config files or static libraries other than GoogleTest's.
 set -euo pipefail
 default_dir=$(cd "$(dirname "$0")/.." && pwd)/deps-bundle
 
@@ -50,7 +60,9 @@ B=$(realpath -m "${dir:-$default_dir}")  # DIR is the caller's; the default is i
 MARKER="wxtrain dependency bundle"
 
 packages=(libtomlplusplus-dev libtomlplusplus3 libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev
-          libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libnetcdf-dev libnetcdf19 netcdf-bin libncarg-data)
+          libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libnetcdf-dev libnetcdf19 netcdf-bin libncarg-data
+          libblosc-dev libblosc1 libzstd-dev libzstd1 liblz4-dev liblz4-1 zlib1g-dev zlib1g
+          libeccodes-dev libeccodes0 libeccodes-data libeccodes-tools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -134,11 +146,13 @@ put_package() {
 
 # glibc and the compiler runtime: every machine that builds wxtrain has its own (and a newer one
 # is backward compatible); bundling them would break the programs of the machine they run on.
+# libgomp (GCC's OpenMP runtime, which ecCodes loads) too: the torch wheel brings one under the same
+# soname, and the process must have a single OpenMP runtime.
 is_system_lib() {
   case $1 in
     linux-vdso.so.* | ld-linux*.so.* | libc.so.6 | libm.so.6 | libdl.so.2 | libpthread.so.0 | librt.so.1 | \
       libresolv.so.2 | libutil.so.1 | libanl.so.1 | libmvec.so.1 | libBrokenLocale.so.1 | libthread_db.so.1 | \
-      libnss_*.so.2 | libstdc++.so.6 | libgcc_s.so.1) return 0 ;;
+      libnss_*.so.2 | libstdc++.so.6 | libgcc_s.so.1 | libgomp.so.1) return 0 ;;
   esac
   return 1
 }
@@ -163,14 +177,16 @@ put_closure() {
 }
 
 # wrapper NAME REAL: bin/NAME runs libexec/wxtrain-bundle/REAL (argv[0] = NAME: OpenMPI's wrapper
-# compiler picks its data file by that name) with the bundle's libraries and prefixes.
+# compiler picks its data file by that name) with the bundle's libraries and prefixes, and its
+# ecCodes data (also for what mpirun starts: the ranks inherit the launcher's environment).
 wrapper() {
   cat >"$B/bin/$1" <<EOF
 #!/usr/bin/env bash
-# $MARKER: runs the bundled $2 with the bundle's libraries, OpenMPI and PMIx.
+# $MARKER: runs the bundled $2 with the bundle's libraries, OpenMPI, PMIx and ecCodes data.
 b=\$(cd "\$(dirname "\$(readlink -f "\${BASH_SOURCE[0]}")")/.." && pwd)
 export LD_LIBRARY_PATH="\$b/lib/$MA\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export OPAL_PREFIX="\$b" OPAL_SYSCONFDIR="\$b/etc/openmpi" PMIX_PREFIX="\$b/lib/$MA/pmix2"
+export ECCODES_DEFINITION_PATH="\$b/share/eccodes/definitions" ECCODES_SAMPLES_PATH="\$b/share/eccodes/samples"
 exec -a "$1" "\$b/libexec/wxtrain-bundle/$2" "\$@"
 EOF
   chmod +x "$B/bin/$1"
@@ -258,6 +274,25 @@ real_program ncdump
 wrapper ncdump ncdump
 for f in /usr/share/ncarg/data/cdf/*storm*.cdf; do put "$f"; done
 
+# --- the Zarr codecs and ecCodes (data/readers): headers, libraries, ecCodes' data and GRIB tools.
+# ecCodes' own CMake config and eccodes.pc point at /usr/lib/include and are not bundled (nor its
+# Fortran module, libeccodes_f90 and static archive).
+for p in libblosc-dev libzstd-dev liblz4-dev zlib1g-dev; do put_package "$p" '^/usr/(include/|lib/[^/]*/[^/]*\.so$)'; done
+put_package libeccodes-dev '^/usr/(include/|lib/[^/]*/libeccodes\.so$)'
+for f in libblosc.so libzstd.so liblz4.so libz.so libeccodes.so; do put_lib "$L/$f"; done
+eccodes_dropped=(bufr metar taf gts)  # message kinds other than GRIB
+for d in /usr/share/eccodes/definitions/grib2/boot.def /usr/share/eccodes/samples/GRIB2.tmpl; do
+  [[ -f $d ]] || die "no $d: libeccodes-data's layout changed"
+done
+mkdir -p "$B/share/eccodes"
+tar -C /usr/share/eccodes "${eccodes_dropped[@]/#/--exclude=definitions/}" -cf - definitions samples |
+  tar -C "$B/share/eccodes" -xf -
+[[ -z $(find "$B/share/eccodes" -type l -lname '/*') ]] || die "ecCodes' data has absolute links"
+for p in grib_ls grib_dump grib_get grib_set codes_info; do
+  real_program "$p"
+  wrapper "$p" "$p"
+done
+
 put_closure
 
 # OpenMPI's libraries, plugins and programs carry RUNPATH=/usr/lib/<multiarch>/openmpi/lib, which
@@ -334,14 +369,15 @@ def patch(path):
     return count
 
 
-for root, _, files in os.walk(bundle):
-    for name in files:
-        path = os.path.join(root, name)
-        if not os.path.islink(path) and (".so" in name or "/libexec/" in path):
-            patched += patch(path)
+for top in ("lib", "libexec"):  # not share/ (ecCodes' *.so*.def files)
+    for root, _, files in os.walk(os.path.join(bundle, top)):
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path) and (".so" in name or "/libexec/" in path):
+                patched += patch(path)
 print(f"  RUNPATH into the bundle: {patched} OpenMPI files")
 EOF
-left=$(find "$B" -type f \( -name '*.so*' -o -path '*/libexec/*' \) -exec objdump -p {} + 2>/dev/null |
+left=$(find "$B/lib" "$B/libexec" -type f \( -name '*.so*' -o -path '*/libexec/*' \) -exec objdump -p {} + 2>/dev/null |
   grep -E '^\s+(RUNPATH|RPATH)\s+/' || true)
 [[ -z $left ]] || die "RUNPATHs outside the bundle are left: $left"
 
@@ -360,6 +396,9 @@ export MPI_HOME="\$WXTRAIN_BUNDLE"                    # FindMPI finds bin/mpicc 
 export OPAL_PREFIX="\$WXTRAIN_BUNDLE"                 # OpenMPI's plugins, help and wrapper data
 export OPAL_SYSCONFDIR="\$WXTRAIN_BUNDLE/etc/openmpi" # not the host's /etc/openmpi
 export PMIX_PREFIX="\$WXTRAIN_BUNDLE/lib/$MA/pmix2"   # PMIx's plugins and help
+# ecCodes looks in /usr/share/eccodes otherwise; its definitions must match the library's version.
+export ECCODES_DEFINITION_PATH="\$WXTRAIN_BUNDLE/share/eccodes/definitions"
+export ECCODES_SAMPLES_PATH="\$WXTRAIN_BUNDLE/share/eccodes/samples"
 EOF
 
 # --- MANIFEST: what is in it, from which packages, and what its binaries need of the host
@@ -369,10 +408,13 @@ glibc=$(grep '^GLIBC_' <<<"$needs" | tail -1)
 glibcxx=$(grep '^GLIBCXX_' <<<"$needs" | tail -1)
 {
   echo "# $MARKER, made $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME") ($MA)"
-  echo "# host needs: glibc >= ${glibc#GLIBC_}, libstdc++ with ${glibcxx:-nothing}, libgcc_s"
+  echo "# host needs: glibc >= ${glibc#GLIBC_}, libstdc++ with ${glibcxx:-nothing}, libgcc_s, libgomp (GCC's OpenMP runtime)"
   echo "# packages: $(for p in "${packages[@]}"; do dpkg-query -W -f='${Package}=${Version} ' "$p"; done)"
   echo "# OpenMPI plugins left out (InfiniBand, UCX, OFI, PSM, OpenSHMEM): $skipped"
-  (cd "$B" && find . \( -type f -o -type l \) ! -name 'MANIFEST*' | sed 's|^\./||' | sort)
+  echo "# ecCodes definitions left out (not GRIB): ${eccodes_dropped[*]}"
+  echo "# share/eccodes/definitions/: $(find "$B/share/eccodes/definitions" -type f | wc -l) files, listed by folder"
+  (cd "$B" && find . \( -type f -o -type l \) ! -name 'MANIFEST*' ! -path './share/eccodes/definitions/*/*' | sed 's|^\./||'
+   find share/eccodes/definitions -mindepth 1 -maxdepth 1 -type d -printf '%p/\n') | sort
 } >"$B/MANIFEST.tmp"
 mv "$B/MANIFEST.tmp" "$B/MANIFEST"
 
@@ -380,7 +422,8 @@ mib() { du -smc "$@" | tail -1 | cut -f1; }
 echo "bundle: $B"
 echo "  $(find "$B" -type f | wc -l) files, $(mib "$B") MiB: shared libraries $(mib "$B/lib/$MA"/*.so*)," \
   "OpenMPI/PMIx plugins and help $(mib "$B/lib/$MA/openmpi" "$B/lib/$MA/pmix2" "$B/share/openmpi")," \
-  "headers $(mib "$B/include" "$B/lib/$MA/openmpi/include"), data $(mib "$B/share/ncarg")"
+  "headers $(mib "$B/include" "$B/lib/$MA/openmpi/include"), storm data $(mib "$B/share/ncarg")," \
+  "ecCodes definitions and samples $(mib "$B/share/eccodes")"
 echo "  $(sed -n 2p "$B/MANIFEST" | sed 's/^# //')"
 if [[ $archive == 1 ]]; then
   tar -C "$(dirname "$B")" -czf "$B.tar.gz" "$(basename "$B")"

@@ -7,7 +7,9 @@
 #                        [--only STAGES] [--quick]
 #
 #   --bundle   the dependencies from scripts/bundle_deps.sh (a folder, or its --archive .tar.gz),
-#              for a machine without wxtrain's Debian packages; without it they come from the system
+#              for a machine without wxtrain's Debian packages; without it they come from the system.
+#              Its env.sh is sourced (but LD_LIBRARY_PATH: wxtrain gets an RPATH into the bundle), so
+#              ecCodes finds its definitions there; its ncdump, mpirun and grib_ls are run first
 #   --out      the report folder (default gpu-check-report/); parts/ and logs/ hold the raw results
 #   --build    the build folder (default build-gpu-check/, kept between runs)
 #   --python   the Python whose torch (with CUDA) gives LibTorch and runs the PyTorch peer (default
@@ -164,9 +166,14 @@ if [[ -n $bundle_arg ]]; then
   # The bundle's programs and the wrapper compilers set their own library path, and wxtrain is linked
   # with an RPATH into the bundle (below): the host's own tools (cmake, the compiler, python) keep
   # the host's libraries.
+  # env.sh's ECCODES_DEFINITION_PATH and ECCODES_SAMPLES_PATH stay: ecCodes (data/readers' GRIB)
+  # reads its definitions from the bundle in everything the check runs.
   LD_LIBRARY_PATH=$host_ld
   [[ -n $LD_LIBRARY_PATH ]] || unset LD_LIBRARY_PATH
-  ncdump -h "$bundle/share/ncarg/data/cdf/Pstorm.cdf" >"$LOGS/bundle.log" 2>&1 && mpirun --version >>"$LOGS/bundle.log" 2>&1 ||
+  [[ -x $bundle/bin/grib_ls && -d $bundle/share/eccodes/definitions ]] ||
+    die "the bundle $bundle has no ecCodes (made before data/readers needed it and the codecs): make it again with scripts/bundle_deps.sh"
+  ncdump -h "$bundle/share/ncarg/data/cdf/Pstorm.cdf" >"$LOGS/bundle.log" 2>&1 && mpirun --version >>"$LOGS/bundle.log" 2>&1 &&
+    grib_ls "$bundle/share/eccodes/samples/GRIB2.tmpl" >>"$LOGS/bundle.log" 2>&1 ||
     die "the bundle's programs do not run here ($(tail -1 "$LOGS/bundle.log")); the bundle needs $(sed -n 2p "$bundle/MANIFEST" | sed 's/^# host needs: //')"
   bundle_lib=$(dirname "$(ls "$bundle"/lib/*/libnetcdf.so.* | head -1)")  # lib/<multiarch>
   echo "gpu_check: dependencies from the bundle $bundle"
