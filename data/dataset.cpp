@@ -15,8 +15,6 @@ namespace {
 const std::set<std::string> kTimeNames = {"time", "Time", "t", "record", "timestep", "times", "valid_time"};
 const std::set<std::string> kLatNames = {"lat", "latitude", "Lat", "Latitude", "LAT", "y", "rlat", "nlat"};
 const std::set<std::string> kLonNames = {"lon", "longitude", "Lon", "Longitude", "LON", "x", "rlon", "nlon"};
-const std::set<std::string> kLevelNames = {"level", "levels", "lev", "plev", "pressure", "pressure_level",
-                                           "isobaricInhPa", "isobaric", "height", "depth"};
 
 std::string where(const DataSource& source) { return "variable '" + source.variable + "' in " + source.file; }
 
@@ -249,15 +247,9 @@ void Dataset::open_source(size_t index, const DataSource& config) {
     if (d != s.time_dim && d != s.lat_dim && d != s.lon_dim && s.dims[d].length != 1) others.push_back(d);
   }
   if (others.size() > 1) {
-    std::vector<size_t> named;
-    for (size_t d : others) {
-      if (kLevelNames.count(s.dims[d].name)) named.push_back(d);
-    }
-    if (named.size() != 1) {
-      throw DataError(where(config) + " has more than one dimension besides time, lat and lon " + dims_text(s.dims) +
-                      expected);
-    }
-    others = named;
+    // An ensemble member or a second vertical axis: reading index 0 of it would be silently wrong.
+    throw DataError(where(config) + " has more than one dimension of length > 1 besides time, lat and lon " +
+                    dims_text(s.dims) + expected + "; select the others out of the file first");
   }
 
   VariableInfo info;

@@ -181,6 +181,29 @@ TEST(Dataset, SingletonLevelDimensionIsAccepted) {
   EXPECT_NE(message.find(dir.file("z.nc")), std::string::npos) << message;
 }
 
+// ERA5's ensemble files add `number`: reading member 0 without being asked would be silently wrong.
+TEST(DatasetErrors, ASecondNonSingletonDimensionIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("ensemble.nc");
+  {
+    NetcdfFile file = NetcdfFile::create(path);
+    file.define_dimension("time", 0);
+    file.define_dimension("number", 2);
+    file.define_dimension("level", 3);
+    file.define_dimension("lat", 3);
+    file.define_dimension("lon", 4);
+    file.define_variable("z", NC_FLOAT, {"time", "number", "level", "lat", "lon"});
+    file.end_define();
+    std::vector<float> values(2 * 2 * 3 * 12, 1.0f);
+    file.write_floats("z", {0, 0, 0, 0, 0}, {2, 2, 3, 3, 4}, values.data());
+    file.close();
+  }
+  DataSource source{path, "z", "z", {0}};
+  const std::string message = data_error([&] { Dataset dataset({source}); });
+  EXPECT_NE(message.find("more than one dimension of length > 1 besides time, lat and lon"), std::string::npos) << message;
+  EXPECT_NE(message.find("number=2, level=3"), std::string::npos) << message;
+}
+
 TEST(DatasetErrors, MissingFileNamesThePath) {
   auto sources = storm_sources();
   sources[2].file = "/nonexistent/Ustorm.cdf";
