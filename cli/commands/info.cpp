@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "core/device.h"
 #include "core/units.h"
+#include "data/readers/reader.h"
 #include "distributed/nccl/nccl_communicator.h"
 #include "models/cpu_gemm.h"
 
@@ -39,6 +40,7 @@ Action add_info_command(CLI::App& app) {
                        {"sgemm_library", b.sgemm_library}, {"blas_interposed", b.blas_interposed},
                        {"onednn", b.mkldnn},            {"onednn_sgemm", onednn_sgemm},
                        {"threads", b.threads}};
+      for (const auto& [library, version] : data::reader_library_versions()) j["data_libraries"][library] = version;
       for (const auto& d : b.devices) j["devices"].push_back({{"name", d.name}, {"memory_bytes", d.memory_bytes}});
       std::cout << j.dump(2) << "\n";
       return 0;
@@ -53,7 +55,12 @@ Action add_info_command(CLI::App& app) {
               << (onednn_sgemm ? "; the zoo's fp32 GEMMs through Debian's libdnnl"
                                : "; no libdnnl.so.2: the zoo's fp32 GEMMs run on the BLAS (install libdnnl2)")
               << "\n"
-              << "threads   " << b.threads << " (intra-op)\n";
+              << "threads   " << b.threads << " (intra-op)\n"
+              << "data      ";
+    const auto libraries = data::reader_library_versions();
+    for (size_t i = 0; i < libraries.size(); ++i)
+      std::cout << (i ? ", " : "") << libraries[i].first << " " << libraries[i].second;
+    std::cout << " (NetCDF, Zarr v2/v3, GRIB)\n";
     for (const auto& d : b.devices) std::cout << "device    " << d.name << ", " << format_bytes(d.memory_bytes) << "\n";
     if (b.blas_interposed) {
       std::cout << "warning: LibTorch's BLAS calls resolve to " << b.sgemm_library << ", not to the " << b.blas

@@ -1,5 +1,12 @@
 #include "data/readers/reader.h"
 
+#include <blosc.h>
+#include <eccodes.h>
+#include <lz4.h>
+#include <netcdf.h>
+#include <zlib.h>
+#include <zstd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -27,6 +34,19 @@ bool Reader::has_variable(const std::string& name) const {
     if (candidate == name) return true;
   }
   return false;
+}
+
+std::vector<std::pair<std::string, std::string>> reader_library_versions() {
+  std::string netcdf = nc_inq_libvers();
+  netcdf = netcdf.substr(0, netcdf.find(' '));  // "4.9.0 of Jan  1 2023 $" -> "4.9.0"
+  const long eccodes = codes_get_api_version();  // 22800 for 2.28.0
+  return {{"netCDF-C", netcdf},
+          {"c-blosc", blosc_get_version_string()},
+          {"zstd", ZSTD_versionString()},
+          {"lz4", LZ4_versionString()},
+          {"zlib", zlibVersion()},
+          {"ecCodes", std::to_string(eccodes / 10000) + "." + std::to_string(eccodes / 100 % 100) + "." +
+                          std::to_string(eccodes % 100)}};
 }
 
 void check_slab(const std::string& path, const VariableMeta& meta, const std::vector<size_t>& start,

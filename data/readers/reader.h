@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wxtrain::data {
@@ -72,6 +73,11 @@ class Reader {
 // the variable and the dimension.
 void check_slab(const std::string& path, const VariableMeta& meta, const std::vector<size_t>& start,
                 const std::vector<size_t>& count);
+
+// The libraries behind the readers and their versions, as they report them at run time:
+// {"netCDF-C", "4.9.0"}, {"c-blosc", "1.21.3"}, {"zstd", ...}, {"lz4", ...}, {"zlib", ...},
+// {"ecCodes", "2.28.0"} (for `wxtrain info`).
+std::vector<std::pair<std::string, std::string>> reader_library_versions();
 
 // Opens by what is at `path`: a directory holding .zgroup, .zarray, .zmetadata or zarr.json is a
 // Zarr store; a file starting with "GRIB" (or named .grib/.grib2/.grb/.grb2) is GRIB; anything else
