@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <iterator>
 #include <thread>
 
 #include "core/error.h"
@@ -389,6 +391,137 @@ TEST(GribReader, ReadsGribEditionOne) {
   for (int k = 0; k < 40; ++k) EXPECT_NEAR(values[k], 200.0 + k, 1e-3);
 }
 
+namespace {
+
+// The libFuzzer input that leaked in ecCodes 2.28 (fuzz/corpus/grib_reader_fuzz/
+// edition1_local_definition_5.grib): ecCodes' GRIB1 sample with its ECMWF localDefinitionNumber
+// changed from 1 to 5, which ecCodes lays out in 58 bytes of a 52-byte PDS; it then read the grid
+// description 6 bytes late, found a grid type (226) it has no template for and leaked the
+// half-built handle. The local use is no longer handed to ecCodes, so the sections are where the
+// message has them: here a grid of 4 x 3 points whose last latitude (5310.49) is no latitude.
+const unsigned char kLocalDefinition5Leak[] = {
+    0x47, 0x52, 0x49, 0x42, 0x00, 0x00, 0x78, 0x01, 0x00, 0x00, 0x34, 0x80, 0x62, 0x80, 0xff, 0x80, 0x82, 0x64, 0x01, 0xf4,
+    0x14, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x15, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x05, 0x01, 0x02, 0x04, 0x01, 0x30, 0x30, 0x30, 0x31, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x20, 0x00, 0xff, 0x00, 0x00, 0x04, 0x00, 0x03, 0x00, 0xe2, 0x60, 0x00, 0x00, 0x00, 0x80, 0x51, 0x08, 0x1a,
+    0x04, 0x10, 0x63, 0x00, 0x00, 0x05, 0xdc, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x18, 0x08, 0x80, 0x04, 0x42, 0xfa,
+    0x00, 0x00, 0x08, 0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0x00, 0x37, 0x37, 0x37, 0x37};
+
+std::vector<unsigned char> local_definition_5_leak() {
+  return std::vector<unsigned char>(std::begin(kLocalDefinition5Leak), std::end(kLocalDefinition5Leak));
+}
+
+// A GRIB2 message given a section 2 (local use) of `local` bytes after its 21-byte section 1,
+// and section 1's productionStatusOfProcessedData set to `production_status`.
+std::vector<unsigned char> with_local_section(std::vector<unsigned char> bytes, const std::vector<unsigned char>& local,
+                                              unsigned char production_status) {
+  const size_t section2 = 16 + 21, length = 5 + local.size();
+  std::vector<unsigned char> section{0, 0, 0, static_cast<unsigned char>(length), 2};
+  section.insert(section.end(), local.begin(), local.end());
+  bytes.insert(bytes.begin() + section2, section.begin(), section.end());
+  bytes[16 + 19] = production_status;  // section 1 octet 20
+  uint64_t total = 0;
+  for (int i = 8; i < 16; ++i) total = total << 8 | bytes[i];
+  total += length;
+  for (int i = 15; i >= 8; --i, total >>= 8) bytes[i] = static_cast<unsigned char>(total & 0xff);
+  return bytes;
+}
+
+// A TIGGE-LAM message (productionStatusOfProcessedData 4) whose local use names TIGGE local
+// version 65535: ecCodes 2.28 has no grib2/local.tigge.65535.def and leaked the handle.
+std::vector<unsigned char> tigge_local_version_65535() {
+  fixtures::MessageSpec spec;
+  spec.ni = 4, spec.nj = 3, spec.lat_last = 57.0, spec.lon_last = 4.5;
+  for (int k = 0; k < 12; ++k) spec.values.push_back(250.0 + k);
+  return with_local_section(fixtures::encode(spec), {0xff, 0xff, 0, 0, 0, 0}, 4);
+}
+
+}  // namespace
+
+TEST(GribReader, FuzzedLocalDefinitionIsRefusedForItsGrid) {
+  TempDir directory;
+  const std::string path = directory.file("local_definition_5.grib");
+  fixtures::write_file(path, local_definition_5_leak());
+  testing::internal::CaptureStderr();
+  const std::string error = error_of([&] { open_reader(path); });
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_TRUE(contains(error, path + ": message 1 (at byte 0)")) << error;
+  EXPECT_TRUE(contains(error, "5310.49") && contains(error, "key 'jScansPositively'")) << error;
+}
+
+// A well-formed GRIB1 message whose local definition (ECMWF's 1, MARS labelling, as in GRIB1
+// files from MARS) is renumbered 5, longer than its section: read as it was, values and all.
+TEST(GribReader, LocalDefinitionLongerThanItsSectionIsIgnored) {
+  TempDir directory;
+  fixtures::MessageSpec spec;
+  spec.sample = "regular_ll_pl_grib1";
+  for (int k = 0; k < 40; ++k) spec.values.push_back(200.0 + k);
+  spec.packing = "grid_simple", spec.bits_per_value = 16;
+  std::vector<unsigned char> bytes = fixtures::encode(spec);
+  ASSERT_EQ(bytes[8 + 2], 52);  // the PDS: 28 octets and ECMWF's local definition 1
+  ASSERT_EQ(bytes[8 + 40], 1);  // localDefinitionNumber
+  bytes[8 + 40] = 5;
+  const std::string path = directory.file("local_definition_5.grib");
+  fixtures::write_file(path, bytes);
+  testing::internal::CaptureStderr();
+  auto reader = open_reader(path);
+  std::vector<float> values(40);
+  reader->read("t", {0, 0, 0, 0}, {1, 1, 5, 8}, values.data());
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(reader->variable("t").attributes.at("GRIB_paramId").numbers, (std::vector<double>{130.0}));
+  for (int k = 0; k < 40; ++k) EXPECT_NEAR(values[k], 200.0 + k, 1e-3);
+}
+
+TEST(GribReader, GribTwoLocalSectionIsIgnored) {
+  TempDir directory;
+  const std::string path = directory.file("tigge.grib2");
+  fixtures::write_file(path, tigge_local_version_65535());
+  testing::internal::CaptureStderr();
+  auto reader = open_reader(path);
+  std::vector<float> values(12);
+  reader->read("t", {0, 0, 0, 0}, {1, 1, 3, 4}, values.data());
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  for (int k = 0; k < 12; ++k) EXPECT_EQ(values[k], 250.0f + k);
+}
+
+// What ecCodes logs goes into wxtrain's error when it is the reason, and never to stderr.
+TEST(GribReader, EcCodesLogsIntoTheErrorNotStderr) {
+  TempDir directory;
+  fixtures::MessageSpec spec;
+  spec.packing = "grid_simple", spec.bits_per_value = 16;
+  for (int k = 0; k < 40; ++k) spec.values.push_back(250.0 + k);
+  std::vector<unsigned char> bytes = fixtures::encode(spec);
+  const size_t section5 = 16 + 21 + 72 + 34;
+  ASSERT_EQ(bytes[section5 + 4], 5);
+  ASSERT_EQ(bytes[section5 + 19], 16);  // bitsPerValue, octet 20 of template 5.0
+  bytes[section5 + 19] = 30;            // more bits than section 7 holds
+  const std::string path = directory.file("bits.grib2");
+  fixtures::write_file(path, bytes);
+  testing::internal::CaptureStderr();
+  const std::string error = error_of([&] {
+    auto reader = open_reader(path);
+    std::vector<float> values(40);
+    reader->read("t", {0, 0, 0, 0}, {1, 1, 5, 8}, values.data());
+  });
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_TRUE(contains(error, path + ": message 1 (at byte 0): key 'values' ('t')")) << error;
+  EXPECT_TRUE(contains(error, "(ecCodes: Data section size mismatch")) << error;
+
+  // A reference time 4 seconds past the minute (section 1 octet 19): ecCodes logs "Truncating
+  // time: non-zero seconds(4) ignored" reading dataTime, as in the fuzzer's log, and the reader of
+  // minutes takes the time as it is.
+  fixtures::MessageSpec seconds;
+  seconds.values.assign(40, 1.0);
+  std::vector<unsigned char> seconds_bytes = fixtures::encode(seconds);
+  ASSERT_EQ(seconds_bytes[16 + 18], 0);
+  seconds_bytes[16 + 18] = 4;
+  const std::string seconds_path = directory.file("seconds.grib2");
+  fixtures::write_file(seconds_path, seconds_bytes);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(open_reader(seconds_path)->read_doubles("time"), (std::vector<double>{kStart}));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
 TEST(GribReader, ConcurrentReadsAgree) {
   auto reader = open_reader(era5_like_path());
   std::atomic<int> wrong{0};
@@ -434,4 +567,6 @@ TEST(GribReader, DISABLED_WriteFuzzSeeds) {
   fixtures::MessageSpec edition1 = small;
   edition1.sample = "regular_ll_pl_grib1", edition1.packing = "grid_simple", edition1.bits_per_value = 8;
   fixtures::write_file(directory + "/edition1.grib", fixtures::encode(edition1));
+  fixtures::write_file(directory + "/edition1_local_definition_5.grib", local_definition_5_leak());
+  fixtures::write_file(directory + "/tigge_local_version_65535.grib2", tigge_local_version_65535());
 }

@@ -7,7 +7,12 @@
 // and a truncated or corrupt file is reported by what it is (a message running past the end of the
 // file, a section that does not chain) before ecCodes parses a byte of it. read() reads the
 // messages it needs with pread, frames them again (the file may have changed since it was opened)
-// and decodes them; nothing is cached.
+// and decodes them; nothing is cached. ecCodes is handed each message without its centre's local
+// use (GRIB1 PDS octets 29 on, GRIB2 section 2; see drop_local_use), which no key read here comes
+// from and which ecCodes 2.28 mislays or leaks on when it is corrupt.
+//
+// ecCodes' own log goes nowhere (quiet_eccodes): what it says about a message it cannot parse is
+// added to the DataError naming the file, message and key, and nothing reaches stderr.
 //
 // Layout of the variables:
 //   - one variable per shortName; a shortName on two or more typeOfLevel becomes
@@ -37,6 +42,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -197,6 +203,12 @@ uint64_t walk_sections(const ReadAt& read_at, uint64_t length, int edition, cons
       fail("has " + std::to_string(vertical) + " vertical coordinates from octet " + std::to_string(vertical_start) +
            " of a " + std::to_string(gds_length) + "-byte grid description section");
     }
+    // With no vertical coordinates ecCodes still pads the section to octet PVL (where a list of
+    // points per row would start), past its end if PVL says so, and reads the next sections there.
+    if (vertical == 0 && vertical_start != 255 && vertical_start - 1 > gds_length) {
+      fail("has its key 'pvlLocation' at octet " + std::to_string(vertical_start) + ", past the end of its " +
+           std::to_string(gds_length) + "-byte grid description section");
+    }
   }
   if (flags & 0x40) section("bitmap section", 6);
   const uint64_t bds = section("binary data section", 11);
@@ -216,6 +228,36 @@ uint64_t walk_sections(const ReadAt& read_at, uint64_t length, int edition, cons
   }
   if (position != end) fail("has its binary data section end at byte " + std::to_string(position) + ", not at \"7777\" (byte " + std::to_string(end) + ")");
   return bds + 11;
+}
+
+void put_big_endian(unsigned char* bytes, int width, uint64_t value) {
+  for (int i = width - 1; i >= 0; --i, value >>= 8) bytes[i] = static_cast<unsigned char>(value & 0xff);
+}
+
+// Removes the centre's local use from a message whose sections walk_sections has checked: GRIB1
+// octets 29 on of the product definition section, GRIB2 section 2. This reader reads no key of
+// them (ecCodes' parameter and level concepts use none), and ecCodes 2.28 cannot be trusted with
+// them: it lays a local definition out by its own template, not by the section's length, so a
+// local definition longer than its section (localDefinitionNumber 1 changed to 5 in an ECMWF PDS
+// of 52 bytes) moves every later section, and the grid or packing template then read from the
+// wrong bytes may be one it has no file for, which leaks the half-built handle; and a local
+// definition naming a sub-template it has no file for (local.34.<n>, TIGGE or CERRA versions)
+// leaks the same way. Without it ecCodes sees the sections where the message has them.
+void drop_local_use(std::vector<unsigned char>& bytes, int edition) {
+  if (edition == 1) {
+    constexpr uint64_t kStandard = 28;  // octets 1-28: all of the PDS that GRIB1 defines
+    const uint64_t length = big_endian(bytes.data() + 8, 3);
+    if (length <= kStandard) return;
+    bytes.erase(bytes.begin() + static_cast<long>(8 + kStandard), bytes.begin() + static_cast<long>(8 + length));
+    put_big_endian(bytes.data() + 8, 3, kStandard);
+    put_big_endian(bytes.data() + 4, 3, big_endian(bytes.data() + 4, 3) - (length - kStandard));
+    return;
+  }
+  const uint64_t section2 = 16 + big_endian(bytes.data() + 16, 4);
+  if (section2 + 5 > bytes.size() || bytes[section2 + 4] != 2) return;
+  const uint64_t length = big_endian(bytes.data() + section2, 4);
+  bytes.erase(bytes.begin() + static_cast<long>(section2), bytes.begin() + static_cast<long>(section2 + length));
+  put_big_endian(bytes.data() + 8, 8, big_endian(bytes.data() + 8, 8) - length);
 }
 
 // The file, opened once; pread needs no lock, so reader threads share it.
@@ -298,23 +340,26 @@ class GribFile {
     return location;
   }
 
-  // The bytes before the coded values, the sections of the whole message checked.
+  // The bytes before the coded values, the sections of the whole message checked and the local
+  // use dropped (drop_local_use), for ecCodes.
   std::vector<unsigned char> header(MessageLocation& location, const std::string& where) const {
     location.header_length = walk_sections(
         [&](uint64_t at, uint64_t n, unsigned char* out) { read(location.offset + at, out, n); }, location.length, location.edition, where);
     // GRIB1: the whole message (see read_header).
     std::vector<unsigned char> bytes(location.edition == 1 ? location.length : location.header_length);
     read(location.offset, bytes.data(), bytes.size());
+    drop_local_use(bytes, location.edition);
     return bytes;
   }
 
-  // The whole message, its sections checked.
+  // The whole message, its sections checked and the local use dropped, for ecCodes.
   std::vector<unsigned char> message(const MessageLocation& location, const std::string& where) const {
     std::vector<unsigned char> bytes(location.length);
     read(location.offset, bytes.data(), bytes.size());
     if (std::memcmp(bytes.data(), "GRIB", 4) != 0) throw DataError(where + " no longer starts with \"GRIB\" (the file changed since it was opened)");
     walk_sections([&](uint64_t at, uint64_t n, unsigned char* out) { std::memcpy(out, bytes.data() + at, n); }, bytes.size(),
                   location.edition, where);
+    drop_local_use(bytes, location.edition);
     return bytes;
   }
 
@@ -333,6 +378,53 @@ class GribFile {
 std::mutex& eccodes_mutex() {
   static std::mutex mutex;
   return mutex;
+}
+
+// ecCodes' messages. Its default context prints every error it logs to stderr ("ECCODES ERROR :
+// Truncating time: ..."), for a file wxtrain then reports anyway; a user is to see wxtrain's one
+// error. So its log procedure is replaced, once for the process (quiet_eccodes), by one that drops
+// a message unless this thread is inside an EcCodesLog, which keeps the first few for the
+// DataError ecCodes' failure then becomes (EcCodesLog::said()).
+class EcCodesLog {
+ public:
+  EcCodesLog() : outer_(current_) { current_ = this; }
+  ~EcCodesLog() { current_ = outer_; }
+  EcCodesLog(const EcCodesLog&) = delete;
+  EcCodesLog& operator=(const EcCodesLog&) = delete;
+
+  // " (ecCodes: first; second)" for the errors logged so far in this scope, or "".
+  static std::string said() {
+    const EcCodesLog* log = current_;
+    if (!log || log->lines_.empty()) return "";
+    std::string text = " (ecCodes: ";
+    for (size_t i = 0; i < log->lines_.size(); ++i) text += (i ? "; " : "") + log->lines_[i];
+    return text + ")";
+  }
+
+  static void record(const codes_context*, int level, const char* message) {
+    EcCodesLog* log = current_;
+    if (!log || !message) return;
+    level &= ~(1 << 10);  // GRIB_LOG_PERROR (ecCodes appends strerror), not in its public header
+    if (level != GRIB_LOG_ERROR && level != GRIB_LOG_FATAL) return;
+    std::string line(message, strnlen(message, 240));
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.erase(line.begin());
+    if (line.empty() || log->lines_.size() >= kKept) return;
+    if (std::find(log->lines_.begin(), log->lines_.end(), line) == log->lines_.end()) log->lines_.push_back(std::move(line));
+  }
+
+ private:
+  static constexpr size_t kKept = 4;
+  static thread_local EcCodesLog* current_;
+  EcCodesLog* outer_;
+  std::vector<std::string> lines_;
+};
+thread_local EcCodesLog* EcCodesLog::current_ = nullptr;
+
+// Before this reader's first call into ecCodes; thread-safe.
+void quiet_eccodes() {
+  static std::once_flag once;
+  std::call_once(once, [] { codes_context_set_logging_proc(codes_context_get_default(), &EcCodesLog::record); });
 }
 
 struct HandleDeleter {
@@ -382,7 +474,7 @@ class Keys {
 
  private:
   void check(int status, const char* key) const {
-    if (status != CODES_SUCCESS) throw DataError(where_ + ": key '" + key + "': " + codes_get_error_message(status));
+    if (status != CODES_SUCCESS) throw DataError(where_ + ": key '" + key + "': " + codes_get_error_message(status) + EcCodesLog::said());
   }
   codes_handle* handle_;
   std::string where_;
@@ -604,6 +696,7 @@ struct GribVariable {
 class GribReader final : public Reader {
  public:
   explicit GribReader(const std::string& path) : path_(path), file_(path) {
+    quiet_eccodes();
     index_messages();
     build_variables();
   }
@@ -698,11 +791,12 @@ class GribReader final : public Reader {
 
   void read_header(const std::vector<unsigned char>& header, MessageInfo& message, const std::string& place) {
     std::lock_guard<std::mutex> lock(eccodes_mutex());
+    const EcCodesLog log;
     // A partial handle never parses a GRIB1 BDS (where gridType and packingType come from), so
     // a GRIB1 header is the whole message, parsed whole.
     Handle handle(message.location.edition == 1 ? codes_handle_new_from_message(nullptr, header.data(), header.size())
                                                 : codes_handle_new_from_partial_message(nullptr, header.data(), header.size()));
-    if (!handle) throw DataError(place + ": ecCodes cannot parse the message's header");
+    if (!handle) throw DataError(place + ": ecCodes cannot parse the message's header" + EcCodesLog::said());
     const Keys keys(handle.get(), place);
     message.short_name = keys.text("shortName");
     if (message.short_name == "unknown" || message.short_name.empty()) {
@@ -848,25 +942,26 @@ class GribReader final : public Reader {
   std::vector<double> decode(const MessageInfo& message) const {
     const std::string place = where(message);
     const std::vector<unsigned char> bytes = file_.message(message.location, place);
+    const EcCodesLog log;
     Handle handle;
     {
       std::lock_guard<std::mutex> lock(eccodes_mutex());
       handle.reset(codes_handle_new_from_message(nullptr, bytes.data(), bytes.size()));
     }
-    if (!handle) throw DataError(place + ": ecCodes cannot parse the message");
+    if (!handle) throw DataError(place + ": ecCodes cannot parse the message" + EcCodesLog::said());
     // ecCodes puts missingValue where the bitmap has no point; see kFillValue.
     const int set = codes_set_double(handle.get(), "missingValue", kFillValue);
-    if (set != CODES_SUCCESS) throw DataError(place + ": key 'missingValue': " + codes_get_error_message(set));
+    if (set != CODES_SUCCESS) throw DataError(place + ": key 'missingValue': " + codes_get_error_message(set) + EcCodesLog::said());
     size_t size = 0;
     int status = codes_get_size(handle.get(), "values", &size);
-    if (status != CODES_SUCCESS) throw DataError(place + ": key 'values': " + codes_get_error_message(status));
+    if (status != CODES_SUCCESS) throw DataError(place + ": key 'values': " + codes_get_error_message(status) + EcCodesLog::said());
     const size_t expected = static_cast<size_t>(grid_.ni) * static_cast<size_t>(grid_.nj);
     if (size != expected) {
       throw DataError(place + ": key 'values' has " + std::to_string(size) + " values for a grid of " + std::to_string(expected) + " points");
     }
     std::vector<double> values(size);
     status = codes_get_double_array(handle.get(), "values", values.data(), &size);
-    if (status != CODES_SUCCESS) throw DataError(place + ": key 'values' ('" + message.short_name + "'): " + codes_get_error_message(status));
+    if (status != CODES_SUCCESS) throw DataError(place + ": key 'values' ('" + message.short_name + "'): " + codes_get_error_message(status) + EcCodesLog::said());
     if (size != expected) throw DataError(place + ": key 'values' decoded " + std::to_string(size) + " of " + std::to_string(expected) + " points");
     return values;
   }
