@@ -158,6 +158,7 @@ struct Dataset::Source {
   void decode(float* values, int64_t n) const {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const bool scaled = scale != 1.0 || offset != 0.0;
+    if (!scaled && fill_values.empty()) return;  // float data with NaN fill: as stored
     for (int64_t i = 0; i < n; ++i) {
       float& value = values[i];
       for (float fill : fill_values) {
@@ -511,16 +512,17 @@ void Dataset::read_state(int64_t t, float* out) const {
   }
 }
 
-torch::Tensor Dataset::state(int64_t t) const {
+torch::Tensor Dataset::state(int64_t t) const { return shared_state(t).clone(); }
+
+torch::Tensor Dataset::shared_state(int64_t t) const {
   TORCH_CHECK(t >= 0 && t < num_times(), "time index ", t, " outside [0, ", num_times(), ")");
-  // Clones so that callers may modify what they get without touching the stored data.
-  if (preloaded_.defined()) return preloaded_[t].clone();
+  if (preloaded_.defined()) return preloaded_[t];
   {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     auto hit = cache_.find(t);
     if (hit != cache_.end()) {
       cache_order_.splice(cache_order_.begin(), cache_order_, hit->second.second);
-      return hit->second.first.clone();
+      return hit->second.first;
     }
   }
   torch::Tensor state = torch::empty({num_variables(), num_lat(), num_lon()}, torch::kFloat32);
@@ -529,7 +531,7 @@ torch::Tensor Dataset::state(int64_t t) const {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.find(t) == cache_.end()) {
       cache_order_.push_front(t);
-      cache_.emplace(t, std::make_pair(state.clone(), cache_order_.begin()));
+      cache_.emplace(t, std::make_pair(state, cache_order_.begin()));
       while (static_cast<int64_t>(cache_.size()) > options_.cache_states) {
         cache_.erase(cache_order_.back());
         cache_order_.pop_back();

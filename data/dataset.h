@@ -104,8 +104,12 @@ class Dataset {
   bool has_fill_values() const { return has_fill_values_; }
   bool preloaded() const { return preloaded_.defined(); }
 
-  // float32 [V, lat, lon] in physical units; NaN where the file has fill values.
+  // float32 [V, lat, lon] in physical units; NaN where the file has fill values. A copy the caller
+  // may change.
   torch::Tensor state(int64_t t) const;
+  // The same values without the copy: the preloaded data's or the state cache's own tensor, which
+  // the caller must not modify in place (the loader's workers only read it: make_sample).
+  torch::Tensor shared_state(int64_t t) const;
 
  private:
   struct Source;  // one [[data.sources]] entry: its reader, dimension layout, decoding, grid mapping

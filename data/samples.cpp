@@ -157,7 +157,7 @@ Sample make_sample(const Dataset& dataset, const Normalization& normalization, c
   TORCH_CHECK(first >= 0 && last < dataset.num_times(), "sample at time ", t, " needs states ", first,
               "..", last, " but the dataset has ", dataset.num_times());
   std::vector<torch::Tensor> states;
-  for (int64_t s = first; s <= last; ++s) states.push_back(dataset.state(s));
+  for (int64_t s = first; s <= last; ++s) states.push_back(dataset.shared_state(s));  // stack copies
   const torch::Tensor raw = torch::stack(states);  // [H + R, V, lat, lon]
   const torch::Tensor normalized = normalization.normalize(raw);
   const int64_t V = dataset.num_variables();
