@@ -262,6 +262,11 @@ void write_forecast(const std::string& path, const torch::Tensor& states, const 
     std::error_code ignored;
     std::filesystem::remove(temporary, ignored);
     throw DataError("cannot write forecast " + path + ": " + error.what());
+  } catch (const DataError& error) {
+    // netCDF-C's message names the temporary file; the user asked for `path`.
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw DataError("cannot write forecast " + path + " (through " + temporary.string() + "): " + error.what());
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(temporary, ignored);

@@ -34,8 +34,10 @@ ZarrV2Writer::ZarrV2Writer(std::string target) : target_(std::move(target)) {
   temporary_ = (parent / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
   std::error_code error;
   fs::remove_all(temporary_, error);
-  if (!fs::create_directories(temporary_, error) && error) {
-    throw DataError("cannot create " + temporary_ + " (for " + target_ + "): " + error.message());
+  // The target's folder must exist, as for a NetCDF file: a typo in it is an error, not a new tree.
+  if (!fs::create_directory(temporary_, error)) {
+    throw DataError("cannot write " + target_ + ": cannot create " + temporary_ + ": " +
+                    (error ? error.message() : "it exists"));
   }
 }
 

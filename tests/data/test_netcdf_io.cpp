@@ -121,6 +121,16 @@ TEST(ForecastWriter, RoundTripsValuesNamesUnitsAndGrid) {
   EXPECT_TRUE(back.has_fill_values());
   for (int64_t t = 0; t < 4; ++t) EXPECT_TRUE(same_with_nan(back.state(t), forecast[t])) << "t=" << t;
 
+  // A folder that does not exist: the message names the file asked for, for both formats.
+  for (const std::string target : {"/nonexistent-dir/forecast.nc", "/nonexistent-dir/forecast.zarr"}) {
+    try {
+      write_forecast(target, forecast, coordinates);
+      ADD_FAILURE() << "no error writing " << target;
+    } catch (const DataError& error) {
+      EXPECT_NE(std::string(error.what()).find(target.substr(0, target.size() - 3)), std::string::npos) << error.what();
+    }
+  }
+
   // A forecast of the wrong shape is refused before anything is written.
   EXPECT_THROW(write_forecast(dir.file("bad.nc"), forecast.slice(1, 0, 5), coordinates), DataError);
   EXPECT_FALSE(std::filesystem::exists(dir.file("bad.nc")));
