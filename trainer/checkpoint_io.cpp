@@ -1,7 +1,11 @@
 #include "trainer/checkpoint_io.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -60,34 +64,225 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   file.commit("the previous checkpoint, if any, is unchanged");
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw Error(path + ": checkpoint not found");
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(path);
-  } catch (const c10::Error& e) {
-    throw Error(path + ": not a readable wxtrain checkpoint (truncated or another format?): " +
-                e.what_without_backtrace());
+namespace {
+
+// --- A look at the archive before LibTorch reads it ---
+//
+// LibTorch sizes its buffers from what a file declares before it checks that the file holds that
+// much: the zip reader allocates an entry's declared size (mz_zip_reader_file_stat ->
+// getRecord), and the unpickler a string's (Unpickler::readBytes resizes a std::string to a
+// BINUNICODE/BINBYTES length, up to 4 GiB, or 2^64 for the 8-byte forms, zero-filling it). One
+// flipped byte in a length field then costs gigabytes and seconds before "Unexpected end of
+// pickler archive" (found by fuzz/checkpoint_fuzz: 4 GiB and 15 s for a 6 KB file). The zip's
+// central directory and the pickles (data.pkl, constants.pkl; LibTorch stores them uncompressed)
+// are walked here first and a length past the end of the file is refused. Whatever this walk does
+// not understand (another compression, an unknown opcode) it leaves to LibTorch's own checks.
+
+class FileBytes {
+ public:
+  explicit FileBytes(const std::string& path) : in_(path, std::ios::binary) {
+    in_.seekg(0, std::ios::end);
+    size_ = in_ ? static_cast<uint64_t>(in_.tellg()) : 0;
   }
+  uint64_t size() const { return size_; }
+  // `length` bytes at `offset`, or nothing when the file is shorter.
+  std::optional<std::string> read(uint64_t offset, uint64_t length) {
+    if (offset > size_ || length > size_ - offset) return std::nullopt;
+    std::string out(length, '\0');
+    in_.clear();
+    in_.seekg(static_cast<std::streamoff>(offset));
+    if (!in_.read(out.data(), static_cast<std::streamsize>(length))) return std::nullopt;
+    return out;
+  }
+
+ private:
+  std::ifstream in_;
+  uint64_t size_ = 0;
+};
+
+uint64_t little_endian(const std::string& bytes, size_t at, int width) {
+  uint64_t value = 0;
+  for (int i = width - 1; i >= 0; --i) value = (value << 8) | static_cast<unsigned char>(bytes[at + i]);
+  return value;
+}
+
+// Throws when a pickle declares a string or bytes longer than what is left of it.
+void check_pickle(const std::string& path, const std::string& name, const std::string& pickle) {
+  size_t at = 0;
+  auto fail = [&](uint64_t length, size_t where) {
+    throw Error(path + ": not a readable wxtrain checkpoint (damaged): its '" + name + "' declares " +
+                std::to_string(length) + " bytes at byte " + std::to_string(where) + " of " +
+                std::to_string(pickle.size()));
+  };
+  auto length_field = [&](int width) -> uint64_t {  // a length of `width` bytes, then that many bytes
+    if (pickle.size() - at < static_cast<size_t>(width)) fail(width, at);
+    const uint64_t length = little_endian(pickle, at, width);
+    at += width;
+    if (length > pickle.size() - at) fail(length, at);
+    at += length;
+    return length;
+  };
+  auto fixed = [&](size_t width) {
+    if (pickle.size() - at < width) fail(width, at);
+    at += width;
+  };
+  auto line = [&] {  // newline-terminated text arguments of the protocol 0 opcodes
+    const size_t end = pickle.find('\n', at);
+    if (end == std::string::npos) fail(pickle.size() - at + 1, at);
+    at = end + 1;
+  };
+  while (at < pickle.size()) {
+    const unsigned char op = static_cast<unsigned char>(pickle[at++]);
+    switch (op) {
+      case '.': return;                                                    // STOP
+      case 0x80: case 'K': case 'q': case 'h': fixed(1); break;            // PROTO BININT1 BINPUT BINGET
+      case 'M': fixed(2); break;                                           // BININT2
+      case 'J': case 'r': case 'j': fixed(4); break;                       // BININT LONG_BINPUT LONG_BINGET
+      case 'G': case 0x95: fixed(8); break;                                // BINFLOAT FRAME
+      case 0x8a: case 0x8c: case 'C': case 'U': length_field(1); break;    // LONG1 SHORT_BINUNICODE SHORT_BINBYTES SHORT_BINSTRING
+      case 0x8b: case 'X': case 'B': case 'T': length_field(4); break;     // LONG4 BINUNICODE BINBYTES BINSTRING
+      case 0x8d: case 0x8e: case 0x96: length_field(8); break;             // BINUNICODE8 BINBYTES8 BYTEARRAY8
+      case 'c': case 'i': line(); line(); break;                           // GLOBAL INST
+      case 'I': case 'L': case 'S': case 'V': case 'F': case 'P': case 'g': case 'p': line(); break;
+      case '(': case '0': case '1': case '2': case 'N': case 0x88: case 0x89: case ']': case 'a': case 'e':
+      case 'l': case ')': case 't': case 0x85: case 0x86: case 0x87: case '}': case 'd': case 's': case 'u':
+      case 0x8f: case 0x90: case 0x91: case 'b': case 'R': case 0x81: case 0x92: case 0x93: case 0x94:
+      case 'Q': case 'o': case 0x97: case 0x98:
+        break;                                                             // no argument
+      default: return;  // not an opcode this walk knows: LibTorch's unpickler says what is wrong
+    }
+  }
+}
+
+// The zip's central directory: every entry within the file, a stored entry as long as it says,
+// and the pickles checked by check_pickle. Throws Error naming the file and the entry.
+void check_archive(const std::string& path) {
+  FileBytes file(path);
+  const uint64_t size = file.size();
+  auto damaged = [&](const std::string& what) {
+    throw Error(path + ": not a readable wxtrain checkpoint (damaged): " + what);
+  };
+  // End of central directory: 22 bytes and a comment of up to 64 KiB at the end of the file.
+  const uint64_t tail_length = std::min<uint64_t>(size, 22 + 65535);
+  const std::optional<std::string> tail = file.read(size - tail_length, tail_length);
+  if (!tail || tail->size() < 22) return;
+  size_t eocd = std::string::npos;
+  for (size_t i = tail->size() - 22 + 1; i-- > 0;) {
+    if (little_endian(*tail, i, 4) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+  }
+  if (eocd == std::string::npos) return;  // not a zip: LibTorch says so
+  uint64_t entries = little_endian(*tail, eocd + 10, 2);
+  uint64_t directory_size = little_endian(*tail, eocd + 12, 4);
+  uint64_t directory_offset = little_endian(*tail, eocd + 16, 4);
+  if (entries == 0xFFFF || directory_size == 0xFFFFFFFF || directory_offset == 0xFFFFFFFF) {
+    // Zip64 (a checkpoint over 4 GiB): its locator just before, pointing at the zip64 record.
+    if (eocd < 20 || little_endian(*tail, eocd - 20, 4) != 0x07064b50) return;
+    const std::optional<std::string> record = file.read(little_endian(*tail, eocd - 20 + 8, 8), 56);
+    if (!record || little_endian(*record, 0, 4) != 0x06064b50) return;
+    entries = little_endian(*record, 32, 8);
+    directory_size = little_endian(*record, 40, 8);
+    directory_offset = little_endian(*record, 48, 8);
+  }
+  if (directory_offset > size || directory_size > size - directory_offset || entries > directory_size / 46)
+    damaged("its zip directory declares " + std::to_string(entries) + " entries in " +
+            std::to_string(directory_size) + " bytes at byte " + std::to_string(directory_offset) +
+            " of a " + std::to_string(size) + "-byte file");
+  const std::optional<std::string> directory = file.read(directory_offset, directory_size);
+  if (!directory) return;
+  size_t at = 0;
+  for (uint64_t n = 0; n < entries; ++n) {
+    if (directory->size() - at < 46 || little_endian(*directory, at, 4) != 0x02014b50) return;
+    const uint64_t method = little_endian(*directory, at + 10, 2);
+    uint64_t compressed = little_endian(*directory, at + 20, 4);
+    uint64_t uncompressed = little_endian(*directory, at + 24, 4);
+    const size_t name_length = little_endian(*directory, at + 28, 2);
+    const size_t extra_length = little_endian(*directory, at + 30, 2);
+    const size_t comment_length = little_endian(*directory, at + 32, 2);
+    uint64_t local = little_endian(*directory, at + 42, 4);
+    if (directory->size() - at - 46 < name_length + extra_length + comment_length) return;
+    const std::string name = directory->substr(at + 46, name_length);
+    // Zip64 sizes and offset: in the extra field with id 1, for each field that reads 0xFFFFFFFF.
+    for (size_t e = at + 46 + name_length; e + 4 <= at + 46 + name_length + extra_length;) {
+      const uint64_t id = little_endian(*directory, e, 2), length = little_endian(*directory, e + 2, 2);
+      size_t field = e + 4;
+      const size_t field_end = std::min<size_t>(field + length, at + 46 + name_length + extra_length);
+      if (id == 1) {
+        for (uint64_t* value : {&uncompressed, &compressed, &local}) {
+          if (*value != 0xFFFFFFFF) continue;
+          if (field + 8 > field_end) break;
+          *value = little_endian(*directory, field, 8);
+          field += 8;
+        }
+      }
+      e += 4 + length;
+    }
+    at += 46 + name_length + extra_length + comment_length;
+    if (local > size || compressed > size - local)
+      damaged("its entry '" + name + "' declares " + std::to_string(compressed) + " bytes at byte " +
+              std::to_string(local) + " of a " + std::to_string(size) + "-byte file");
+    // Stored entries are as long as they say; deflate expands at most 1032:1.
+    if ((method == 0 && uncompressed != compressed) ||
+        (method != 0 && compressed > 0 && uncompressed / 1032 > compressed + 1))
+      damaged("its entry '" + name + "' declares " + std::to_string(uncompressed) + " bytes from " +
+              std::to_string(compressed) + " stored");
+    const bool pickle = name.size() >= 8 && (name.compare(name.size() - 8, 8, "data.pkl") == 0 ||
+                                             (name.size() >= 13 && name.compare(name.size() - 13, 13, "constants.pkl") == 0));
+    if (!pickle || method != 0 || compressed > (uint64_t{64} << 20)) continue;
+    const std::optional<std::string> header = file.read(local, 30);
+    if (!header || little_endian(*header, 0, 4) != 0x04034b50) continue;
+    const uint64_t data = local + 30 + little_endian(*header, 26, 2) + little_endian(*header, 28, 2);
+    if (const std::optional<std::string> bytes = file.read(data, compressed)) check_pickle(path, name, *bytes);
+  }
+}
+
+// The first line of a LibTorch error: torch::jit's ErrorReport adds the TorchScript source around
+// the fault and c10::Error a backtrace, neither of which tells a user anything about their file.
+std::string first_line(const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find_first_not_of(" \t") != std::string::npos) return line;
+  }
+  return "no message";
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  check_archive(path);
+  torch::serialize::InputArchive archive;
+  archive.load_from(path);
   c10::IValue v;
   if (!archive.try_read("format", v) || !v.isString() || v.toStringRef() != "wxtrain-checkpoint-1")
     throw Error(path + ": not a wxtrain checkpoint (no 'format' = wxtrain-checkpoint-1 entry)");
   Checkpoint c;
-  auto required = [&](const char* key) {
+  auto required = [&](const char* key) -> const c10::IValue& {
     if (!archive.try_read(key, v)) throw Error(path + ": not a complete wxtrain checkpoint: it lacks '" + key + "'");
     return v;
   };
-  c.step = required("step").toInt();
-  c.loader.epoch = required("loader_epoch").toInt();
-  c.loader.batch_index = required("loader_batch").toInt();
-  c.config_text = required("config_text").toStringRef();
-  if (archive.try_read("config_overrides", v)) {
+  // Each entry of the type it is written with: toInt() or toStringRef() on another type would throw
+  // c10::Error with a backtrace rather than say which entry is wrong.
+  auto integer = [&](const char* key) {
+    const c10::IValue& value = required(key);
+    if (!value.isInt()) throw Error(path + ": corrupt wxtrain checkpoint: '" + key + "' is not an integer");
+    return value.toInt();
+  };
+  auto text = [&](const char* key) {
+    const c10::IValue& value = required(key);
+    if (!value.isString()) throw Error(path + ": corrupt wxtrain checkpoint: '" + key + "' is not a string");
+    return value.toStringRef();
+  };
+  c.step = integer("step");
+  c.loader.epoch = integer("loader_epoch");
+  c.loader.batch_index = integer("loader_batch");
+  c.config_text = text("config_text");
+  if (archive.try_read("config_overrides", v) && v.isString()) {
     std::istringstream lines(v.toStringRef());
     for (std::string line; std::getline(lines, line);)
       if (!line.empty()) c.overrides.push_back(line);
   }
-  c.model_name = required("model_name").toStringRef();
-  c.world_size = required("world_size").toInt();
+  c.model_name = text("model_name");
+  c.world_size = integer("world_size");
   torch::Tensor rng;
   if (archive.try_read("rng_state", rng)) c.rng_state = rng;
   c.model = read_map(archive, "model");
@@ -95,6 +290,26 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.scaler = read_map(archive, "scaler");
   c.normalization = read_map(archive, "normalization");
   return c;
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw Error(path + ": checkpoint not found");
+  // A damaged file fails anywhere in LibTorch's zip reader, unpickler or TorchScript importer:
+  // c10::Error from the first two, torch::jit::ErrorReport (a std::exception) from the last, and
+  // from reading an entry of another type than written. Each becomes one message naming the file
+  // (found by fuzz/checkpoint_fuzz: a flipped byte in the embedded TorchScript ended the process).
+  const std::string prefix = path + ": not a readable wxtrain checkpoint (truncated, damaged or another format?): ";
+  try {
+    return read_checkpoint(path);
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    throw Error(prefix + first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw Error(prefix + first_line(e.what()));
+  }
 }
 
 TensorMap model_weights(const models::WeatherModelImpl& model) {

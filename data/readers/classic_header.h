@@ -13,4 +13,11 @@ namespace wxtrain::data {
 // header itself is cut short or malformed.
 uint64_t classic_data_end(const std::string& path);
 
+// Run before nc_open on a file with a classic magic number: netCDF-C allocates every name, attribute
+// and list as large as the header declares before reading it, so a corrupt length field would have
+// it allocate up to 2^64 bytes. Throws DataError naming the file when a length reaches far past the
+// end of the file or the header is otherwise malformed; a header merely cut short is left to
+// netCDF-C (and classic_data_end).
+void check_classic_header(const std::string& path);
+
 }  // namespace wxtrain::data

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
@@ -47,6 +48,28 @@ std::vector<std::string> names_of_variables(int ncid, const std::string& path) {
   return names;
 }
 
+// Values are read converted to float or double: only the numeric atomic types convert. netCDF-C
+// refuses the others (NC_ECHAR, NC_EBADTYPE), but only after reading them: a NetCDF-4 string
+// variable read as float leaks every string HDF5 allocated (netCDF-C 4.9.0, NC4_get_vars ->
+// H5Dread -> H5T__conv_vlen; found by fuzz/netcdf_reader_fuzz), so they are refused before the call.
+void check_numeric(int ncid, int varid, const std::string& path, const std::string& variable) {
+  nc_type type = NC_NAT;
+  check(nc_inq_vartype(ncid, varid, &type), path, variable, "reading the type");
+  const bool numeric = type != NC_CHAR && type != NC_STRING && type >= NC_BYTE && type <= NC_MAX_ATOMIC_TYPE;
+  if (numeric) return;
+  const std::string name = type == NC_CHAR ? "char" : type == NC_STRING ? "string" : "user-defined";
+  throw DataError("cannot read " + describe(path, variable) + " as numbers: it holds " + name +
+                  " values (a coordinate or field must be numeric)");
+}
+
+// "CDF" and version 1, 2 or 5: a classic file, whose header check_classic_header checks first.
+bool has_classic_magic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  if (!in.read(magic, 4)) return false;
+  return magic[0] == 'C' && magic[1] == 'D' && magic[2] == 'F' && (magic[3] == 1 || magic[3] == 2 || magic[3] == 5);
+}
+
 std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
@@ -82,6 +105,7 @@ NetcdfFile NetcdfFile::open(const std::string& path) {
   } else if (!std::filesystem::exists(path)) {
     throw DataError("data file not found: " + path);
   }
+  if (!is_zarr_url(path) && has_classic_magic(path)) check_classic_header(path);
   int ncid = -1;
   int status = NC_NOERR;
   {
@@ -254,7 +278,9 @@ std::optional<double> NetcdfFile::number_attribute(const std::string& variable,
 std::vector<double> NetcdfFile::number_attributes(const std::string& variable, const std::string& name) const {
   Lock lock(netcdf_mutex());
   const auto att = attribute(variable, name);
-  if (!att || att->type == NC_CHAR || att->type == NC_STRING || att->length == 0) return {};
+  // Numeric atomic types only: a string or user-defined (vlen, compound) attribute is not a number.
+  if (!att || att->type == NC_CHAR || att->type == NC_STRING || att->type > NC_MAX_ATOMIC_TYPE || att->length == 0)
+    return {};
   std::vector<double> values(att->length);
   check(nc_get_att_double(ncid_, att->varid, name.c_str(), values.data()), path_, variable,
         "reading attribute '" + name + "'");
@@ -292,8 +318,12 @@ std::vector<double> NetcdfFile::read_doubles(const std::string& variable) const 
   for (int dimid : dimids) {
     size_t length = 0;
     check(nc_inq_dimlen(ncid_, dimid, &length), path_, variable, "reading a dimension length");
-    total *= length;
+    // A corrupt header's lengths could overflow the count and have netCDF-C write past `values`.
+    if (__builtin_mul_overflow(total, length, &total) || total > std::vector<double>().max_size()) {
+      throw DataError("cannot read " + describe(path_, variable) + " whole: its dimensions hold more values than fit in memory");
+    }
   }
+  check_numeric(ncid_, varid, path_, variable);
   std::vector<double> values(total);
   if (total > 0) check(nc_get_var_double(ncid_, varid, values.data()), path_, variable, "reading values");
   return values;
@@ -307,6 +337,7 @@ void NetcdfFile::read_floats(const std::string& variable, const std::vector<size
   what << "reading a slab starting at (";
   for (size_t i = 0; i < start.size(); ++i) what << (i ? ", " : "") << start[i];
   what << ")";
+  check_numeric(ncid_, varid, path_, variable);
   check(nc_get_vara_float(ncid_, varid, start.data(), count.data(), out), path_, variable, what.str());
 }
 

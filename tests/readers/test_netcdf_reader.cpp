@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <netcdf.h>
 
+#include <fstream>
+#include <string>
+
 #include "core/error.h"
 #include "data/readers/netcdf_file.h"
 #include "data/readers/reader.h"
@@ -65,4 +68,72 @@ TEST(NetcdfReader, ErrorsNameTheFileAndWhatIsThere) {
   }
   std::vector<float> slab(10);
   EXPECT_THROW(reader->read("p", {63, 0, 0}, {2, 1, 5}, slab.data()), DataError);
+}
+
+// Found by fuzz/netcdf_reader_fuzz: inputs that made netCDF-C leak or allocate what a corrupt header
+// declares. Each is now a DataError naming the file, raised before netCDF-C is asked.
+namespace {
+
+std::string error_reading(const std::string& path, const std::string& variable) {
+  try {
+    auto reader = open_reader(path);
+    if (!variable.empty()) {
+      float value = 0;
+      reader->read(variable, {}, {}, &value);
+    }
+  } catch (const DataError& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(NetcdfReader, AStringVariableIsRefusedBeforeNetcdfCReadsIt) {
+  // Read as float, netCDF-C 4.9.0 fetched the strings through HDF5 and leaked them before failing.
+  const std::string path = ::testing::TempDir() + "/wxtrain_string_variable.nc";
+  int ncid = -1, varid = -1;
+  ASSERT_EQ(nc_create(path.c_str(), NC_CLOBBER | NC_NETCDF4, &ncid), NC_NOERR);
+  ASSERT_EQ(nc_def_var(ncid, "name", NC_STRING, 0, nullptr, &varid), NC_NOERR);
+  const char* value = "seed";
+  ASSERT_EQ(nc_put_var_string(ncid, varid, &value), NC_NOERR);
+  ASSERT_EQ(nc_close(ncid), NC_NOERR);
+  const std::string message = error_reading(path, "name");
+  EXPECT_NE(message.find(path + ", variable 'name' as numbers: it holds string values"), std::string::npos) << message;
+}
+
+TEST(NetcdfReader, AClassicLengthPastTheEndIsRefusedBeforeNetcdfCAllocatesIt) {
+  // CDF-5, one dimension whose name declares 2^42 bytes: netCDF-C would calloc that much first.
+  const std::string path = ::testing::TempDir() + "/wxtrain_huge_name.nc";
+  std::string header("CDF\x05", 4);
+  auto u64 = [&](uint64_t v) {
+    for (int i = 7; i >= 0; --i) header += static_cast<char>((v >> (8 * i)) & 0xFF);
+  };
+  u64(0);                    // numrecs
+  header += std::string("\0\0\0\x0A", 4);  // the dimension list
+  u64(1);
+  u64(uint64_t{1} << 42);    // its name's length
+  header += std::string(64, 'x');
+  std::ofstream(path, std::ios::binary) << header;
+  const std::string message = error_reading(path, "");
+  EXPECT_NE(message.find(path + " is not a readable NetCDF file: its classic header is malformed (a name declares "
+                                "4398046511104 x 1 bytes"),
+            std::string::npos)
+      << message;
+}
+
+TEST(NetcdfReader, ALengthSplitByTheEndOfTheFileIsReadAsNetcdfCReadsIt) {
+  // The file ends 4 bytes into a CDF-5 name length: netCDF-C reads zeros past the end, so the
+  // length is 0x007fc000'00000000 to it (and a calloc of 2^55 bytes), not a header merely cut short.
+  const std::string path = ::testing::TempDir() + "/wxtrain_split_length.nc";
+  std::string header("CDF\x05", 4);
+  header += std::string(8, '\0');                             // numrecs
+  header += std::string("\0\0\0\x0A\0\0\0\0\0\0\0\x01", 12);   // a dimension list of one
+  header += std::string("\0\x7f\xc0\0", 4);                 // its name's length, cut after 4 of 8 bytes
+  std::ofstream(path, std::ios::binary) << header;
+  const std::string message = error_reading(path, "");
+  EXPECT_NE(message.find(path + " is not a readable NetCDF file: its classic header is malformed (a name declares "
+                                "35958428274786304 x 1 bytes where the file has 0 left)"),
+            std::string::npos)
+      << message;
 }

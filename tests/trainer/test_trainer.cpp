@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "core/error.h"
@@ -170,4 +171,82 @@ TEST(Checkpoint, TruncatedFileIsAClearError) {
   } catch (const wxtrain::Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
+}
+
+// Damaged checkpoints found by fuzz/checkpoint_fuzz: each is one wxtrain::Error naming the file.
+namespace {
+
+// A small checkpoint in the layout save_checkpoint writes, its bytes.
+std::string small_checkpoint_bytes(const std::string& path) {
+  Checkpoint c;
+  c.step = 3;
+  c.config_text = "[model]\nname = \"unet\"\n";
+  c.model_name = "unet";
+  c.model["conv.weight"] = torch::ones({2, 2});
+  save_checkpoint(path, c);
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_checkpoint(path);
+  } catch (const wxtrain::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(Checkpoint, DamagedTorchScriptIsAnErrorNotAnAbort) {
+  // The TorchScript stored beside the tensors no longer parses: LibTorch throws
+  // torch::jit::ErrorReport, which is no c10::Error and used to end the process.
+  const std::string dir = fresh_dir("damaged_script");
+  fs::create_directories(dir);
+  const std::string path = dir + "/checkpoint.pt";
+  std::string bytes = small_checkpoint_bytes(path);
+  const size_t source = bytes.find("class Module(Module):");  // a submodule's source, stored uncompressed
+  ASSERT_NE(source, std::string::npos);
+  bytes.replace(source, 5, "clazz");
+  write_bytes(path, bytes);
+  const std::string message = load_error(path);
+  EXPECT_NE(message.find(path + ": not a readable wxtrain checkpoint"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "one line, no TorchScript excerpt: " << message;
+}
+
+TEST(Checkpoint, ALengthPastTheEndIsRefusedBeforeLibTorchAllocatesIt) {
+  // A flipped length byte in data.pkl: LibTorch's unpickler would zero-fill 4 GiB and take ~15 s
+  // before "Unexpected end of pickler archive"; the walk over the pickle refuses it at once.
+  const std::string dir = fresh_dir("long_string");
+  fs::create_directories(dir);
+  const std::string path = dir + "/checkpoint.pt";
+  std::string bytes = small_checkpoint_bytes(path);
+  const size_t format = bytes.find(std::string("X\x14\0\0\0wxtrain-checkpoint-1", 25));
+  ASSERT_NE(format, std::string::npos);
+  bytes.replace(format + 1, 4, std::string("\0\xff\xff\xff", 4));
+  write_bytes(path, bytes);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = load_error(path);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_NE(message.find(path + ": not a readable wxtrain checkpoint (damaged): its 'archive/data.pkl' declares "
+                                "4294967040 bytes"),
+            std::string::npos)
+      << message;
+}
+
+TEST(Checkpoint, AnEntryOfTheWrongTypeIsNamed) {
+  const std::string dir = fresh_dir("wrong_type");
+  fs::create_directories(dir);
+  const std::string path = dir + "/checkpoint.pt";
+  torch::serialize::OutputArchive archive;
+  archive.write("format", c10::IValue(std::string("wxtrain-checkpoint-1")));
+  archive.write("step", c10::IValue(std::string("three")));
+  archive.save_to(path);
+  const std::string message = load_error(path);
+  EXPECT_NE(message.find(path + ": corrupt wxtrain checkpoint: 'step' is not an integer"), std::string::npos) << message;
 }
