@@ -42,14 +42,20 @@ class HeaderReader {
   }
   // `count` items of at least `item_bytes` each are declared next. netCDF-C allocates what a header
   // declares before it reads it (a name's or attribute's bytes, a list's pointers): a length field
-  // of 2^40 in a 1 KB file is a 1 TB calloc (found by fuzz/netcdf_reader_fuzz). A header cut short
-  // may declare a little more than is left; far more is a corrupt length, refused here.
-  void expect(uint64_t count, uint64_t item_bytes, const char* what) {
+  // of 2^40 in a 1 KB file is a 1 TB calloc (found by fuzz/netcdf_reader_fuzz). A list, whose
+  // entries netCDF-C reads one by one, may be cut short by the end of the file (that is left to
+  // netCDF-C, as before); a name or attribute must lie within the file: netCDF-C would read it past
+  // the end and take what follows from there as the next lengths (a 32 GiB calloc, found by the
+  // fuzzer). Far more than the file holds is a corrupt length, not a cut.
+  void expect(uint64_t count, uint64_t item_bytes, const char* what, bool may_cross_end) {
     const std::streamoff at = in_.tellg();
     const uint64_t left = at < 0 || static_cast<uint64_t>(at) > size_ ? 0 : size_ - static_cast<uint64_t>(at);
-    if (item_bytes > 0 && count > (left + kCutShortSlack) / item_bytes) {
-      malformed(std::string(what) + " declares " + std::to_string(count) + " x " + std::to_string(item_bytes) +
-                " bytes where the file has " + std::to_string(left) + " left");
+    if (item_bytes == 0) return;
+    const std::string declared = std::string(what) + " declares " + std::to_string(count) + " x " +
+                                 std::to_string(item_bytes) + " bytes where the file has " + std::to_string(left) + " left";
+    if (count > (left + kCutShortSlack) / item_bytes) malformed(declared);
+    if (!may_cross_end && count > left / item_bytes) {
+      throw DataError(path_ + " is truncated: its NetCDF header is cut short (" + declared + ")");
     }
   }
   [[noreturn]] void malformed(const std::string& what) const {
@@ -122,14 +128,14 @@ uint64_t walk_header(const std::string& path, bool lenient_end) {
   auto count = [&] { return cdf5 ? reader.u64() : reader.u32(); };
   auto skip_name = [&] {
     const uint64_t length = count();
-    reader.expect(length, 1, "a name");
+    reader.expect(length, 1, "a name", /*may_cross_end=*/false);
     reader.skip(padded(length));
   };
   auto list = [&](uint32_t expected_tag, const char* what) {
     const uint64_t tag = reader.u32();
     const uint64_t n = count();
     if (tag != expected_tag && !(tag == 0 && n == 0)) reader.malformed(std::string("expected the ") + what + " list");
-    reader.expect(n, 8, what);  // the least an entry takes: an empty name's length and one count
+    reader.expect(n, 8, what, /*may_cross_end=*/true);  // the least an entry takes: an empty name's length and one count
     return n;
   };
   auto skip_attributes = [&] {
@@ -137,7 +143,7 @@ uint64_t walk_header(const std::string& path, bool lenient_end) {
       skip_name();
       const uint64_t size = type_size(reader, reader.u32());
       const uint64_t values = count();
-      reader.expect(values, size, "an attribute");
+      reader.expect(values, size, "an attribute", /*may_cross_end=*/false);
       reader.skip(padded(values * size));
     }
   };
@@ -158,7 +164,7 @@ uint64_t walk_header(const std::string& path, bool lenient_end) {
   for (uint64_t n = list(kTagVariable, "variable"); n > 0; --n) {
     skip_name();
     const uint64_t ndims = count();
-    reader.expect(ndims, cdf5 ? 8 : 4, "a variable's dimension list");
+    reader.expect(ndims, cdf5 ? 8 : 4, "a variable's dimension list", /*may_cross_end=*/false);
     Variable v{0, 1, 0, false};
     for (uint64_t d = 0; d < ndims; ++d) {
       const uint64_t id = count();

@@ -137,3 +137,17 @@ TEST(NetcdfReader, ALengthSplitByTheEndOfTheFileIsReadAsNetcdfCReadsIt) {
             std::string::npos)
       << message;
 }
+
+TEST(NetcdfReader, ANameCutByTheEndOfTheFileIsATruncatedHeader) {
+  // A name running past the end: netCDF-C would read on beyond it and take what it finds there as
+  // the next lengths (a 32 GiB calloc in the fuzzer's case).
+  const std::string path = ::testing::TempDir() + "/wxtrain_cut_name.nc";
+  std::string header("CDF\x01\0\0\0\0\0\0\0\x0A\0\0\0\x01\0\0\0\x64", 20);  // one dimension, a 100-byte name
+  header += "abcdefgh";
+  std::ofstream(path, std::ios::binary) << header;
+  const std::string message = error_reading(path, "");
+  EXPECT_NE(message.find(path + " is truncated: its NetCDF header is cut short (a name declares 100 x 1 bytes where "
+                                "the file has 8 left)"),
+            std::string::npos)
+      << message;
+}
