@@ -29,7 +29,7 @@ Normalization Normalization::compute(const Dataset& dataset, int64_t time_begin,
   }
   std::vector<double> sum(V, 0.0), sum_sq(V, 0.0), count(V, 0.0);
   for (int64_t t = time_begin; t < time_end; ++t) {
-    torch::Tensor state = dataset.state(t).to(torch::kFloat64).reshape({V, -1});
+    torch::Tensor state = dataset.shared_state(t).to(torch::kFloat64).reshape({V, -1});  // to() copies
     torch::Tensor valid = ~torch::isnan(state);
     torch::Tensor values = torch::where(valid, state, torch::zeros_like(state));
     torch::Tensor s = values.sum(1), s2 = (values * values).sum(1), n = valid.sum(1).to(torch::kFloat64);
