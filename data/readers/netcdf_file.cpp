@@ -102,9 +102,21 @@ NetcdfFile NetcdfFile::open(const std::string& path) {
     if (!directory.empty() && !std::filesystem::is_directory(directory)) {
       throw DataError("Zarr store not found: " + directory + " (from " + path + ")");
     }
-  } else if (!std::filesystem::exists(path)) {
-    throw DataError("data file not found: " + path);
+    return open_checked(path);
   }
+  if (!std::filesystem::exists(path)) throw DataError("data file not found: " + path);
+  try {
+    return open_checked(path);
+  } catch (const std::exception&) {
+    // Removed between the check above and a later step (a loader worker reading lazily while the
+    // file goes away): whatever that step reported, the cause is this.
+    std::error_code error;
+    if (!std::filesystem::exists(path, error)) throw DataError("data file not found: " + path);
+    throw;
+  }
+}
+
+NetcdfFile NetcdfFile::open_checked(const std::string& path) {
   if (!is_zarr_url(path) && has_classic_magic(path)) check_classic_header(path);
   int ncid = -1;
   int status = NC_NOERR;
@@ -112,10 +124,7 @@ NetcdfFile NetcdfFile::open(const std::string& path) {
     Lock lock(netcdf_mutex());
     status = nc_open(path.c_str(), NC_NOWRITE, &ncid);
   }
-  if (status == ENOENT) {
-    // Removed between the check above and the open (a worker reading lazily): the same message.
-    throw DataError("data file not found: " + path);
-  }
+  if (status == ENOENT) throw DataError("data file not found: " + path);
   if (status == NC_ENOTNC || status == NC_ENOTBUILT || status == NC_EHDFERR) {
     throw DataError(path + " is not a readable NetCDF file (corrupt or another format): " +
                     nc_strerror(status));
@@ -136,7 +145,9 @@ void NetcdfFile::check_not_truncated() const {
   // data/classic_header.h).
   if (format != NC_FORMAT_CLASSIC && format != NC_FORMAT_64BIT_OFFSET && format != NC_FORMAT_CDF5) return;
   const uint64_t needed = classic_data_end(path_);
-  const uint64_t size = std::filesystem::file_size(path_);
+  std::error_code error;
+  const uint64_t size = std::filesystem::file_size(path_, error);
+  if (error) throw DataError("cannot read the size of " + path_ + ": " + error.message());
   if (size < needed) {
     throw DataError(path_ + " is truncated: its header places data up to byte " + std::to_string(needed) +
                     " but the file has " + std::to_string(size) + " bytes (an interrupted copy or download?)");

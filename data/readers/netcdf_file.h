@@ -83,6 +83,7 @@ class NetcdfFile {
 
  private:
   NetcdfFile(std::string path, int ncid) : path_(std::move(path)), ncid_(ncid) {}
+  static NetcdfFile open_checked(const std::string& path);  // open() past its existence check
   void check_not_truncated() const;  // classic formats: the data the header promises is all there
   int variable_id(const std::string& variable) const;  // lock must be held
   std::vector<int> dimension_ids(int varid, const std::string& variable) const;  // lock must be held
