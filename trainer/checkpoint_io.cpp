@@ -21,13 +21,38 @@ void write_map(torch::serialize::OutputArchive& root, const std::string& key, co
   root.write(key, nested);
 }
 
-TensorMap read_map(torch::serialize::InputArchive& root, const std::string& key) {
+// A loaded tensor is a dense CPU tensor within its storage. LibTorch's unpickler takes a tensor's
+// sizes, strides and offset from the pickle as written, without checking them against the storage
+// it reads from the zip (nor the entry's CRC): a damaged data.pkl gave a 20-element tensor over an
+// 8-byte storage, which load_weights' copy_ would read past (found by fuzz/checkpoint_fuzz).
+void check_tensor(const std::string& path, const std::string& key, const torch::Tensor& t) {
+  if (!t.defined()) return;
+  auto damaged = [&](const std::string& what) {
+    throw Error(path + ": not a readable wxtrain checkpoint (damaged): tensor '" + key + "' " + what);
+  };
+  if (t.layout() != torch::kStrided || !t.device().is_cpu() || !t.has_storage())
+    damaged("is not a dense CPU tensor");
+  if (t.numel() == 0) return;
+  __int128 low = t.storage_offset(), high = t.storage_offset();  // the elements it reaches
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) < 0) damaged("has a negative size");
+    const __int128 reach = static_cast<__int128>(t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? low : high) += reach;
+  }
+  const __int128 end = (high + 1) * static_cast<__int128>(t.element_size());
+  if (low < 0 || end > static_cast<__int128>(t.storage().nbytes()))
+    damaged("reaches past its data (" + std::to_string(t.numel()) + " elements of " + std::to_string(t.element_size()) +
+            " bytes in " + std::to_string(t.storage().nbytes()) + " stored)");
+}
+
+TensorMap read_map(torch::serialize::InputArchive& root, const std::string& key, const std::string& path) {
   torch::serialize::InputArchive nested;
   TensorMap map;
   if (!root.try_read(key, nested)) return map;
   for (const auto& name : nested.keys()) {
     torch::Tensor t;
     nested.read(name, t);
+    check_tensor(path, key + "." + name, t);
     map[name] = t;
   }
   return map;
@@ -284,11 +309,14 @@ Checkpoint read_checkpoint(const std::string& path) {
   c.model_name = text("model_name");
   c.world_size = integer("world_size");
   torch::Tensor rng;
-  if (archive.try_read("rng_state", rng)) c.rng_state = rng;
-  c.model = read_map(archive, "model");
-  c.optimizer = read_map(archive, "optimizer");
-  c.scaler = read_map(archive, "scaler");
-  c.normalization = read_map(archive, "normalization");
+  if (archive.try_read("rng_state", rng)) {
+    check_tensor(path, "rng_state", rng);
+    c.rng_state = rng;
+  }
+  c.model = read_map(archive, "model", path);
+  c.optimizer = read_map(archive, "optimizer", path);
+  c.scaler = read_map(archive, "scaler", path);
+  c.normalization = read_map(archive, "normalization", path);
   return c;
 }
 

@@ -250,3 +250,23 @@ TEST(Checkpoint, AnEntryOfTheWrongTypeIsNamed) {
   const std::string message = load_error(path);
   EXPECT_NE(message.find(path + ": corrupt wxtrain checkpoint: 'step' is not an integer"), std::string::npos) << message;
 }
+
+TEST(Checkpoint, ATensorLargerThanItsDataIsRefused) {
+  // conv.weight's sizes in data.pkl changed from (2, 2) to (9, 2): LibTorch's unpickler builds that
+  // tensor over the 16 bytes stored (it checks neither the sizes nor the entry's CRC), and copying
+  // it into a model would read past them.
+  const std::string dir = fresh_dir("tensor_past_data");
+  fs::create_directories(dir);
+  const std::string path = dir + "/checkpoint.pt";
+  std::string bytes = small_checkpoint_bytes(path);
+  const std::string sizes_and_strides("(K\x02K\x02t(K\x02K\x01t", 12);
+  const size_t at = bytes.find(sizes_and_strides);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 2] = '\x09';
+  write_bytes(path, bytes);
+  const std::string message = load_error(path);
+  EXPECT_NE(message.find(path + ": not a readable wxtrain checkpoint (damaged): tensor 'model.conv.weight' reaches "
+                                "past its data (18 elements of 4 bytes in 16 stored)"),
+            std::string::npos)
+      << message;
+}
