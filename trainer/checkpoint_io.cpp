@@ -162,7 +162,20 @@ void check_pickle(const std::string& path, const std::string& name, const std::s
       case '.': return;                                                    // STOP
       case 0x80: case 'K': case 'q': case 'h': fixed(1); break;            // PROTO BININT1 BINPUT BINGET
       case 'M': fixed(2); break;                                           // BININT2
-      case 'J': case 'r': case 'j': fixed(4); break;                       // BININT LONG_BINPUT LONG_BINGET
+      case 'J': case 'j': fixed(4); break;                                 // BININT LONG_BINGET
+      case 'r': {                                                          // LONG_BINPUT
+        // LibTorch sizes its memo to the index (Unpickler::setInput): 2^32 entries of 16 bytes from
+        // four bytes (found by the fuzzer). Picklers number memo entries from 0, one per PUT of
+        // at least 2 bytes, so an index past the pickle's size is damage.
+        if (pickle.size() - at < 4) fail(4, at);
+        const uint64_t index = little_endian(pickle, at, 4);
+        if (index > pickle.size()) {
+          throw Error(path + ": not a readable wxtrain checkpoint (damaged): its '" + name + "' stores memo entry " +
+                      std::to_string(index) + " at byte " + std::to_string(at) + " of " + std::to_string(pickle.size()));
+        }
+        at += 4;
+        break;
+      }
       case 'G': case 0x95: fixed(8); break;                                // BINFLOAT FRAME
       case 0x8a: case 0x8c: case 'C': case 'U': length_field(1); break;    // LONG1 SHORT_BINUNICODE SHORT_BINBYTES SHORT_BINSTRING
       case 0x8b: case 'X': case 'B': case 'T': length_field(4); break;     // LONG4 BINUNICODE BINBYTES BINSTRING

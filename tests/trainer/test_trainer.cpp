@@ -270,3 +270,21 @@ TEST(Checkpoint, ATensorLargerThanItsDataIsRefused) {
             std::string::npos)
       << message;
 }
+
+TEST(Checkpoint, AMemoIndexPastTheEndIsRefusedBeforeLibTorchSizesItsMemo) {
+  // A LONG_BINPUT of 2^30 where the format string was: LibTorch's unpickler would resize its memo
+  // to 2^30 entries (16 GiB) before anything else.
+  const std::string dir = fresh_dir("memo_index");
+  fs::create_directories(dir);
+  const std::string path = dir + "/checkpoint.pt";
+  std::string bytes = small_checkpoint_bytes(path);
+  const size_t format = bytes.find(std::string("X\x14\0\0\0wxtrain-checkpoint-1", 25));
+  ASSERT_NE(format, std::string::npos);
+  bytes.replace(format, 25, std::string("r\0\0\0\x40", 5) + std::string(20, 'N'));
+  write_bytes(path, bytes);
+  const std::string message = load_error(path);
+  EXPECT_NE(message.find(path + ": not a readable wxtrain checkpoint (damaged): its 'archive/data.pkl' stores memo "
+                                "entry 1073741824"),
+            std::string::npos)
+      << message;
+}
