@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -99,8 +100,8 @@ namespace {
 // BINUNICODE/BINBYTES length, up to 4 GiB, or 2^64 for the 8-byte forms, zero-filling it). One
 // flipped byte in a length field then costs gigabytes and seconds before "Unexpected end of
 // pickler archive" (found by fuzz/checkpoint_fuzz: 4 GiB and 15 s for a 6 KB file). The zip's
-// central directory and the pickles (data.pkl, constants.pkl; LibTorch stores them uncompressed)
-// are walked here first and a length past the end of the file is refused. Whatever this walk does
+// central directory and the pickles (data.pkl, constants.pkl, code/*.debug_pkl; LibTorch stores
+// them uncompressed) are walked here first and a length past the end of the file is refused. Whatever this walk does
 // not understand (another compression, an unknown opcode) it leaves to LibTorch's own checks.
 
 class FileBytes {
@@ -266,8 +267,13 @@ void check_archive(const std::string& path) {
         (method != 0 && compressed > 0 && uncompressed / 1032 > compressed + 1))
       damaged("its entry '" + name + "' declares " + std::to_string(uncompressed) + " bytes from " +
               std::to_string(compressed) + " stored");
-    const bool pickle = name.size() >= 8 && (name.compare(name.size() - 8, 8, "data.pkl") == 0 ||
-                                             (name.size() >= 13 && name.compare(name.size() - 13, 13, "constants.pkl") == 0));
+    // Every pickle: data.pkl, constants.pkl and the TorchScript sources' .debug_pkl (unpickled to
+    // word a TorchScript error; a 1.7 GB string from one, found by the fuzzer).
+    auto ends_with = [&](const char* suffix) {
+      const size_t n = std::strlen(suffix);
+      return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+    };
+    const bool pickle = ends_with(".pkl") || ends_with(".debug_pkl");
     if (!pickle || method != 0 || compressed > (uint64_t{64} << 20)) continue;
     const std::optional<std::string> header = file.read(local, 30);
     if (!header || little_endian(*header, 0, 4) != 0x04034b50) continue;
