@@ -288,3 +288,23 @@ TEST(Checkpoint, AMemoIndexPastTheEndIsRefusedBeforeLibTorchSizesItsMemo) {
             std::string::npos)
       << message;
 }
+
+TEST(Checkpoint, AnEntryCountCutInTheEndRecordHidesNoPickle) {
+  // The 32-bit end record says one entry; miniz takes the zip64 record's count and finds data.pkl,
+  // so the walk before it must look at every entry too.
+  const std::string dir = fresh_dir("entry_count");
+  fs::create_directories(dir);
+  const std::string path = dir + "/checkpoint.pt";
+  std::string bytes = small_checkpoint_bytes(path);
+  const size_t format = bytes.find(std::string("X\x14\0\0\0wxtrain-checkpoint-1", 25));
+  const size_t end_record = bytes.rfind(std::string("PK\x05\x06", 4));
+  ASSERT_NE(format, std::string::npos);
+  ASSERT_NE(end_record, std::string::npos);
+  bytes.replace(format + 1, 4, std::string("\0\xff\xff\x7f", 4));
+  bytes.replace(end_record + 10, 2, std::string("\x01\0", 2));
+  write_bytes(path, bytes);
+  const std::string message = load_error(path);
+  EXPECT_NE(message.find(path + ": not a readable wxtrain checkpoint (damaged): its 'archive/data.pkl' declares"),
+            std::string::npos)
+      << message;
+}
