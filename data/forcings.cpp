@@ -405,11 +405,17 @@ torch::Tensor read_static_field(const std::string& file, const std::string& vari
   } catch (const DataError& error) {
     throw DataError("static field '" + variable + "': " + error.what());
   }
-  const VariableMeta& meta = reader->variable(variable);  // names the file and lists its variables when missing
+  const VariableMeta* found = nullptr;
+  try {
+    found = &reader->variable(variable);  // names the file and lists its variables when missing
+  } catch (const DataError& error) {
+    throw DataError("static field: " + std::string(error.what()));
+  }
+  const VariableMeta& meta = *found;
   const std::vector<Dimension>& dims = meta.dims;
   const std::string expected = "; a static field must be (lat, lon), or (time, lat, lon) with a single time";
   if (dims.size() != 2 && dims.size() != 3) {
-    throw DataError(where + " has " + std::to_string(dims.size()) + " dimensions " + dims_text(dims) + expected);
+    throw DataError(where + " has dimensions " + dims_text(dims) + expected);
   }
   if (dims.size() == 3 && dims[0].length != 1) {
     throw DataError(where + " has " + std::to_string(dims[0].length) + " entries in its leading dimension '" +

@@ -161,6 +161,16 @@ TEST(Forcings, InsolationAtEquinoxNoonIsTheSolarConstantAtThatDistance) {
   EXPECT_FLOAT_EQ(insolation(0.0, 361.875, time_at("2024-03-20T12:00")), static_cast<float>(value));
 }
 
+// The equation of time peaks at about +16.4 min on November 3 (the sundial is ahead of the clock):
+// at 12:00 UTC the Sun culminates 16.4 min / 4 min per degree = 4.1 degrees west of Greenwich.
+TEST(Forcings, SolarNoonFollowsTheEquationOfTime) {
+  std::vector<double> lon;
+  for (int k = -100; k <= 100; ++k) lon.push_back(0.1 * k);
+  const torch::Tensor f = compute_forcing("insolation", {0.0}, lon, time_at("2023-11-03T12:00"), Calendar::kStandard);
+  const int64_t best = f[0].argmax().item<int64_t>();
+  EXPECT_NEAR(lon[static_cast<size_t>(best)], -4.1, 0.3);
+}
+
 TEST(Forcings, PolarNightAndPolarDayAtTheDecemberSolstice) {
   const int64_t day = time_at("2023-12-21T00:00");
   for (int hour = 0; hour < 24; ++hour) {
@@ -314,6 +324,28 @@ TEST(StaticField, NearestOntoACoarserOffsetGrid) {
   EXPECT_NE(message.find("grid latitude 0 is -5"), std::string::npos) << message;
 }
 
+// Stored as (lon, lat), as some Fortran-written files are: read the same as (lat, lon).
+TEST(StaticField, LongitudeFirstLayoutIsTransposed) {
+  TempDir dir;
+  const std::string path = dir.file("transposed.nc");
+  {
+    NetcdfFile file = NetcdfFile::create(path);
+    file.define_dimension("longitude", 2);
+    file.define_dimension("latitude", 3);
+    file.define_variable("latitude", NC_DOUBLE, {"latitude"});
+    file.define_variable("longitude", NC_DOUBLE, {"longitude"});
+    file.define_variable("orography", NC_FLOAT, {"longitude", "latitude"});
+    file.end_define();
+    file.write_doubles("latitude", {-10.0, 0.0, 10.0});
+    file.write_doubles("longitude", {0.0, 180.0});
+    const std::vector<float> values = {1, 2, 3, 4, 5, 6};  // (lon 0: lat -10, 0, 10), (lon 180: ...)
+    file.write_floats("orography", {0, 0}, {2, 3}, values.data());
+    file.close();
+  }
+  expect_same(read_static_field(path, "orography", "none", {10.0, 0.0, -10.0}, {-180.0, 0.0}),
+              {{6, 3}, {5, 2}, {4, 1}});
+}
+
 TEST(StaticField, SingletonTimeDimensionIsAccepted) {
   TempDir dir;
   write_mask(dir.file("mask1.nc"), 1);
@@ -362,7 +394,11 @@ TEST(StaticFieldErrors, MissingFileVariableAndUnknownRegrid) {
   const std::string variable_message =
       data_error([&] { read_static_field(dir.file("mask.nc"), "lsm", "none", {10.0}, {0.0}); });
   EXPECT_NE(variable_message.find("'lsm'"), std::string::npos) << variable_message;
-  EXPECT_NE(variable_message.find("mask"), std::string::npos) << variable_message;  // what the file has
+  EXPECT_NE(variable_message.find("the file has: lat, lon, mask"), std::string::npos) << variable_message;
+  EXPECT_NE(variable_message.find(dir.file("mask.nc")), std::string::npos) << variable_message;
+  // A coordinate is not a 2-D field.
+  const std::string dims_message = data_error([&] { read_static_field(dir.file("mask.nc"), "lat", "none", {10.0}, {0.0}); });
+  EXPECT_NE(dims_message.find("has dimensions (lat=3)"), std::string::npos) << dims_message;
   const std::string regrid_message =
       data_error([&] { read_static_field(dir.file("mask.nc"), "mask", "bilinear", {10.0}, {0.0}); });
   EXPECT_NE(regrid_message.find("bilinear"), std::string::npos) << regrid_message;
