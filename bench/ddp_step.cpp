@@ -67,15 +67,15 @@ using bench::median;
 // no bucket is sent during backward, finish_backward() sends them all and waits.
 void unoverlapped_step(trainer::TrainingState& state, const trainer::MicroBatch& mb, double lr) {
   auto& parallel = *state.parallel;
-  const int64_t variables = state.model->shape().out_channels;
   parallel.zero_grad();
   parallel.prepare_backward(/*sync=*/false);
   torch::Tensor loss;
   {
     const Precision precision = state.config.train.precision;
     AutocastGuard guard(torch::kCPU, torch::kBFloat16, precision == Precision::kBf16Mixed);
-    torch::Tensor prediction = trainer::rollout(*state.model, mb.input, state.config.data.rollout_steps, variables);
-    loss = trainer::weighted_mse(prediction, mb.target, state.lat_weights, mb.target_mask);
+    torch::Tensor prediction =
+        trainer::rollout(*state.model, mb.input, mb.forcings, mb.target.size(1), state.rollout, mb.target);
+    loss = trainer::training_loss(state, prediction, mb.target, mb.target_mask);
   }
   (void)loss.item<double>();  // as TrainingStep does
   loss.backward();

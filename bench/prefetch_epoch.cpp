@@ -62,7 +62,7 @@ struct Bench {
   std::unique_ptr<trainer::TrainingStep> step;
 
   std::unique_ptr<data::Loader> loader(double delay_ms, int64_t prefetch) const {
-    data::LoaderOptions o = data::LoaderOptions::from_config(config.data, config.train.batch_size, config.train.seed);
+    data::LoaderOptions o = data::LoaderOptions::from_config(config, config.train.batch_size, config.train.seed);
     o.load_delay_ms = delay_ms;
     o.prefetch = prefetch;
     return std::make_unique<data::Loader>(dataset, normalization, split->sample_times(data::Split::kTrain), o);
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     b.config = load_config(config_path);
     b.dataset = std::make_shared<data::Dataset>(b.config.data);
     b.split.emplace(b.dataset->time_axis(), b.config.data,
-                    data::SampleWindow{b.config.data.history, b.config.data.rollout_steps});
+                    data::SampleWindow{b.config.data.history, b.config.max_rollout()});
     b.normalization = data::Normalization::compute(*b.dataset, b.split->begin(data::Split::kTrain),
                                                    b.split->end(data::Split::kTrain));
     models::ModelShape shape = [&] {

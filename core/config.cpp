@@ -36,11 +36,84 @@ Precision parse_precision(const std::string& text) {
   throw ConfigError("invalid precision '" + text + "': expected fp32, bf16-mixed, fp16-mixed or bf16");
 }
 
-int64_t RunConfig::num_variables() const {
-  if (data.sources.empty()) return static_cast<int64_t>(data.variables.size());
-  int64_t channels = 0;
-  for (const auto& source : data.sources) channels += std::max<int64_t>(1, static_cast<int64_t>(source.levels.size()));
-  return channels;
+const std::vector<std::string>& computed_forcing_names() {
+  static const std::vector<std::string> names = {
+      "cos_latitude",    "sin_latitude",    "cos_longitude",   "sin_longitude", "cos_local_time",
+      "sin_local_time",  "cos_day_of_year", "sin_day_of_year", "insolation"};
+  return names;
+}
+
+std::string level_channel_name(const std::string& source_name, double level) {
+  std::ostringstream s;
+  s << level;  // 500 -> "500", 0.5 -> "0.5"
+  return source_name + "_" + s.str();
+}
+
+ChannelLayout RunConfig::channels() const {
+  ChannelLayout layout;
+  layout.history = data.history;
+  auto add = [](std::vector<ChannelLayout::Channel>& list, const std::vector<std::string>& names) {
+    for (const auto& n : names) list.push_back({n, std::nullopt});
+  };
+  if (data.sources.empty()) {
+    add(layout.prognostic, data.variables);
+    add(layout.diagnostic, data.diagnostic_variables);
+    add(layout.forcing, data.forcing_variables);
+  }
+  for (const auto& source : data.sources) {
+    auto& list = source.role == "forcing" ? layout.forcing : source.role == "diagnostic" ? layout.diagnostic
+                                                                                          : layout.prognostic;
+    const std::string name = source.name.empty() ? source.variable : source.name;
+    if (source.levels.empty()) list.push_back({name, std::nullopt});
+    for (double level : source.levels) list.push_back({level_channel_name(name, level), level});
+  }
+  add(layout.forcing, data.forcings);
+  for (const auto& field : data.statics) layout.statics.push_back({field.name, std::nullopt});
+  return layout;
+}
+
+std::vector<std::string> ChannelLayout::input_names() const {
+  std::vector<std::string> names;
+  for (int64_t h = 0; h < history; ++h) {
+    const int64_t lag = history - 1 - h;
+    for (const auto& c : prognostic) names.push_back(c.name + "@t" + (lag ? "-" + std::to_string(lag) : "0"));
+  }
+  for (const auto& c : forcing) names.push_back(c.name + "@t+1");
+  for (const auto& c : statics) names.push_back(c.name);
+  return names;
+}
+
+std::vector<ChannelLayout::Channel> ChannelLayout::outputs() const {
+  std::vector<Channel> out = prognostic;
+  out.insert(out.end(), diagnostic.begin(), diagnostic.end());
+  return out;
+}
+
+std::vector<std::string> ChannelLayout::output_names() const {
+  std::vector<std::string> names;
+  for (const auto& c : outputs()) names.push_back(c.name);
+  return names;
+}
+
+std::vector<std::string> ChannelLayout::prognostic_names() const {
+  std::vector<std::string> names;
+  for (const auto& c : prognostic) names.push_back(c.name);
+  return names;
+}
+
+int64_t RunConfig::num_variables() const { return static_cast<int64_t>(channels().prognostic.size()); }
+
+int64_t RunConfig::rollout_at(int64_t step) const {
+  int64_t length = data.rollout_steps;
+  for (const auto& [from, steps] : train.rollout_schedule)
+    if (step >= from) length = steps;
+  return length;
+}
+
+int64_t RunConfig::max_rollout() const {
+  int64_t longest = train.rollout_schedule.empty() ? data.rollout_steps : 0;
+  for (const auto& entry : train.rollout_schedule) longest = std::max(longest, entry.second);
+  return longest;
 }
 
 namespace {
@@ -302,6 +375,52 @@ class SectionReader {
   std::vector<std::string> known_;
 };
 
+// [train.loss_weights] / [train.level_weights]: a table of name = number, kept in file order.
+void read_number_table(SectionReader& r, const std::string& key, std::vector<std::pair<std::string, double>>& out) {
+  r.record(key, "table of numbers", "{}", ">= 0");
+  const toml::node* n = r.node(key);
+  if (!n) return;
+  if (!n->is_table()) r.fail(key, "must be a table of numbers, e.g. [train." + key + "] t_850 = 1.0");
+  std::vector<std::pair<const toml::node*, std::pair<std::string, double>>> entries;
+  for (const auto& [k, v] : *n->as_table()) {
+    double value = 0;
+    if (v.is_floating_point()) value = v.as_floating_point()->get();
+    else if (v.is_integer()) value = static_cast<double>(v.as_integer()->get());
+    else r.fail(key, "has " + std::string(k.str()) + " = " + SectionReader::type_name(v) + ": expected a number");
+    if (!(value >= 0) || !std::isfinite(value))
+      r.fail(key, "has " + std::string(k.str()) + " = " + toml_text(value) + ": weights must be finite and >= 0");
+    entries.push_back({&v, {std::string(k.str()), value}});
+  }
+  // toml++ keeps tables sorted by key; the file's order is the line order (glob precedence).
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return a.first->source().begin.line < b.first->source().begin.line;
+  });
+  for (auto& e : entries) out.push_back(e.second);
+}
+
+// train.rollout_schedule = [[0, 1], [2000, 2]]: steps strictly increasing from 0, lengths 1..64.
+void read_rollout_schedule(SectionReader& r, std::vector<std::pair<int64_t, int64_t>>& out) {
+  r.record("rollout_schedule", "array of [step, rollout] pairs", "[]", "steps from 0, increasing; rollout 1 to 64");
+  const toml::node* n = r.node("rollout_schedule");
+  if (!n) return;
+  const std::string example = "e.g. [[0, 1], [2000, 2], [4000, 4]] (from step, rollout length)";
+  if (!n->is_array()) r.fail("rollout_schedule", "must be an array of [step, rollout] pairs, " + example);
+  for (const auto& e : *n->as_array()) {
+    const toml::array* pair = e.as_array();
+    if (!pair || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer())
+      r.fail("rollout_schedule", "must hold [step, rollout] pairs of integers, " + example);
+    const int64_t from = (*pair)[0].as_integer()->get(), steps = (*pair)[1].as_integer()->get();
+    if (out.empty() && from != 0) r.fail("rollout_schedule", "must start at step 0, " + example);
+    if (!out.empty() && from <= out.back().first)
+      r.fail("rollout_schedule", "steps must increase: " + std::to_string(from) + " follows " +
+                                     std::to_string(out.back().first));
+    if (steps < 1 || steps > 64)
+      r.fail("rollout_schedule", "rollout " + std::to_string(steps) + " at step " + std::to_string(from) +
+                                     " is out of range: expected 1 to 64");
+    out.emplace_back(from, steps);
+  }
+}
+
 void apply_override(toml::table& root, const std::string& text) {
   auto eq = text.find('=');
   auto dot = text.find('.');
@@ -380,6 +499,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
         s.get("variable", src.variable);
         s.get("name", src.name);
         s.get("levels", src.levels);
+        s.get_choice("role", src.role, {"prognostic", "forcing", "diagnostic"});
         s.finish();
         for (size_t i = 0; i < src.levels.size(); ++i)
           for (size_t j = 0; j < i; ++j)
@@ -394,7 +514,53 @@ RunConfig build(const toml::table& root, const std::string& file) {
         d.sources.push_back(src);
       }
     }
+    if (const toml::node* n = r.node("static")) {
+      const toml::array* arr = n->as_array();
+      if (!arr || !arr->is_array_of_tables())
+        r.fail("static", "must be an array of tables: [[data.static]] file = ..., variable = ..., name = ...");
+      for (const auto& e : *arr) {
+        SectionReader s(e.as_table(), file, "data.static");
+        StaticField field;
+        s.get("file", field.file);
+        s.get("variable", field.variable);
+        s.get("name", field.name);
+        s.get_choice("regrid", field.regrid, {"none", "nearest"});
+        s.finish();
+        if (field.file.empty()) s.fail("file", "is required: the file holding the 2-D field");
+        if (field.variable.empty()) s.fail("variable", "is required: the field's name in " + field.file);
+        if (field.name.empty()) field.name = field.variable;
+        d.statics.push_back(field);
+      }
+    }
+    r.get("forcings", d.forcings);
+    for (const auto& f : d.forcings) {
+      const auto& known = computed_forcing_names();
+      if (std::find(known.begin(), known.end(), f) == known.end())
+        r.fail("forcings", "has '" + f + "', which is not a computed forcing" + did_you_mean(f, known) +
+                               ": expected " + join(known));
+    }
+    r.get("time_origin", d.time_origin);
+    if (const toml::node* n = r.node("region")) {
+      if (!n->is_table()) r.fail("region", "must be a table: region = { lat = [20, 55], lon = [230, 300] }");
+      SectionReader s(n->as_table(), file, "data.region");
+      std::vector<double> lat, lon;
+      s.get("lat", lat);
+      s.get("lon", lon);
+      s.finish();
+      if (lat.size() != 2 || lat[0] >= lat[1] || lat[0] < -90 || lat[1] > 90)
+        s.fail("lat", "must be [south, north] in degrees, -90 <= south < north <= 90, e.g. [20, 55]");
+      if (lon.size() != 2 || lon[0] == lon[1] || std::abs(lon[0]) > 360 || std::abs(lon[1]) > 360)
+        s.fail("lon", "must be [west, east] in degrees (-360..360; west > east crosses the 0/360 seam), e.g. [230, 300]");
+      d.region = {true, lat[0], lat[1], lon[0], lon[1]};
+    } else {
+      r.record("region", "inline table", "", "");
+    }
+    r.get("boundary", d.boundary, 0, 1 << 16);
+    if (d.boundary > 0 && !d.region.set)
+      r.fail("boundary", "needs data.region: the boundary frame belongs to a limited-area run");
     r.get("variables", d.variables);
+    r.get("diagnostic_variables", d.diagnostic_variables);
+    r.get("forcing_variables", d.forcing_variables);
     std::vector<int64_t> grid;
     r.get("grid", grid, 1);
     if (!grid.empty()) {
@@ -403,6 +569,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
       d.lon = grid[1];
     }
     r.get("history", d.history, 1, 64);
+    d.rollout_steps_set = r.node("rollout_steps") != nullptr;
     r.get("rollout_steps", d.rollout_steps, 1, 64);
     r.get("val_fraction", d.val_fraction, 0.0, 0.9);
     r.get("time_step", d.time_step);
@@ -424,6 +591,17 @@ RunConfig build(const toml::table& root, const std::string& file) {
                         "variables = [...] with grid = [lat, lon] (to estimate without data)");
     if (d.sources.empty() && (d.lat == 0 || d.lon == 0))
       throw ConfigError(file + ": [data] without sources needs grid = [lat, lon]");
+    // Every channel name once, whatever its role: checkpoints, loss weights and forecasts name them.
+    std::set<std::string> names;
+    const ChannelLayout layout = c.channels();
+    for (const auto* list : {&layout.prognostic, &layout.diagnostic, &layout.forcing, &layout.statics})
+      for (const auto& ch : *list)
+        if (!names.insert(ch.name).second)
+          throw ConfigError(file + ": [data] has two channels called '" + ch.name +
+                            "' (sources, static fields and forcings share one namespace): rename one with name = ...");
+    if (layout.prognostic.empty())
+      throw ConfigError(file + ": [data] has no prognostic channel: the model needs at least one state variable "
+                        "(a source with role = \"prognostic\", the default)");
   }
 
   {  // [train]
@@ -456,6 +634,25 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("checkpoint_every", t.checkpoint_every, 0, int64_t{1} << 40);
     r.get("log_every", t.log_every, 1, int64_t{1} << 40);
     r.get("val_every", t.val_every, 0, int64_t{1} << 40);
+    r.get("val_lead_steps", t.val_lead_steps, 0, 1000);
+    r.get("climatology_window", t.climatology_window, 0, 183);
+    read_number_table(r, "loss_weights", t.loss_weights);
+    r.get_choice("level_weighting", t.level_weighting, {"uniform", "linear", "table"});
+    std::vector<std::pair<std::string, double>> level_table;
+    read_number_table(r, "level_weights", level_table);
+    for (const auto& [key, weight] : level_table) {
+      char* end = nullptr;
+      const double level = std::strtod(key.c_str(), &end);
+      if (key.empty() || *end != '\0')
+        r.fail("level_weights", "has key '" + key + "': keys are levels as numbers, e.g. \"500\" = 1.0");
+      t.level_weights.emplace_back(level, weight);
+    }
+    if (t.level_weighting == "table" && t.level_weights.empty())
+      r.fail("level_weighting", "= \"table\" needs [train.level_weights], e.g. \"500\" = 1.0");
+    if (t.level_weighting != "table" && !t.level_weights.empty())
+      r.fail("level_weights", "is given but train.level_weighting is \"" + t.level_weighting + "\": set it to \"table\"");
+    read_rollout_schedule(r, t.rollout_schedule);
+    r.get("residual_normalization", t.residual_normalization);
     r.get("loss_scale", t.loss_scale, 1.0, 1e38);
     r.get("scale_growth", t.scale_growth, 1.0, 1e3);
     r.get("scale_backoff", t.scale_backoff, 1e-6, 1.0);
@@ -465,6 +662,9 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("freeze", t.freeze);
     r.get("frozen_lr_scale", t.frozen_lr_scale, 0.0, 1.0);
     r.finish();
+    if (!t.rollout_schedule.empty() && c.data.rollout_steps_set)
+      r.fail("rollout_schedule", "and data.rollout_steps are both given: the schedule sets the rollout length, "
+                                 "remove data.rollout_steps");
     if (t.out_dir.empty()) r.fail("out_dir", "must not be empty: name the run's folder, e.g. \"runs/storm\"");
     if (t.device != "auto" && t.device != "cpu" && t.device.rfind("cuda", 0) != 0)
       r.fail("device", "= '" + t.device + "' is not valid: expected auto, cpu, cuda or cuda:N");
@@ -625,7 +825,21 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"data.sources.variable", {"", "the variable's name in the file (required)"}},
       {"data.sources.name", {"", "wxtrain's name for it (default: variable); unique"}},
       {"data.sources.levels", {"", "level coordinate values to take, one channel <name>_<level> each"}},
-      {"data.variables", {"", "without sources: channel names, to estimate without data"}},
+      {"data.sources.role", {"", "prognostic (input and predicted), forcing (input only) or diagnostic (predicted only)"}},
+      {"data.static", {"array of tables", "[[data.static]]: constant 2-D input fields (keys below)"}},
+      {"data.static.file", {"", "file holding the field (required)"}},
+      {"data.static.variable", {"", "the field's name in the file (required)"}},
+      {"data.static.name", {"", "wxtrain's name for it (default: variable); unique"}},
+      {"data.static.regrid", {"", "none: on the data's grid; nearest: nearest point of another lat/lon grid"}},
+      {"data.forcings", {"", "computed input forcings, each at the step's valid time: " + join(computed_forcing_names())}},
+      {"data.time_origin", {"", "date of the first state for data without CF time units (with time_step)"}},
+      {"data.region", {"", "{ lat = [south, north], lon = [west, east] }: crop every source (west > east crosses 0/360)"}},
+      {"data.region.lat", {"", "[south, north] in degrees"}},
+      {"data.region.lon", {"", "[west, east] in degrees"}},
+      {"data.boundary", {"", "cells of the region's frame overwritten by the truth each step and kept out of the loss"}},
+      {"data.variables", {"", "without sources: prognostic channel names, to estimate without data"}},
+      {"data.diagnostic_variables", {"", "without sources: predicted-only channel names"}},
+      {"data.forcing_variables", {"", "without sources: input-only channel names from files"}},
       {"data.grid", {"", "without sources: [lat, lon]"}},
       {"data.history", {"", "input states per sample"}},
       {"data.rollout_steps", {"", "predicted states per sample (autoregressive)"}},
@@ -657,6 +871,13 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"train.checkpoint_every", {"", "steps between checkpoints (0 = only at the end and on a stop)"}},
       {"train.log_every", {"", "steps between progress lines when not on a terminal"}},
       {"train.val_every", {"", "steps between validations (0 = at each epoch's end)"}},
+      {"train.val_lead_steps", {"", "validation rollout length in steps (0 = the longest training rollout)"}},
+      {"train.climatology_window", {"", "climatology: training states within this many days of the day of year"}},
+      {"train.loss_weights", {"", "[train.loss_weights] channel or glob = weight (first match in file order)"}},
+      {"train.level_weighting", {"", "uniform, linear (proportional to the level, as GraphCast) or table"}},
+      {"train.level_weights", {"", "[train.level_weights] \"500\" = weight (level_weighting = \"table\")"}},
+      {"train.rollout_schedule", {"", "curriculum: [[from step, rollout], ...]; replaces data.rollout_steps"}},
+      {"train.residual_normalization", {"", "scale the predicted tendency by the std of one-step differences"}},
       {"train.loss_scale", {"", "fp16-mixed: initial loss scale"}},
       {"train.scale_growth", {"", "fp16-mixed: scale factor after scale_interval finite steps"}},
       {"train.scale_backoff", {"", "fp16-mixed: scale factor after a non-finite step"}},
@@ -686,7 +907,10 @@ std::vector<ConfigKey> config_keys() {
   std::vector<ConfigKey> keys;
   g_catalogue = &keys;
   try {
-    build(parse_toml("[[data.sources]]\nfile = \"f\"\nvariable = \"v\"\n", "config_keys"), "config_keys");
+    build(parse_toml("[data]\nregion = { lat = [0, 1], lon = [0, 1] }\n[[data.sources]]\nfile = \"f\"\n"
+                     "variable = \"v\"\n[[data.static]]\nfile = \"f\"\nvariable = \"s\"\n",
+                     "config_keys"),
+          "config_keys");
   } catch (...) {
     g_catalogue = nullptr;
     throw;
@@ -722,7 +946,10 @@ std::string config_keys_markdown() {
     if (std::find(order.begin(), order.end(), section_of(k)) == order.end()) order.push_back(section_of(k));
   auto rank = [&](const std::string& s) {
     const auto own = std::find(order.begin(), order.end(), s) - order.begin();
-    if (s == "data.sources") return 2.0 * static_cast<double>(std::find(order.begin(), order.end(), "data") - order.begin()) + 1;
+    // Sub-tables of [data] ([[data.sources]], [[data.static]], data.region) follow [data] itself.
+    if (s.rfind("data.", 0) == 0)
+      return 2.0 * static_cast<double>(std::find(order.begin(), order.end(), "data") - order.begin()) + 1 +
+             static_cast<double>(own) / 1000.0;
     return 2.0 * static_cast<double>(own);
   };
   std::stable_sort(keys.begin(), keys.end(),
@@ -732,7 +959,7 @@ std::string config_keys_markdown() {
     const std::string s = section_of(k);
     if (s != section) {
       section = s;
-      md += "\n## " + (s == "data.sources" ? "[[data.sources]]" : "[" + s + "]") + "\n\n";
+      md += "\n## " + (s == "data.sources" || s == "data.static" ? "[[" + s + "]]" : "[" + s + "]") + "\n\n";
       md += "| key | type | default | range | meaning |\n|---|---|---|---|---|\n";
     }
     md += "| `" + k.key.substr(s.size() + 1) + "` | " + cell(k.type) + " | " +

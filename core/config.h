@@ -2,7 +2,9 @@
 // The run file: one TOML file with [model], [data], [train], [memory], [distributed], parsed once
 // into these typed structs. Nothing else in wxtrain reads TOML. Every field documents its key.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wxtrain {
@@ -35,21 +37,60 @@ struct ModelConfig {
 // One variable taken from one file (NetCDF, a Zarr store's directory, GRIB); `name` is how wxtrain
 // calls it (u in two files -> u10, u500). With `levels` the variable has a level dimension and each
 // listed level, selected by its coordinate value, becomes a channel <name>_<level> (z_500, z_850).
+//
+// `role` says what the model does with it: "prognostic" (input and predicted, the default),
+// "forcing" (input only, taken at each rollout step's valid time: never predicted, never in the
+// loss) or "diagnostic" (predicted only, e.g. precipitation: in the loss, never fed back).
 struct DataSource {
   std::string file;
   std::string variable;
   std::string name;
   std::vector<double> levels;
+  std::string role = "prognostic";
 };
 
+// A constant 2-D input field ([[data.static]]): land-sea mask, orography. regrid "none" needs the
+// data's grid (up to latitude order and the longitude convention); "nearest" takes it from any
+// 1-D lat/lon grid.
+struct StaticField {
+  std::string file;
+  std::string variable;
+  std::string name;
+  std::string regrid = "none";
+};
+
+// data.region: a latitude band and a longitude range cut out of every source. lon_min > lon_max
+// (after wrapping to 0..360) crosses the 0/360 seam: lon = [350, 10] is 20 degrees wide.
+struct Region {
+  bool set = false;
+  double lat_min = -90, lat_max = 90;
+  double lon_min = 0, lon_max = 360;
+};
+
+// The computed forcings data.forcings accepts (data/forcings.h computes them).
+const std::vector<std::string>& computed_forcing_names();
+
+// The channel name of one level of a source: z at 500 -> "z_500" (0.5 -> "z_0.5").
+std::string level_channel_name(const std::string& source_name, double level);
+
 struct DataConfig {
-  std::vector<DataSource> sources;  // [[data.sources]] file, variable, name
+  std::vector<DataSource> sources;  // [[data.sources]] file, variable, name, levels, role
+  std::vector<StaticField> statics;  // [[data.static]] file, variable, name, regrid
+  std::vector<std::string> forcings;  // data.forcings: computed forcings ("insolation", "cos_latitude", ...)
+  // data.time_origin: the date of the first state for sources whose time axis has no CF units
+  // (the storm files' bare timestep); with data.time_step it dates every state. "" = unused.
+  std::string time_origin;
+  Region region;                // data.region = { lat = [20, 55], lon = [230, 300] }
+  int64_t boundary = 0;         // data.boundary: cells of the region's frame forced to the truth
   // Without sources (estimating a run whose data is elsewhere) the shape comes from here:
-  std::vector<std::string> variables;  // data.variables: names, one channel each
+  std::vector<std::string> variables;  // data.variables: prognostic names, one channel each
+  std::vector<std::string> diagnostic_variables;  // data.diagnostic_variables: predicted only
+  std::vector<std::string> forcing_variables;     // data.forcing_variables: input-only channels from files
   int64_t lat = 0;                     // data.grid = [lat, lon]
   int64_t lon = 0;
   int64_t history = 2;          // data.history: input states per sample
   int64_t rollout_steps = 1;    // data.rollout_steps: predicted states per sample (autoregressive)
+  bool rollout_steps_set = false;  // given in the run file (a train.rollout_schedule then conflicts)
   double val_fraction = 0.2;    // data.val_fraction: trailing share of the time axis for validation
   // data.time_step: the model's step ("6h"): states this far apart form a sample; hourly data with
   // "6h" trains on every sixth state. "" = the spacing of the data.
@@ -85,6 +126,22 @@ struct TrainConfig {
   int64_t checkpoint_every = 50;  // train.checkpoint_every: steps between checkpoints (0 = only at the end and on a stop)
   int64_t log_every = 1;        // train.log_every
   int64_t val_every = 0;        // train.val_every: steps between validations (0 = per epoch)
+  int64_t val_lead_steps = 0;   // train.val_lead_steps: validation rollout length (0 = the longest training rollout)
+  int64_t climatology_window = 15;  // train.climatology_window: days either side of a day of year
+  // Loss weights on top of the area weight: per channel by glob (train.loss_weights, t_850 = 1.0,
+  // "q_*" = 0.5; the first pattern that matches wins, in file order), and by pressure level
+  // (train.level_weighting: "uniform", "linear" = proportional to the level's value as GraphCast,
+  // or "table" = train.level_weights, "500" = 1.0). Normalised to mean 1 over the predicted channels.
+  std::vector<std::pair<std::string, double>> loss_weights;
+  std::string level_weighting = "uniform";
+  std::vector<std::pair<double, double>> level_weights;
+  // train.rollout_schedule = [[0, 1], [2000, 2], [4000, 4]]: from step s on, roll out r steps
+  // (a curriculum); empty = data.rollout_steps throughout.
+  std::vector<std::pair<int64_t, int64_t>> rollout_schedule;
+  // train.residual_normalization: the model's prognostic output is the tendency scaled by the
+  // standard deviation of one-step differences over the training split (GraphCast), not by the
+  // states' own standard deviation.
+  bool residual_normalization = true;
   // Loss scaler (fp16-mixed): dynamic scale as in torch.cuda.amp.GradScaler.
   double loss_scale = 65536.0;  // train.loss_scale: initial scale
   double scale_growth = 2.0;    // train.scale_growth
@@ -112,6 +169,29 @@ struct DistributedConfig {
   std::string backend = "auto";  // distributed.backend: auto | mpi | nccl
 };
 
+// The channels of a run by role, in the order the model sees them. Model input: `history`
+// prognostic states (oldest first, each state's channels in order), then the forcings at the
+// step's valid time, then the static fields; model output: prognostic then diagnostic channels.
+struct ChannelLayout {
+  struct Channel {
+    std::string name;
+    std::optional<double> level;  // pressure level, for level weighting
+  };
+  std::vector<Channel> prognostic, diagnostic, forcing, statics;  // forcing: file forcings, then computed
+  int64_t history = 1;
+
+  int64_t in_channels() const {
+    return static_cast<int64_t>(prognostic.size()) * history + static_cast<int64_t>(forcing.size() + statics.size());
+  }
+  int64_t out_channels() const { return static_cast<int64_t>(prognostic.size() + diagnostic.size()); }
+  // Names of the model's input channels: "t_850@t-1", "t_850@t0" (history), "insolation@t+1"
+  // (forcings at the predicted state's time), "lsm" (static); and of its outputs ("t_850", "tp").
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  std::vector<std::string> prognostic_names() const;
+  std::vector<Channel> outputs() const;
+};
+
 struct RunConfig {
   std::string path;  // the file it came from, for messages
   ModelConfig model;
@@ -120,8 +200,14 @@ struct RunConfig {
   MemoryConfig memory;
   DistributedConfig distributed;
 
-  int64_t num_variables() const;  // channels per state (a source with levels gives one per level)
-  int64_t in_channels() const { return num_variables() * data.history; }
+  ChannelLayout channels() const;   // the channels by role (from sources, or the names without data)
+  int64_t num_variables() const;    // prognostic channels per state (a source with levels gives one per level)
+  int64_t in_channels() const { return channels().in_channels(); }
+  int64_t out_channels() const { return channels().out_channels(); }
+  // The rollout length at optimizer step `step` (0-based), and the longest any step uses: what a
+  // sample holds and what estimate and tune-batch size memory for.
+  int64_t rollout_at(int64_t step) const;
+  int64_t max_rollout() const;
 };
 
 // Reads and validates a run file. `overrides` are "section.key=value" strings (TOML values:

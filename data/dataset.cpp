@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/forcings.h"
 #include "data/readers/reader.h"
 
 namespace wxtrain::data {
@@ -192,6 +193,21 @@ Dataset::Dataset(const DataConfig& config, DatasetOptions options) : options_(op
     }
   }
   merge_time_axes(config);
+  full_lat_ = num_lat();
+  full_lon_ = num_lon();
+  read_statics(config);  // on the full grid: regrid "none" compares it with the sources' grid
+  cut_region(config);
+  computed_forcings_ = config.forcings;
+  if (forcings_need_dates() && !time_.has_dates) {
+    throw DataError("data.forcings lists time-dependent forcings but the data has no dates: the time coordinate of " +
+                    sources_.front()->config.file +
+                    " has no CF units; set data.time_origin (the first state's date) and data.time_step, or keep to "
+                    "cos_latitude, sin_latitude, cos_longitude, sin_longitude");
+  }
+  if (!computed_forcings_.empty() && !has_coordinates_) {
+    throw DataError("data.forcings needs latitudes and longitudes but " + sources_.front()->config.file +
+                    " has no lat/lon coordinate variables");
+  }
 
   const int64_t bytes = num_times() * num_variables() * num_lat() * num_lon() * 4;
   if (bytes <= options_.preload_max_bytes) {
@@ -254,6 +270,7 @@ void Dataset::open_source(size_t index, const DataSource& config) {
   }
 
   VariableInfo info;
+  info.role = config.role;
   info.source_name = config.name.empty() ? config.variable : config.name;
   info.units = meta.text("units").value_or("");
   info.long_name = meta.text("long_name").value_or("");
@@ -291,7 +308,7 @@ void Dataset::open_source(size_t index, const DataSource& config) {
       s.level_indices.push_back(static_cast<size_t>(found - available.begin()));
       VariableInfo channel = info;
       channel.level = wanted;
-      channel.name = info.source_name + "_" + number_text(wanted);
+      channel.name = level_channel_name(info.source_name, wanted);
       variables_.push_back(channel);
     }
     s.num_channels = s.level_indices.size();
@@ -441,6 +458,10 @@ void Dataset::merge_time_axes(const DataConfig& config) {
       for (int64_t seconds : merged) per_source_index[i].push_back(by_date[i].at(seconds));
     }
   } else {
+    if (!config.time_origin.empty() && first.has_dates) {
+      throw DataError("data.time_origin is set but " + where(first.config) +
+                      " has a CF time coordinate: its dates are used, remove data.time_origin");
+    }
     // Without dates on every source, states are matched by position, as they are stored.
     for (const auto& s : sources_) {
       if (s->raw_times.size() != first.raw_times.size()) {
@@ -467,7 +488,32 @@ void Dataset::merge_time_axes(const DataConfig& config) {
   source_times_ = n;
   source_step_seconds_ = common_spacing(merged);
   std::vector<int64_t> keep;
-  if (!config.time_step.empty()) {
+  if (!config.time_origin.empty() && !time_.has_dates) {
+    // Undated states one time_step apart from a given first date (the storm files: six-hourly
+    // from their reftime): every state gets a date, so forcings and climatology can use it.
+    if (config.time_step.empty()) {
+      throw DataError("data.time_origin = \"" + config.time_origin +
+                      "\" needs data.time_step, the spacing of the states (e.g. \"6h\")");
+    }
+    int64_t step = 0;
+    DateTime origin;
+    try {
+      step = parse_duration(config.time_step);
+      origin = parse_date(config.time_origin);
+    } catch (const DataError& error) {
+      throw DataError(std::string("data.time_origin / data.time_step: ") + error.what());
+    }
+    if (step <= 0) throw DataError("data.time_step = \"" + config.time_step + "\" must be a positive duration");
+    time_.has_dates = true;
+    time_.calendar = Calendar::kStandard;
+    time_.step_seconds = step;
+    const int64_t start = to_seconds(origin, Calendar::kStandard);
+    for (int64_t k = 0; k < n; ++k) {
+      keep.push_back(k);
+      merged.push_back(start + k * step);
+    }
+    source_step_seconds_ = step;
+  } else if (!config.time_step.empty()) {
     if (!time_.has_dates) {
       throw DataError("data.time_step = \"" + config.time_step + "\" needs dates, but the time coordinate of " +
                       (first.has_dates ? where(sources_.back()->config) : where(first.config)) +
@@ -498,6 +544,82 @@ void Dataset::merge_time_axes(const DataConfig& config) {
   }
 }
 
+std::vector<int64_t> Dataset::channel_indices(const std::string& role) const {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < variables_.size(); ++i)
+    if (variables_[i].role == role) out.push_back(static_cast<int64_t>(i));
+  return out;
+}
+
+bool Dataset::forcings_need_dates() const {
+  for (const auto& name : computed_forcings_)
+    if (forcing_needs_time(name)) return true;
+  return false;
+}
+
+torch::Tensor Dataset::computed_forcings(int64_t seconds) const {
+  return compute_forcings(computed_forcings_, lat_, lon_, seconds, time_.calendar);
+}
+
+void Dataset::read_statics(const DataConfig& config) {
+  std::vector<torch::Tensor> fields;
+  for (const auto& field : config.statics) {
+    if (!has_coordinates_ && field.regrid != "none") {
+      throw DataError("[[data.static]] '" + field.name + "': regrid = \"" + field.regrid + "\" needs latitudes and "
+                      "longitudes, but " + sources_.front()->config.file + " has no coordinate variables");
+    }
+    fields.push_back(read_static_field(field.file, field.variable, field.regrid, lat_, lon_));
+    static_names_.push_back(field.name);
+  }
+  statics_ = fields.empty() ? torch::empty({0, num_lat(), num_lon()}, torch::kFloat32) : torch::stack(fields);
+}
+
+void Dataset::cut_region(const DataConfig& config) {
+  if (!config.region.set) return;
+  const Region& r = config.region;
+  if (!has_coordinates_) {
+    throw DataError("data.region needs latitudes and longitudes but " + sources_.front()->config.file +
+                    " has no lat/lon coordinate variables");
+  }
+  auto wrap = [](double v) { return std::fmod(std::fmod(v, 360.0) + 360.0, 360.0); };
+  const double tolerance = 1e-6;
+  for (size_t i = 0; i < lat_.size(); ++i)
+    if (lat_[i] >= r.lat_min - tolerance && lat_[i] <= r.lat_max + tolerance) region_rows_.push_back(static_cast<int64_t>(i));
+  // Longitudes as distances east of the west edge: the region is [0, width], which crosses the
+  // seam when west > east (350 .. 10 is 20 degrees wide); columns run west to east.
+  double width = wrap(r.lon_max - r.lon_min);
+  if (width == 0) width = 360;  // [0, 360]: the whole circle
+  std::vector<std::pair<double, int64_t>> east_of_edge;
+  for (size_t j = 0; j < lon_.size(); ++j) {
+    double d = wrap(lon_[j] - r.lon_min);
+    if (d > 360 - tolerance) d = 0;
+    if (d <= width + tolerance) east_of_edge.emplace_back(d, static_cast<int64_t>(j));
+  }
+  std::stable_sort(east_of_edge.begin(), east_of_edge.end());
+  for (const auto& [d, j] : east_of_edge) region_cols_.push_back(j);
+  std::ostringstream range;
+  range << "lat = [" << r.lat_min << ", " << r.lat_max << "], lon = [" << r.lon_min << ", " << r.lon_max << "]";
+  if (region_rows_.empty() || region_cols_.empty()) {
+    std::ostringstream message;
+    message << "data.region { " << range.str() << " } holds no grid point of " << sources_.front()->config.file
+            << " (latitudes " << lat_.front() << " .. " << lat_.back() << ", longitudes " << lon_.front() << " .. "
+            << lon_.back() << ")";
+    throw DataError(message.str());
+  }
+  const int64_t rows = static_cast<int64_t>(region_rows_.size()), cols = static_cast<int64_t>(region_cols_.size());
+  if (config.boundary > 0 && (rows <= 2 * config.boundary || cols <= 2 * config.boundary)) {
+    throw DataError("data.boundary = " + std::to_string(config.boundary) + " leaves no interior in data.region { " +
+                    range.str() + " }, which is " + std::to_string(rows) + " x " + std::to_string(cols) + " points");
+  }
+  std::vector<double> lat, lon;
+  for (int64_t i : region_rows_) lat.push_back(lat_[static_cast<size_t>(i)]);
+  for (int64_t j : region_cols_) lon.push_back(lon_[static_cast<size_t>(j)]);
+  lat_ = std::move(lat);
+  lon_ = std::move(lon);
+  const auto rows_t = torch::tensor(region_rows_, torch::kInt64), cols_t = torch::tensor(region_cols_, torch::kInt64);
+  statics_ = statics_.index_select(1, rows_t).index_select(2, cols_t).contiguous();
+}
+
 std::vector<std::string> Dataset::variable_names() const {
   std::vector<std::string> names;
   for (const auto& info : variables_) names.push_back(info.name);
@@ -505,10 +627,28 @@ std::vector<std::string> Dataset::variable_names() const {
 }
 
 void Dataset::read_state(int64_t t, float* out) const {
-  const int64_t plane = num_lat() * num_lon();
+  const int64_t plane = full_lat_ * full_lon_;
   thread_local std::vector<float> scratch;  // one per loader worker, reused state after state
+  thread_local std::vector<float> full;     // the sources' whole grid, when a region is cut from it
+  float* target = out;
+  if (!region_rows_.empty()) {
+    full.resize(static_cast<size_t>(num_variables() * plane));
+    target = full.data();
+  }
   for (const auto& s : sources_) {
-    s->read_channels(s->time_index[static_cast<size_t>(t)], out + static_cast<int64_t>(s->first_channel) * plane, scratch);
+    s->read_channels(s->time_index[static_cast<size_t>(t)], target + static_cast<int64_t>(s->first_channel) * plane,
+                     scratch);
+  }
+  if (region_rows_.empty()) return;
+  // Reading whole planes and cutting here keeps every reader simple; a region of a global
+  // archive costs the global read (noted in docs/architecture.md).
+  for (int64_t v = 0; v < num_variables(); ++v) {
+    const float* source = full.data() + v * plane;
+    for (int64_t i = 0; i < num_lat(); ++i) {
+      const float* row = source + region_rows_[static_cast<size_t>(i)] * full_lon_;
+      float* dest = out + (v * num_lat() + i) * num_lon();
+      for (int64_t j = 0; j < num_lon(); ++j) dest[j] = row[region_cols_[static_cast<size_t>(j)]];
+    }
   }
 }
 

@@ -45,6 +45,7 @@ struct VariableInfo {
   std::string source_name;    // the source's name (z for z_500); equals name without levels
   std::optional<double> level;  // the level's coordinate value (500), when cut from a level dimension
   std::string level_units;      // the level coordinate's units ("hPa", "millibars"), "" when absent
+  std::string role = "prognostic";  // the source's role: prognostic, forcing or diagnostic
 };
 
 // The dataset's time axis. With dates (a CF time coordinate) each state has a time in seconds
@@ -87,9 +88,25 @@ class Dataset {
 
   const std::vector<VariableInfo>& variables() const { return variables_; }
   std::vector<std::string> variable_names() const;
+  // Indices into variables() of the channels with `role` ("prognostic", "forcing", "diagnostic"),
+  // in source order: what a sample takes from a state for each part of the model's input and output.
+  std::vector<int64_t> channel_indices(const std::string& role) const;
 
-  // Grid coordinates in degrees of the first source (the latitude-weighted loss needs lat). When it
-  // has no coordinate variables they are indices 0..n-1 and has_coordinates() is false.
+  // [[data.static]] fields, float32 [S, lat, lon] in the file's units (NaN at fill points), on the
+  // dataset's grid (cropped to data.region); names in config order. S may be 0.
+  const torch::Tensor& static_fields() const { return statics_; }
+  const std::vector<std::string>& static_names() const { return static_names_; }
+  // data.forcings, computed at a valid time (seconds as in TimeAxis::seconds; ignored by the
+  // coordinate forcings): float32 [F, lat, lon], F may be 0.
+  const std::vector<std::string>& computed_forcing_names() const { return computed_forcings_; }
+  torch::Tensor computed_forcings(int64_t seconds) const;
+  // Whether a computed forcing needs the valid time (so the time axis must have dates).
+  bool forcings_need_dates() const;
+
+  // Grid coordinates in degrees of the first source (the latitude-weighted loss needs lat), cut to
+  // data.region when one is set (rows in the file's order; columns from the region's west edge
+  // eastwards, across the 0/360 seam when it crosses it). When the source has no coordinate
+  // variables they are indices 0..n-1 and has_coordinates() is false.
   const std::vector<double>& lat() const { return lat_; }
   const std::vector<double>& lon() const { return lon_; }
   bool has_coordinates() const { return has_coordinates_; }
@@ -116,12 +133,21 @@ class Dataset {
 
   void open_source(size_t index, const DataSource& config);
   void merge_time_axes(const DataConfig& config);
+  void cut_region(const DataConfig& config);
+  void read_statics(const DataConfig& config);
   void read_state(int64_t t, float* out) const;  // all channels at time t
 
   std::vector<std::unique_ptr<Source>> sources_;
   std::vector<VariableInfo> variables_;
   std::vector<double> lat_, lon_;
   bool has_coordinates_ = true;
+  // data.region: the rows and columns of the sources' full grid (full_lat x full_lon) it keeps;
+  // empty without a region.
+  std::vector<int64_t> region_rows_, region_cols_;
+  int64_t full_lat_ = 0, full_lon_ = 0;
+  torch::Tensor statics_;
+  std::vector<std::string> static_names_;
+  std::vector<std::string> computed_forcings_;
   bool has_fill_values_ = false;
   TimeAxis time_;
   int64_t source_times_ = 0;

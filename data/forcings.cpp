@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "data/readers/reader.h"
 
@@ -345,12 +346,6 @@ std::vector<size_t> nearest_longitudes(const std::vector<double>& source, const 
 
 }  // namespace
 
-const std::vector<std::string>& computed_forcing_names() {
-  static const std::vector<std::string> names = {"cos_latitude",   "sin_latitude",    "cos_longitude",
-                                                 "sin_longitude",  "cos_local_time",  "sin_local_time",
-                                                 "cos_day_of_year", "sin_day_of_year", "insolation"};
-  return names;
-}
 
 bool is_computed_forcing(const std::string& name) {
   const auto& names = computed_forcing_names();

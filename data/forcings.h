@@ -45,13 +45,14 @@
 
 #include <torch/torch.h>
 
+#include "core/config.h"
 #include "data/time/cf_time.h"
 
 namespace wxtrain::data {
 
-// The computed forcings, in this order: cos_latitude, sin_latitude, cos_longitude, sin_longitude,
-// cos_local_time, sin_local_time, cos_day_of_year, sin_day_of_year, insolation.
-const std::vector<std::string>& computed_forcing_names();
+// The computed forcings are wxtrain::computed_forcing_names() (core/config.h, where the run-file
+// parser checks data.forcings against them): cos_latitude, sin_latitude, cos_longitude,
+// sin_longitude, cos_local_time, sin_local_time, cos_day_of_year, sin_day_of_year, insolation.
 bool is_computed_forcing(const std::string& name);
 // False for the four coordinate forcings (constant in time), true for the others. Unknown names
 // throw DataError listing the accepted ones.

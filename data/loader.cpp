@@ -31,11 +31,12 @@ std::vector<int64_t> permutation(int64_t n, uint64_t seed, int64_t epoch) {
 
 }  // namespace
 
-LoaderOptions LoaderOptions::from_config(const DataConfig& config, int64_t batch_size, uint64_t seed) {
+LoaderOptions LoaderOptions::from_config(const RunConfig& run, int64_t batch_size, uint64_t seed) {
+  const DataConfig& config = run.data;
   LoaderOptions options;
   options.batch_size = batch_size;
   options.seed = seed;
-  options.window = {config.history, config.rollout_steps};
+  options.window = {config.history, run.max_rollout()};
   options.prefetch = config.prefetch;
   options.queue_depth = config.queue_depth;
   options.load_delay_ms = config.load_delay_ms;
@@ -56,10 +57,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, Normalization normalizati
     throw DataError("data.prefetch must be >= 0 and data.queue_depth >= 1, got " +
                     std::to_string(options_.prefetch) + " and " + std::to_string(options_.queue_depth));
   }
-  if (normalization_.num_variables() != dataset_->num_variables()) {
-    throw DataError("normalisation statistics cover " + std::to_string(normalization_.num_variables()) +
-                    " variables but the dataset has " + std::to_string(dataset_->num_variables()));
-  }
+  // Throws DataError naming a channel the statistics do not cover.
+  maker_ = std::make_unique<SampleMaker>(*dataset_, normalization_, options_.window);
   // Training (drop_last): every rank gets the same number of samples (the remainder is dropped),
   // so collectives in the training step never wait on a rank that has run out of batches.
   // Evaluation (!drop_last): every sample is seen exactly once over the ranks, so a metric summed
@@ -109,20 +108,23 @@ Batch Loader::build_batch(int64_t epoch, int64_t k) const {
   if (options_.load_delay_ms > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.load_delay_ms));
   }
-  std::vector<torch::Tensor> inputs, targets, masks;
+  std::vector<torch::Tensor> inputs, forcings, targets, masks;
   for (int64_t t : batch.times) {
-    Sample sample = make_sample(*dataset_, normalization_, options_.window, t);
+    Sample sample = maker_->make(t);
     inputs.push_back(sample.input);
+    forcings.push_back(sample.forcings);
     targets.push_back(sample.target);
     if (sample.target_mask.defined()) masks.push_back(sample.target_mask);
   }
   batch.input = torch::stack(inputs);
+  batch.forcings = torch::stack(forcings);
   batch.target = torch::stack(targets);
   if (!masks.empty()) batch.target_mask = torch::stack(masks);
   if (options_.device.is_cuda()) {
     // Page-locked memory lets the copy in next() run asynchronously.
     batch.input = batch.input.pin_memory();
     batch.target = batch.target.pin_memory();
+    batch.forcings = batch.forcings.pin_memory();
     if (batch.target_mask.defined()) batch.target_mask = batch.target_mask.pin_memory();
   }
   return batch;
@@ -204,6 +206,7 @@ std::optional<Batch> Loader::next() {
   if (options_.device.is_cuda()) {
     batch.input = batch.input.to(options_.device, /*non_blocking=*/true);
     batch.target = batch.target.to(options_.device, /*non_blocking=*/true);
+    batch.forcings = batch.forcings.to(options_.device, /*non_blocking=*/true);
     if (batch.target_mask.defined()) batch.target_mask = batch.target_mask.to(options_.device, true);
   }
   return batch;

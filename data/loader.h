@@ -37,13 +37,15 @@ struct LoaderOptions {
   SampleWindow window;         // history and rollout_steps
   torch::Device device = torch::kCPU;  // CUDA: pinned host batch, copied non_blocking
 
-  // history, rollout_steps, prefetch, queue_depth and load_delay_ms from [data].
-  static LoaderOptions from_config(const DataConfig& config, int64_t batch_size, uint64_t seed);
+  // prefetch, queue_depth and load_delay_ms from [data]; the window is history and the longest
+  // rollout the run reaches (train.rollout_schedule or data.rollout_steps).
+  static LoaderOptions from_config(const RunConfig& config, int64_t batch_size, uint64_t seed);
 };
 
 struct Batch {
-  torch::Tensor input;             // [B, V * history, lat, lon]
-  torch::Tensor target;            // [B, rollout_steps, V, lat, lon]
+  torch::Tensor input;             // [B, P * history, lat, lon]
+  torch::Tensor forcings;          // [B, rollout_steps, F + S, lat, lon] (data/samples.h)
+  torch::Tensor target;            // [B, rollout_steps, P + D, lat, lon]
   torch::Tensor target_mask;       // like target (1 valid / 0 fill); undefined without fill values
   std::vector<int64_t> times;      // each sample's time index t
   int64_t epoch = 0;
@@ -98,6 +100,7 @@ class Loader {
 
   std::shared_ptr<const Dataset> dataset_;
   Normalization normalization_;
+  std::unique_ptr<SampleMaker> maker_;  // refers to *dataset_, which the loader keeps alive
   std::vector<int64_t> sample_times_;
   LoaderOptions options_;
   int64_t per_rank_ = 0;

@@ -1,5 +1,6 @@
 #include "data/normalization.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -10,6 +11,30 @@ namespace {
 const std::string kMean = "norm/mean/";
 const std::string kStd = "norm/std/";
 const std::string kIndex = "norm/index/";
+const std::string kDiffStd = "norm/diff_std/";
+
+// Sums of valid (non-NaN) values per channel of a [C, N] float64 tensor, accumulated in double.
+struct Moments {
+  std::vector<double> sum, sum_sq, count;
+  explicit Moments(int64_t channels) : sum(channels, 0.0), sum_sq(channels, 0.0), count(channels, 0.0) {}
+  void add(const torch::Tensor& values_cn) {
+    torch::Tensor valid = ~torch::isnan(values_cn);
+    torch::Tensor values = torch::where(valid, values_cn, torch::zeros_like(values_cn));
+    torch::Tensor s = values.sum(1), s2 = (values * values).sum(1), n = valid.sum(1).to(torch::kFloat64);
+    for (size_t v = 0; v < sum.size(); ++v) {
+      sum[v] += s[v].item<double>();
+      sum_sq[v] += s2[v].item<double>();
+      count[v] += n[v].item<double>();
+    }
+  }
+  double mean(size_t v) const { return sum[v] / count[v]; }
+  // Zero spread (a constant field, a region that is all sea) gets 1: normalising never divides by 0.
+  double std(size_t v) const {
+    const double m = mean(v);
+    const double s = std::sqrt(std::max(0.0, sum_sq[v] / count[v] - m * m));
+    return s > 1e-12 * std::max(1.0, std::abs(m)) ? s : 1.0;
+  }
+};
 }  // namespace
 
 Normalization::Normalization(std::vector<std::string> names, torch::Tensor mean, torch::Tensor std)
@@ -27,31 +52,79 @@ Normalization Normalization::compute(const Dataset& dataset, int64_t time_begin,
     throw DataError("cannot compute normalisation statistics from an empty time range [" +
                     std::to_string(time_begin) + ", " + std::to_string(time_end) + ")");
   }
-  std::vector<double> sum(V, 0.0), sum_sq(V, 0.0), count(V, 0.0);
+  const TimeAxis& axis = dataset.time_axis();
+  Moments states(V), diffs(V);
+  torch::Tensor previous;
   for (int64_t t = time_begin; t < time_end; ++t) {
     torch::Tensor state = dataset.shared_state(t).to(torch::kFloat64).reshape({V, -1});  // to() copies
-    torch::Tensor valid = ~torch::isnan(state);
-    torch::Tensor values = torch::where(valid, state, torch::zeros_like(state));
-    torch::Tensor s = values.sum(1), s2 = (values * values).sum(1), n = valid.sum(1).to(torch::kFloat64);
-    for (int64_t v = 0; v < V; ++v) {
-      sum[v] += s[v].item<double>();
-      sum_sq[v] += s2[v].item<double>();
-      count[v] += n[v].item<double>();
-    }
+    states.add(state);
+    if (previous.defined() && (!axis.has_dates || axis.seconds[t] - axis.seconds[t - 1] == axis.step_seconds))
+      diffs.add(state - previous);  // NaN where either is masked
+    previous = state;
   }
-  torch::Tensor mean = torch::empty({V}, torch::kFloat32), std = torch::empty({V}, torch::kFloat32);
+  std::vector<std::string> names = dataset.variable_names();
+  std::vector<float> mean, std, diff_std;
   for (int64_t v = 0; v < V; ++v) {
-    if (count[v] == 0) {
+    if (states.count[v] == 0) {
       throw DataError("variable '" + dataset.variables()[v].name + "' (" + dataset.variables()[v].file +
                       ") has no valid points in the training split: every value is a fill value");
     }
-    const double m = sum[v] / count[v];
-    const double variance = std::max(0.0, sum_sq[v] / count[v] - m * m);
-    const double s = std::sqrt(variance);
-    mean[v] = m;
-    std[v] = s > 1e-12 * std::max(1.0, std::abs(m)) ? s : 1.0;
+    mean.push_back(static_cast<float>(states.mean(v)));
+    std.push_back(static_cast<float>(states.std(v)));
+    // A split of one state has no difference: fall back to the state's own spread (no rescaling).
+    diff_std.push_back(static_cast<float>(diffs.count[v] > 0 ? diffs.std(v) : states.std(v)));
   }
-  return Normalization(dataset.variable_names(), mean, std);
+
+  const int64_t S = dataset.static_fields().size(0);
+  if (S > 0) {
+    Moments statics(S);
+    statics.add(dataset.static_fields().to(torch::kFloat64).reshape({S, -1}));
+    for (int64_t s = 0; s < S; ++s) {
+      if (statics.count[s] == 0)
+        throw DataError("static field '" + dataset.static_names()[s] + "' has no valid point on the grid");
+      names.push_back(dataset.static_names()[s]);
+      mean.push_back(static_cast<float>(statics.mean(s)));
+      std.push_back(static_cast<float>(statics.std(s)));
+      diff_std.push_back(std::nanf(""));
+    }
+  }
+  const auto& forcings = dataset.computed_forcing_names();
+  if (!forcings.empty()) {
+    const int64_t F = static_cast<int64_t>(forcings.size());
+    Moments computed(F);
+    const int64_t span = time_end - time_begin, samples = std::min<int64_t>(64, span);
+    for (int64_t k = 0; k < samples; ++k) {
+      const int64_t t = time_begin + k * span / samples;
+      const int64_t seconds = axis.has_dates ? axis.seconds[t] : 0;
+      computed.add(dataset.computed_forcings(seconds).to(torch::kFloat64).reshape({F, -1}));
+    }
+    for (int64_t f = 0; f < F; ++f) {
+      names.push_back(forcings[f]);
+      mean.push_back(static_cast<float>(computed.mean(f)));
+      std.push_back(static_cast<float>(computed.std(f)));
+      diff_std.push_back(std::nanf(""));
+    }
+  }
+  Normalization result(names, torch::tensor(mean), torch::tensor(std));
+  result.diff_std_ = torch::tensor(diff_std);
+  return result;
+}
+
+Normalization Normalization::subset(const std::vector<std::string>& names) const {
+  std::vector<int64_t> index;
+  for (const auto& name : names) {
+    auto it = std::find(names_.begin(), names_.end(), name);
+    if (it == names_.end()) {
+      std::string known;
+      for (const auto& n : names_) known += (known.empty() ? "" : ", ") + n;
+      throw DataError("no normalisation statistics for channel '" + name + "' (they cover " + known + ")");
+    }
+    index.push_back(it - names_.begin());
+  }
+  const torch::Tensor i = torch::tensor(index, torch::kInt64);
+  Normalization out(names, mean_.index_select(0, i), std_.index_select(0, i));
+  if (diff_std_.defined()) out.diff_std_ = diff_std_.index_select(0, i);
+  return out;
 }
 
 Normalization Normalization::identity(const std::vector<std::string>& names) {
@@ -67,6 +140,7 @@ torch::Tensor Normalization::broadcastable(const torch::Tensor& stat, const torc
 
 torch::Tensor Normalization::normalize(const torch::Tensor& x) const {
   const int64_t V = num_variables();
+  if (x.numel() == 0) return x.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);  // no channels (no statics)
   if (x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.is_contiguous() && x.dim() >= 3 &&
       x.size(-3) == V && mean_.scalar_type() == torch::kFloat32 && std_.scalar_type() == torch::kFloat32) {
     // The loader's path (every state of every sample): one pass instead of ATen's three (subtract,
@@ -105,6 +179,7 @@ std::map<std::string, torch::Tensor> Normalization::to_map() const {
     map[kMean + names_[v]] = mean_[v].clone();
     map[kStd + names_[v]] = std_[v].clone();
     map[kIndex + names_[v]] = torch::tensor(v, torch::kInt64);
+    if (diff_std_.defined()) map[kDiffStd + names_[v]] = diff_std_[v].clone();
   }
   return map;
 }
@@ -119,6 +194,8 @@ Normalization Normalization::from_map(const std::map<std::string, torch::Tensor>
   std::vector<std::string> names;
   torch::Tensor mean = torch::empty({static_cast<int64_t>(order.size())});
   torch::Tensor std = torch::empty_like(mean);
+  torch::Tensor diff_std = torch::full_like(mean, std::nanf(""));
+  bool any_diff = false;
   for (size_t i = 0; i < order.size(); ++i) {
     const auto& [index, name] = order[i];
     if (index != static_cast<int64_t>(i)) {
@@ -132,9 +209,15 @@ Normalization Normalization::from_map(const std::map<std::string, torch::Tensor>
     }
     mean[i] = m->second.item<float>();
     std[i] = s->second.item<float>();
+    if (auto d = map.find(kDiffStd + name); d != map.end()) {
+      diff_std[i] = d->second.item<float>();
+      any_diff = true;
+    }
     names.push_back(name);
   }
-  return Normalization(names, mean, std);
+  Normalization result(names, mean, std);
+  if (any_diff) result.diff_std_ = diff_std;
+  return result;
 }
 
 }  // namespace wxtrain::data

@@ -135,8 +135,18 @@ int64_t TimeSplit::skipped(Split split) const { return static_cast<int64_t>(wind
 std::string describe_samples(const Dataset& dataset, const TimeSplit& split) {
   const TimeAxis& axis = dataset.time_axis();
   std::ostringstream out;
-  out << "data: " << dataset.num_variables() << " channels on " << dataset.num_lat() << " x " << dataset.num_lon()
-      << ", " << dataset.num_times() << " states";
+  const auto count = [&](const char* role) { return dataset.channel_indices(role).size(); };
+  out << "data: " << dataset.num_variables() << " channels (" << count("prognostic") << " prognostic";
+  if (count("diagnostic")) out << ", " << count("diagnostic") << " diagnostic";
+  if (count("forcing")) out << ", " << count("forcing") << " forcing";
+  out << ")";
+  if (!dataset.static_names().empty()) out << " + " << dataset.static_names().size() << " static";
+  if (!dataset.computed_forcing_names().empty()) out << " + " << dataset.computed_forcing_names().size() << " computed forcings";
+  out << " on " << dataset.num_lat() << " x " << dataset.num_lon();
+  if (!dataset.lat().empty() && dataset.has_coordinates())
+    out << " (lat " << dataset.lat().front() << ".." << dataset.lat().back() << ", lon " << dataset.lon().front() << ".."
+        << dataset.lon().back() << ")";
+  out << ", " << dataset.num_times() << " states";
   if (axis.has_dates) {
     out << " " << axis.label(0) << " .. " << axis.label(axis.size() - 1) << " every " << format_duration(axis.step_seconds);
     if (dataset.source_times() != dataset.num_times()) {
@@ -150,26 +160,74 @@ std::string describe_samples(const Dataset& dataset, const TimeSplit& split) {
   return out.str();
 }
 
-Sample make_sample(const Dataset& dataset, const Normalization& normalization, const SampleWindow& window,
-                   int64_t t) {
-  const int64_t first = t - window.history + 1;
-  const int64_t last = t + window.rollout_steps;
-  TORCH_CHECK(first >= 0 && last < dataset.num_times(), "sample at time ", t, " needs states ", first,
-              "..", last, " but the dataset has ", dataset.num_times());
+namespace {
+std::vector<std::string> names_of(const Dataset& dataset, const std::vector<int64_t>& indices) {
+  std::vector<std::string> names;
+  for (int64_t i : indices) names.push_back(dataset.variables()[static_cast<size_t>(i)].name);
+  return names;
+}
+}  // namespace
+
+SampleMaker::SampleMaker(const Dataset& dataset, const Normalization& normalization, SampleWindow window)
+    : dataset_(dataset), window_(window) {
+  const std::vector<int64_t> prognostic = dataset.channel_indices("prognostic");
+  std::vector<int64_t> outputs = prognostic;
+  for (int64_t i : dataset.channel_indices("diagnostic")) outputs.push_back(i);
+  const std::vector<int64_t> file_forcings = dataset.channel_indices("forcing");
+  prognostic_ = torch::tensor(prognostic, torch::kInt64);
+  outputs_ = torch::tensor(outputs, torch::kInt64);
+  file_forcings_ = torch::tensor(file_forcings, torch::kInt64);
+  prognostic_norm_ = normalization.subset(names_of(dataset, prognostic));
+  output_norm_ = normalization.subset(names_of(dataset, outputs));
+  file_forcing_norm_ = normalization.subset(names_of(dataset, file_forcings));
+  computed_norm_ = normalization.subset(dataset.computed_forcing_names());
+  statics_ = normalization.subset(dataset.static_names()).normalize(dataset.static_fields());
+}
+
+int64_t SampleMaker::num_forcings() const {
+  return file_forcings_.size(0) + static_cast<int64_t>(dataset_.computed_forcing_names().size()) + statics_.size(0);
+}
+
+torch::Tensor SampleMaker::step_forcings(int64_t seconds, const torch::Tensor& file_state) const {
+  std::vector<torch::Tensor> parts;
+  if (file_forcings_.size(0) > 0) parts.push_back(file_forcing_norm_.normalize(file_state.index_select(0, file_forcings_)));
+  if (!dataset_.computed_forcing_names().empty()) parts.push_back(computed_norm_.normalize(dataset_.computed_forcings(seconds)));
+  parts.push_back(statics_);
+  return torch::cat(parts, 0);
+}
+
+Sample SampleMaker::make(int64_t t) const {
+  const int64_t first = t - window_.history + 1;
+  const int64_t last = t + window_.rollout_steps;
+  TORCH_CHECK(first >= 0 && last < dataset_.num_times(), "sample at time ", t, " needs states ", first, "..", last,
+              " but the dataset has ", dataset_.num_times());
   std::vector<torch::Tensor> states;
-  for (int64_t s = first; s <= last; ++s) states.push_back(dataset.shared_state(s));  // stack copies
+  for (int64_t s = first; s <= last; ++s) states.push_back(dataset_.shared_state(s));  // stack copies
   const torch::Tensor raw = torch::stack(states);  // [H + R, V, lat, lon]
-  const torch::Tensor normalized = normalization.normalize(raw);
-  const int64_t V = dataset.num_variables();
+  const int64_t H = window_.history, P = prognostic_.size(0);
 
   Sample sample;
   sample.time = t;
-  sample.input = normalized.slice(0, 0, window.history).reshape({window.history * V, raw.size(2), raw.size(3)});
-  sample.target = normalized.slice(0, window.history).contiguous();
-  if (dataset.has_fill_values()) {
-    sample.target_mask = (~torch::isnan(raw.slice(0, window.history))).to(torch::kFloat32);
+  sample.input = prognostic_norm_.normalize(raw.slice(0, 0, H).index_select(1, prognostic_))
+                     .reshape({H * P, raw.size(2), raw.size(3)});
+  const torch::Tensor future = raw.slice(0, H);  // [R, V, lat, lon]
+  sample.target = output_norm_.normalize(future.index_select(1, outputs_).contiguous());
+  std::vector<torch::Tensor> forcings;
+  const TimeAxis& axis = dataset_.time_axis();
+  for (int64_t k = 0; k < window_.rollout_steps; ++k) {
+    const int64_t valid = t + 1 + k;  // the state this rollout step predicts
+    forcings.push_back(step_forcings(axis.has_dates ? axis.seconds[static_cast<size_t>(valid)] : 0, future[k]));
+  }
+  sample.forcings = torch::stack(forcings);
+  if (dataset_.has_fill_values()) {
+    sample.target_mask = (~torch::isnan(future.index_select(1, outputs_))).to(torch::kFloat32);
   }
   return sample;
+}
+
+Sample make_sample(const Dataset& dataset, const Normalization& normalization, const SampleWindow& window,
+                   int64_t t) {
+  return SampleMaker(dataset, normalization, window).make(t);
 }
 
 }  // namespace wxtrain::data

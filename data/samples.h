@@ -11,11 +11,11 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "data/normalization.h"
 
 namespace wxtrain::data {
 
 class Dataset;
-class Normalization;
 struct TimeAxis;
 
 enum class Split { kTrain, kValidation };
@@ -61,14 +61,43 @@ class TimeSplit {
 // the samples of each split with the windows a gap skipped.
 std::string describe_samples(const Dataset& dataset, const TimeSplit& split);
 
+// A sample laid out as the model sees it (core/config.h, ChannelLayout): P prognostic, D
+// diagnostic, F forcing (file forcings then computed) and S static channels.
 struct Sample {
-  torch::Tensor input;        // [V * history, lat, lon], channel = h * V + v, oldest state first
-  torch::Tensor target;       // [rollout_steps, V, lat, lon]
+  torch::Tensor input;        // [P * history, lat, lon], channel = h * P + p, oldest state first
+  // [rollout_steps, F + S, lat, lon]: for rollout step k the forcings at that step's valid time
+  // (state t + 1 + k), then the static fields; F + S may be 0.
+  torch::Tensor forcings;
+  torch::Tensor target;       // [rollout_steps, P + D, lat, lon]
   torch::Tensor target_mask;  // like target, 1 valid / 0 fill; undefined when the data has no fill values
   int64_t time = 0;           // t: the newest input state
 };
 
-// A normalised sample (masked points are 0 in input and target).
+// Cuts normalised samples (masked points are 0 in input, forcings and target) from a dataset:
+// the channel selections and the normalised static fields are prepared once.
+class SampleMaker {
+ public:
+  // `normalization` must cover every channel of the dataset, its static fields and its computed
+  // forcings (Normalization::compute does); throws DataError naming a channel it lacks.
+  SampleMaker(const Dataset& dataset, const Normalization& normalization, SampleWindow window);
+  Sample make(int64_t t) const;
+  // The forcings (computed, then file forcings must come from the dataset) at a valid time and the
+  // statics: [F + S, lat, lon] normalised; `file_state` is the state at that time ([V, lat, lon],
+  // raw) or undefined when the run has no file forcings. Used by forecast beyond the archive.
+  torch::Tensor step_forcings(int64_t seconds, const torch::Tensor& file_state) const;
+
+  const SampleWindow& window() const { return window_; }
+  int64_t num_forcings() const;  // F + S
+
+ private:
+  const Dataset& dataset_;
+  SampleWindow window_;
+  torch::Tensor prognostic_, outputs_, file_forcings_;  // int64 channel indices into a state
+  Normalization prognostic_norm_, output_norm_, file_forcing_norm_, computed_norm_;
+  torch::Tensor statics_;  // [S, lat, lon] normalised
+};
+
+// One sample through a SampleMaker made for it (tests, one-off callers).
 Sample make_sample(const Dataset& dataset, const Normalization& normalization, const SampleWindow& window,
                    int64_t t);
 

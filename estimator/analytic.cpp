@@ -384,7 +384,10 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   // What the trace counts as states: parameters, their flat gradients and optimizer state, the
   // latitude weights (training only), and the gnn's graph (int64 senders and receivers, fp32 edge features and
   // node positions).
-  double buffers = mode == Mode::kTrain ? 4.0 * static_cast<double>(shape.lat) : 0.0;
+  // The loss's channel weights (one float per output channel) and, for a limited-area run, the
+  // boundary frame and interior mask (a float per grid point each).
+  double buffers = mode == Mode::kTrain ? 4.0 * static_cast<double>(shape.lat + shape.out_channels) : 0.0;
+  if (mode == Mode::kTrain && config.data.boundary > 0) buffers += 2 * 4.0 * static_cast<double>(shape.lat * shape.lon);
   if (config.model.name == "gnn") {
     const double E = static_cast<double>(grid_edges(shape.lat, shape.lon, config.model.neighbourhood));
     buffers += E * (8 + 8 + 3 * layout.param_bytes) + 2.0 * layout.param_bytes * shape.lat * shape.lon;
@@ -392,11 +395,15 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   const double per_param = mode == Mode::kTrain ? 2 * layout.param_bytes + layout.optimizer_bytes : layout.param_bytes;
   fit.traced_states = static_cast<int64_t>(static_cast<double>(fit.num_params) * per_param + buffers);
 
-  const double rollout = static_cast<double>(std::max<int64_t>(1, config.data.rollout_steps));
+  const double rollout = static_cast<double>(std::max<int64_t>(1, config.max_rollout()));
   const double accumulation = static_cast<double>(std::max<int64_t>(1, config.train.accumulation));
   const double in_elems = static_cast<double>(shape.in_channels) * shape.lat * shape.lon;
-  // The step's micro-batches (fp32 input and target), all alive for the whole step.
-  const double batch_tensors = accumulation * 4 * (in_elems + rollout * m.output);
+  // The step's micro-batches (fp32 input, forcings for every rollout step, target), all alive for
+  // the whole step. in_elems counts one step's forcings already.
+  const ChannelLayout layout_channels = config.channels();
+  const double forcing_elems =
+      static_cast<double>(layout_channels.forcing.size() + layout_channels.statics.size()) * shape.lat * shape.lon;
+  const double batch_tensors = accumulation * 4 * (in_elems + (rollout - 1) * forcing_elems + rollout * m.output);
 
   double saved = 0, inputs = 0, fixed_saved = 0, fixed_kept = 0, weights = 0, worst_weights = 0;
   for (const Block& b : m.blocks) {

@@ -82,7 +82,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
     const int64_t extra = config.train.accumulation - trace_config(config).train.accumulation;
     const double sample_bytes =
         4.0 * static_cast<double>(shape.lat * shape.lon) *
-        static_cast<double>(shape.in_channels + 2 * config.data.rollout_steps * shape.out_channels);  // input, target, mask
+        static_cast<double>(shape.in_channels + 2 * config.max_rollout() * shape.out_channels);  // input, target, mask
     for (Line* l : {&e.activations.forward_backward, &e.activations.optimizer}) l->per_sample += extra * sample_bytes;
     for (Line& l : e.activations.small_batch) l.per_sample += extra * sample_bytes;
   }

@@ -9,8 +9,8 @@ namespace wxtrain::models {
 
 ModelShape model_shape(const RunConfig& config) {
   ModelShape s;
-  s.out_channels = config.num_variables();
-  s.in_channels = config.in_channels();
+  s.out_channels = config.out_channels();  // prognostic + diagnostic
+  s.in_channels = config.in_channels();    // prognostic x history + forcings + static fields
   s.lat = config.data.lat;
   s.lon = config.data.lon;
   if (s.lat <= 0 || s.lon <= 0)

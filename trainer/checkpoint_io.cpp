@@ -1,5 +1,7 @@
 #include "trainer/checkpoint_io.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -73,6 +75,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   archive.write("config_overrides", c10::IValue(overrides));
   archive.write("model_name", c10::IValue(c.model_name));
   archive.write("world_size", c10::IValue(c.world_size));
+  archive.write("channels", c10::IValue(c.channels));
   if (c.rng_state.defined()) archive.write("rng_state", c.rng_state);
   write_map(archive, "model", c.model);
   write_map(archive, "optimizer", c.optimizer);
@@ -330,6 +333,7 @@ Checkpoint read_checkpoint(const std::string& path) {
   }
   c.model_name = text("model_name");
   c.world_size = integer("world_size");
+  if (archive.try_read("channels", v) && v.isString()) c.channels = v.toStringRef();
   torch::Tensor rng;
   if (archive.try_read("rng_state", rng)) {
     check_tensor(path, "rng_state", rng);
@@ -405,6 +409,29 @@ WeightLoadReport load_weights(models::WeatherModelImpl& model, const TensorMap& 
                 " (set train.strict = false to load what matches)");
   for (const auto& name : report.loaded) own[name].copy_(weights.at(name));
   return report;
+}
+
+ChannelNames checkpoint_channels(const Checkpoint& checkpoint, const std::string& path) {
+  ChannelNames names;
+  if (!checkpoint.channels.empty()) {
+    try {
+      const auto json = nlohmann::json::parse(checkpoint.channels);
+      names.inputs = json.at("inputs").get<std::vector<std::string>>();
+      names.outputs = json.at("outputs").get<std::vector<std::string>>();
+      return names;
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ": corrupt wxtrain checkpoint: its channels record does not read (" + e.what() + ")");
+    }
+  }
+  // Older checkpoints: the channels follow from the run file they were trained with.
+  try {
+    const ChannelLayout layout = parse_config(checkpoint.config_text, path + " (its run file)", checkpoint.overrides).channels();
+    names.inputs = layout.input_names();
+    names.outputs = layout.output_names();
+  } catch (const ConfigError& e) {
+    throw Error(path + ": cannot tell which channels the checkpoint was trained on: " + e.what());
+  }
+  return names;
 }
 
 }  // namespace wxtrain::trainer

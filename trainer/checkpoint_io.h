@@ -27,7 +27,18 @@ struct Checkpoint {
   std::vector<std::string> overrides;  // and the --set values applied to it
   std::string model_name;
   int64_t world_size = 1;          // ranks that wrote it (for messages)
+  // JSON: the model's input and output channel names and every channel's role, level, units,
+  // source and statistics ("" in checkpoints written before channels were recorded).
+  std::string channels;
 };
+
+// The model's input and output channel names a checkpoint was trained with: from its channels
+// record, or for an older checkpoint from the run file it keeps. Throws Error naming `path`
+// when neither can be read.
+struct ChannelNames {
+  std::vector<std::string> inputs, outputs;
+};
+ChannelNames checkpoint_channels(const Checkpoint& checkpoint, const std::string& path);
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // Throws wxtrain::Error naming the path when the file is missing, truncated or not a checkpoint.

@@ -16,6 +16,7 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1, samples_per_s = 0;
   double allocated_gb = 0, reserved_gb = 0, peak_gb = 0;
   bool applied = true;
+  int64_t rollout = 1;  // rollout steps in this step's loss (the curriculum's length)
 };
 
 class MetricsCsv {

@@ -1,12 +1,16 @@
 #include "trainer/trainer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "core/autocast.h"
@@ -15,9 +19,11 @@
 #include "core/memory_meter.h"
 #include "core/units.h"
 #include "data/dataset.h"
+#include "data/forcings.h"
 #include "data/loader.h"
 #include "data/samples.h"
 #include "distributed/communicator.h"
+#include "trainer/channel_transfer.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics_log.h"
@@ -43,8 +49,8 @@ using Clock = std::chrono::steady_clock;
 
 // The files a run writes into its folder; another run's copies of these make the folder taken.
 const std::vector<std::string>& run_files() {
-  static const std::vector<std::string> files = {"checkpoint.pt", "metrics.csv", "validation.csv", "run.toml",
-                                                 "command.txt"};
+  static const std::vector<std::string> files = {"checkpoint.pt", "metrics.csv", "validation.csv",
+                                                 "validation.svg", "run.toml",  "command.txt"};
   return files;
 }
 
@@ -121,13 +127,91 @@ void record_run(const RunConfig& config, const RunSource& source, const TrainOpt
   write_file_atomically(path, text);
 }
 
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// The channels Normalization::compute covers, in its order.
+std::vector<std::string> normalization_names(const data::Dataset& dataset) {
+  std::vector<std::string> names = dataset.variable_names();
+  for (const auto& n : dataset.static_names()) names.push_back(n);
+  for (const auto& n : dataset.computed_forcing_names()) names.push_back(n);
+  return names;
+}
+
+// This run's statistics, with those of the channels the pretrained model also had replaced by the
+// pretrained ones: its weights were trained on inputs scaled that way.
+data::Normalization keep_pretrained_statistics(const data::Normalization& fresh, const data::Normalization& pretrained) {
+  torch::Tensor mean = fresh.mean().clone(), std = fresh.std().clone();
+  torch::Tensor diff = fresh.diff_std().defined() ? fresh.diff_std().clone() : torch::Tensor();
+  const auto& old_names = pretrained.names();
+  for (size_t i = 0; i < fresh.names().size(); ++i) {
+    auto it = std::find(old_names.begin(), old_names.end(), fresh.names()[i]);
+    if (it == old_names.end()) continue;
+    const int64_t j = it - old_names.begin(), k = static_cast<int64_t>(i);
+    mean[k] = pretrained.mean()[j];
+    std[k] = pretrained.std()[j];
+    if (diff.defined() && pretrained.diff_std().defined() && std::isfinite(pretrained.diff_std()[j].item<float>()))
+      diff[k] = pretrained.diff_std()[j];
+  }
+  data::Normalization out(fresh.names(), mean, std);
+  if (diff.defined()) out.set_diff_std(diff);
+  return out;
+}
+
+// The checkpoint's record of its channels (Checkpoint::channels): what fine-tuning maps by name
+// and what a reader of the checkpoint needs to know about each channel.
+std::string channels_record(const data::Dataset& dataset, const RunConfig& config, const data::Normalization& norm) {
+  nlohmann::json j;
+  const ChannelLayout layout = config.channels();
+  j["inputs"] = layout.input_names();
+  j["outputs"] = layout.output_names();
+  j["history"] = config.data.history;
+  auto stats = [&](nlohmann::json& entry, const std::string& name) {
+    const auto& names = norm.names();
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) return;
+    const int64_t i = it - names.begin();
+    entry["mean"] = norm.mean()[i].item<double>();
+    entry["std"] = norm.std()[i].item<double>();
+    if (norm.diff_std().defined() && std::isfinite(norm.diff_std()[i].item<double>()))
+      entry["diff_std"] = norm.diff_std()[i].item<double>();
+  };
+  nlohmann::json channels = nlohmann::json::array();
+  for (const auto& v : dataset.variables()) {
+    nlohmann::json e = {{"name", v.name}, {"role", v.role}, {"units", v.units}, {"long_name", v.long_name},
+                        {"file", v.file}, {"variable", v.file_variable}};
+    if (v.level) e["level"] = *v.level, e["level_units"] = v.level_units;
+    stats(e, v.name);
+    channels.push_back(e);
+  }
+  for (size_t i = 0; i < dataset.static_names().size(); ++i) {
+    const auto& field = config.data.statics[i];
+    nlohmann::json e = {{"name", field.name}, {"role", "static"}, {"file", field.file}, {"variable", field.variable},
+                        {"regrid", field.regrid}};
+    stats(e, field.name);
+    channels.push_back(e);
+  }
+  for (const auto& name : dataset.computed_forcing_names()) {
+    nlohmann::json e = {{"name", name}, {"role", "computed_forcing"}, {"units", data::forcing_units(name)}};
+    stats(e, name);
+    channels.push_back(e);
+  }
+  j["channels"] = channels;
+  return j.dump();
+}
+
 // Everything the loop touches, built once.
 struct Run {
   RunConfig config;
   distributed::World world;
   torch::Device device{torch::kCPU};
   std::shared_ptr<data::Dataset> dataset;
-  std::optional<data::TimeSplit> split;
+  std::optional<data::TimeSplit> split;      // training windows: history + the longest rollout
+  std::optional<data::TimeSplit> val_split;  // validation windows: history + train.val_lead_steps
+  std::optional<Climatology> climatology;    // from the training split, for the days validation needs
   data::Normalization normalization;
   std::unique_ptr<TrainingState> state;
   std::unique_ptr<data::Loader> loader;
@@ -135,85 +219,100 @@ struct Run {
   bool is_root() const { return world.rank == 0; }
 };
 
+// The validation rollout: every validation sample rolled out val_lead_steps steps, scored per
+// channel and lead as WeatherBench does (latitude-weighted RMSE and ACC against the climatology),
+// beside persistence (the state at t held) and the climatology itself.
 Validation validate(Run& run, int64_t step) {
   const RunConfig& c = run.config;
-  const auto window = run.split->window();
-  data::LoaderOptions opts = data::LoaderOptions::from_config(c.data, c.train.batch_size, c.train.seed);
+  const data::Dataset& dataset = *run.dataset;
+  const auto window = run.val_split->window();
+  const int64_t L = window.rollout_steps;
+  data::LoaderOptions opts = data::LoaderOptions::from_config(c, c.train.batch_size, c.train.seed);
+  opts.window = window;
   opts.shuffle = false;
   opts.drop_last = false;
   opts.prefetch = 0;
   opts.rank = run.world.rank;
   opts.world_size = run.world.size;
   opts.device = run.device;
-  data::Loader loader(run.dataset, run.normalization, run.split->sample_times(data::Split::kValidation), opts);
-  const int64_t V = run.normalization.num_variables();
-  torch::Tensor sums = torch::zeros({3, V}, torch::kFloat64);  // model sq err, persistence sq err, weight
+  data::Loader loader(run.dataset, run.normalization, run.val_split->sample_times(data::Split::kValidation), opts);
+
+  std::vector<int64_t> outputs = dataset.channel_indices("prognostic");
+  for (int64_t i : dataset.channel_indices("diagnostic")) outputs.push_back(i);
+  std::vector<std::string> names;
+  for (int64_t i : outputs) names.push_back(dataset.variables()[static_cast<size_t>(i)].name);
+  const torch::Tensor output_index = torch::tensor(outputs, torch::kInt64);
+  const data::Normalization output_norm = run.normalization.subset(names);
+  torch::Tensor weights = run.state->lat_weights.cpu().view({-1, 1}).expand({dataset.num_lat(), dataset.num_lon()});
+  if (run.state->interior.defined()) weights = weights * run.state->interior.cpu();
+  ScoreAccumulator scores(names, L, {"model", "persistence", "climatology"}, weights.contiguous());
+
   auto& model = *run.state->model;
   model.eval();
   {
     torch::NoGradGuard no_grad;
     const AutocastState autocast = autocast_for(c.train.precision, run.device);
     const auto dtype = c.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+    const data::TimeAxis& axis = dataset.time_axis();
     while (auto batch = loader.next()) {
       torch::Tensor prediction;
       {
         AutocastGuard guard(autocast);
-        prediction = rollout(model, batch->input.to(dtype), 1, V).select(1, 0);
+        prediction = rollout(model, batch->input.to(dtype), batch->forcings, L, run.state->rollout, batch->target);
       }
-      const int64_t B = batch->input.size(0);
-      torch::Tensor newest = batch->input.view({B, window.history, V, batch->input.size(2), batch->input.size(3)})
-                                 .select(1, window.history - 1);
-      torch::Tensor truth = run.normalization.denormalize(batch->target.select(1, 0).cpu());
-      torch::Tensor pred = run.normalization.denormalize(prediction.cpu());
-      torch::Tensor persist = run.normalization.denormalize(newest.cpu());
-      torch::Tensor w = run.state->lat_weights.cpu().view({1, 1, -1, 1}).expand_as(truth);
-      if (batch->target_mask.defined()) w = w * batch->target_mask.select(1, 0).cpu();
-      const std::vector<int64_t> dims = {0, 2, 3};
-      sums[0] += ((pred - truth).square() * w).sum(dims).to(torch::kFloat64);
-      sums[1] += ((persist - truth).square() * w).sum(dims).to(torch::kFloat64);
-      sums[2] += w.sum(dims).to(torch::kFloat64);
+      prediction = output_norm.denormalize(prediction.cpu());
+      const torch::Tensor truth = output_norm.denormalize(batch->target.cpu());
+      const torch::Tensor mask = batch->target_mask.defined() ? batch->target_mask.cpu() : torch::Tensor();
+      // Persistence: the state at t, every channel (a diagnostic too), fill points at the channel mean.
+      std::vector<torch::Tensor> held;
+      for (int64_t t : batch->times) held.push_back(dataset.state(t).index_select(0, output_index));
+      torch::Tensor persistence = torch::stack(held);
+      persistence = torch::where(torch::isnan(persistence), output_norm.mean().view({1, -1, 1, 1}).expand_as(persistence),
+                                 persistence);
+      for (int64_t k = 0; k < L; ++k) {
+        std::vector<torch::Tensor> clim;
+        for (int64_t t : batch->times) {
+          const int64_t seconds = axis.has_dates ? axis.seconds[static_cast<size_t>(t + 1 + k)] : 0;
+          clim.push_back(run.climatology->at(seconds).index_select(0, output_index));
+        }
+        const torch::Tensor climatology = torch::stack(clim);
+        const torch::Tensor observed = truth.select(1, k);
+        const torch::Tensor m = mask.defined() ? mask.select(1, k) : torch::Tensor();
+        scores.add(0, k, prediction.select(1, k), observed, climatology, m);
+        scores.add(1, k, persistence, observed, climatology, m);
+        scores.add(2, k, climatology, observed, climatology, m);
+      }
     }
   }
   model.train();
-  torch::Tensor on_device = sums.to(run.device);  // NCCL reduces device tensors only
+  torch::Tensor on_device = scores.sums().to(run.device);  // NCCL reduces device tensors only
   run.state->comm->allreduce(on_device);
-  sums = on_device.cpu();
+  scores.set_sums(on_device.cpu());
   Validation v;
   v.step = step;
-  v.names = run.normalization.names();
-  for (int64_t i = 0; i < V; ++i) {
-    const double weight = std::max(sums[2][i].item<double>(), 1e-30);
-    v.model_rmse.push_back(std::sqrt(sums[0][i].item<double>() / weight));
-    v.persistence_rmse.push_back(std::sqrt(sums[1][i].item<double>() / weight));
+  v.scores = scores.result(step, dataset.time_axis().step_seconds);
+  v.names = names;
+  for (size_t i = 0; i < names.size(); ++i) {
+    v.model_rmse.push_back(v.scores.rmse[0][0][i]);
+    v.persistence_rmse.push_back(v.scores.rmse[1][0][i]);
   }
   return v;
 }
 
 void print_validation(const Validation& v) {
-  std::ostringstream out;
-  out << "validation at step " << v.step << " (RMSE, data units; lower is better)\n";
-  char line[200];
-  std::snprintf(line, sizeof line, "  %-10s %14s %14s %8s\n", "variable", "model", "persistence", "skill");
-  out << line;
-  for (size_t i = 0; i < v.names.size(); ++i) {
-    std::snprintf(line, sizeof line, "  %-10s %14.5g %14.5g %7.1f%%\n", v.names[i].c_str(), v.model_rmse[i],
-                  v.persistence_rmse[i], 100.0 * (1.0 - v.model_rmse[i] / std::max(v.persistence_rmse[i], 1e-30)));
-    out << line;
-  }
-  std::cerr << out.str();
+  std::cerr << "validation at step " << v.step << " (latitude-weighted RMSE in data units, lower is better; ACC "
+            << "against the climatology, 1 is perfect)\n"
+            << scores_table(v.scores);
 }
 
-void append_validation_csv(const RunConfig& c, const Validation& v, bool& started) {
+void write_validation(const RunConfig& c, const Validation& v, bool& started) {
   const std::string path = in_out_dir(c, "validation.csv");
   // A new run starts the file afresh; a resumed run (started already set) appends.
-  const bool fresh = !started || !fs::exists(path);
-  AppendFile out(path, /*truncate=*/fresh);
+  const bool append = started && fs::exists(path);
   started = true;
-  std::ostringstream rows;
-  if (out.empty()) rows << "step,variable,model_rmse,persistence_rmse\n";
-  for (size_t i = 0; i < v.names.size(); ++i)
-    rows << v.step << "," << v.names[i] << "," << v.model_rmse[i] << "," << v.persistence_rmse[i] << "\n";
-  out.append(rows.str());  // one validation's rows whole, or none of them
+  write_scores_csv(path, v.scores, append);
+  write_file_atomically(in_out_dir(c, "validation.svg"),
+                        scores_svg(v.scores, c.model.name + " at step " + std::to_string(v.step) + " (" + c.path + ")"));
 }
 
 Checkpoint make_checkpoint(Run& run, int64_t step, const RunSource& source) {
@@ -224,6 +323,7 @@ Checkpoint make_checkpoint(Run& run, int64_t step, const RunSource& source) {
   c.optimizer = run.state->parallel->optimizer_state();  // collective: every rank calls it
   c.scaler = run.state->scaler.state();
   c.normalization = run.normalization.to_map();
+  c.channels = channels_record(*run.dataset, run.config, run.normalization);
   c.rng_state = at::globalContext().defaultGenerator(torch::Device(torch::kCPU)).get_state();
   c.config_text = source.text;
   c.overrides = source.overrides;
@@ -278,9 +378,26 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   make_directories(t.out_dir);
 
   run.dataset = std::make_shared<data::Dataset>(config.data);
-  const data::SampleWindow window{config.data.history, config.data.rollout_steps};
+  const data::SampleWindow window{config.data.history, config.max_rollout()};
   run.split.emplace(run.dataset->time_axis(), config.data, window);
+  const int64_t val_leads = t.val_lead_steps > 0 ? t.val_lead_steps : config.max_rollout();
+  run.val_split.emplace(run.dataset->time_axis(), config.data, data::SampleWindow{config.data.history, val_leads});
   if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split) << "\n";
+  const std::vector<int64_t> val_times = run.val_split->sample_times(data::Split::kValidation);
+  {
+    // The climatology of the days validation scores (each valid time of each lead).
+    std::vector<int64_t> valid_seconds;
+    const data::TimeAxis& axis = run.dataset->time_axis();
+    if (axis.has_dates)
+      for (int64_t s0 : val_times)
+        for (int64_t k = 1; k <= val_leads; ++k) valid_seconds.push_back(axis.seconds[static_cast<size_t>(s0 + k)]);
+    run.climatology.emplace(Climatology::compute(*run.dataset, run.split->begin(data::Split::kTrain),
+                                                 run.split->end(data::Split::kTrain), valid_seconds,
+                                                 static_cast<int>(t.climatology_window)));
+    if (run.is_root() && !val_times.empty())
+      std::cerr << "validation: " << val_times.size() << " samples rolled out " << val_leads << " step(s); "
+                << run.climatology->describe() << "\n";
+  }
 
   std::optional<Checkpoint> resume_from, init_from;
   const std::string ckpt_path = checkpoint_path(config);
@@ -291,22 +408,22 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   } else if (!t.init_from.empty()) {
     init_from = load_checkpoint(t.init_from);
   }
-  // A resumed or fine-tuned model keeps the normalisation it was trained with.
-  const Checkpoint* pretrained = resume_from ? &*resume_from : init_from ? &*init_from : nullptr;
-  if (pretrained && !pretrained->normalization.empty()) {
-    run.normalization = data::Normalization::from_map(pretrained->normalization);
-    if (run.normalization.names() != run.dataset->variable_names()) {
-      auto join = [](const std::vector<std::string>& v) {
-        std::string s;
-        for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
-        return s;
-      };
-      throw ConfigError(config.path + ": the checkpoint was trained on variables [" + join(run.normalization.names()) +
-                        "] but [data] has [" + join(run.dataset->variable_names()) + "] (names and order must match)");
+  // A resumed model keeps the normalisation it was trained with, exactly; a fine-tuned one keeps
+  // the pretrained statistics of the channels it shares with this run (its weights expect them)
+  // and takes this run's for new channels.
+  if (resume_from && !resume_from->normalization.empty()) {
+    run.normalization = data::Normalization::from_map(resume_from->normalization);
+    const auto expected = normalization_names(*run.dataset);
+    if (run.normalization.names() != expected) {
+      throw ConfigError(config.path + ": the checkpoint was trained on channels [" + join(run.normalization.names()) +
+                        "] but [data] has [" + join(expected) + "] (names and order must match to resume; "
+                        "to train on other channels start a new run with train.init_from)");
     }
   } else {
     run.normalization = data::Normalization::compute(*run.dataset, run.split->begin(data::Split::kTrain),
                                                      run.split->end(data::Split::kTrain));
+    if (init_from && !init_from->normalization.empty())
+      run.normalization = keep_pretrained_statistics(run.normalization, data::Normalization::from_map(init_from->normalization));
   }
 
   models::ModelShape shape = models::model_shape(config);
@@ -318,15 +435,23 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
     init = [&](models::WeatherModelImpl& m) { load_weights(m, resume_from->model, true, ckpt_path); };
   } else if (init_from) {
     init = [&](models::WeatherModelImpl& m) {
-      auto report = load_weights(m, init_from->model, t.strict, t.init_from);
-      if (run.is_root())
-        std::cerr << "init_from " << t.init_from << ": loaded " << report.loaded.size() << " tensors, "
-                  << report.missing.size() << " missing (newly initialised), " << report.unexpected.size()
-                  << " unexpected (ignored)\n";
+      // The checkpoint's channel names (older checkpoints: its run file's), mapped onto this run's:
+      // the first and last layers' slices move with their channels, new channels start fresh.
+      const ChannelNames old_channels = checkpoint_channels(*init_from, t.init_from);
+      const ChannelLayout layout = config.channels();
+      auto report = transfer_weights(m, init_from->model, old_channels.inputs, old_channels.outputs,
+                                     layout.input_names(), layout.output_names(), t.strict, t.init_from);
+      if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
     };
   }
+  torch::Tensor residual_scale;
+  if (t.residual_normalization) {
+    const data::Normalization prognostic = run.normalization.subset(config.channels().prognostic_names());
+    if (prognostic.diff_std().defined()) residual_scale = residual_scale_from(prognostic.diff_std(), prognostic.std());
+  }
   run.state = build_training_state(config, shape, comm, run.device,
-                                   run.dataset->has_coordinates() ? run.dataset->lat() : std::vector<double>{}, init);
+                                   run.dataset->has_coordinates() ? run.dataset->lat() : std::vector<double>{}, init,
+                                   residual_scale);
   auto& parallel = *run.state->parallel;
   if (resume_from) {
     parallel.load_optimizer_state(resume_from->optimizer);
@@ -339,7 +464,7 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
     parallel.broadcast_parameters();
   }
 
-  data::LoaderOptions lo = data::LoaderOptions::from_config(config.data, t.batch_size, t.seed);
+  data::LoaderOptions lo = data::LoaderOptions::from_config(config, t.batch_size, t.seed);
   lo.rank = run.world.rank;
   lo.world_size = run.world.size;
   lo.device = run.device;
@@ -355,7 +480,23 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
               << "effective batch " << effective << " = micro-batch " << t.batch_size << " x accumulation "
               << t.accumulation << " x " << run.world.size << " rank(s); precision " << to_string(t.precision)
               << ", checkpointing " << (t.checkpointing ? "on" : "off") << ", ZeRO-" << config.distributed.zero_stage
-              << (resume_from ? ", resuming at step " + std::to_string(first_step) : "") << "\n";
+              << (resume_from ? ", resuming at step " + std::to_string(first_step) : "") << "\n"
+              << describe_loss_weights(config) << "\n";
+    if (!t.rollout_schedule.empty()) {
+      std::cerr << "rollout curriculum:";
+      for (const auto& [from, steps] : t.rollout_schedule) std::cerr << " " << steps << " from step " << from;
+      std::cerr << "\n";
+    }
+    if (residual_scale.defined()) {
+      std::cerr << "residual normalisation: tendency scale (one-step difference std / state std)";
+      const auto names = config.channels().prognostic_names();
+      for (size_t i = 0; i < names.size(); ++i) {
+        char v[32];
+        std::snprintf(v, sizeof v, "%.3g", residual_scale[static_cast<int64_t>(i)].item<double>());
+        std::cerr << (i ? ", " : " ") << names[i] << " " << v;
+      }
+      std::cerr << "\n";
+    }
   }
 
   install_stop_handlers();
@@ -384,13 +525,13 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
     Validation v = validate(run, step);
     if (run.is_root()) {
       print_validation(v);
-      append_validation_csv(config, v, validation_csv_started);
+      write_validation(config, v, validation_csv_started);
     }
     summary.validations.push_back(v);
   };
   auto next_batch = [&]() -> data::Batch {
     if (auto b = run.loader->next()) return std::move(*b);
-    if (t.val_every == 0 && run.split->sample_times(data::Split::kValidation).size() > 0) validate_now();
+    if (t.val_every == 0 && !val_times.empty()) validate_now();
     if (auto b = run.loader->next()) return std::move(*b);
     throw Error("the data loader produced no batch for a new epoch");
   };
@@ -406,7 +547,8 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
       }
       const double lr = learning_rate(t, step);
       meter.reset_peak();
-      StepResult r = step_runner.run(micro, lr);
+      const int64_t rollout_now = config.rollout_at(step);
+      StepResult r = step_runner.run(micro, lr, rollout_now);
       // Each rank's loss is over its own shard: log the mean over ranks, the loss of the whole
       // effective batch (what one process with that batch reports).
       if (run.world.size > 1) r.loss = run.state->comm->sum(r.loss) / run.world.size;
@@ -433,12 +575,13 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
       m.reserved_gb = mem.reserved / kGB;
       m.peak_gb = mem.peak / kGB;
       m.applied = r.applied;
+      m.rollout = rollout_now;
       summary.last_loss = r.loss;
       if (run.is_root()) {
         csv->write(m);
         if (!options.quiet) progress.update(m, t.log_every);
       }
-      if (t.val_every > 0 && step % t.val_every == 0) validate_now();
+      if (t.val_every > 0 && step % t.val_every == 0 && !val_times.empty()) validate_now();
 
       const bool local_stop = stop_requested() || (options.stop_after > 0 && step - first_step >= options.stop_after);
       const bool stop = run.state->comm->any(local_stop);  // all ranks stop together
@@ -456,7 +599,8 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
     }
     if (run.is_root() && !options.quiet) progress.finish();
     const bool validated_last_step = t.val_every > 0 && step % t.val_every == 0;
-    if (!summary.stopped_early && step == t.steps && step > first_step && !validated_last_step) validate_now();
+    if (!summary.stopped_early && step == t.steps && step > first_step && !validated_last_step && !val_times.empty())
+      validate_now();
   } catch (const WriteError& e) {
     if (run.is_root() && !options.quiet) progress.finish();
     throw WriteError(e.path(), e.error_number(), after_write_failure(run));

@@ -1,12 +1,14 @@
 #pragma once
-// `wxtrain train`: the training loop around TrainingStep — data, schedule, validation against
-// persistence, metrics, checkpoints, resume, fine-tuning and graceful stops. One code path for one
+// `wxtrain train`: the training loop around TrainingStep — data, schedule (and rollout
+// curriculum), validation rollouts scored against persistence and climatology, metrics,
+// checkpoints, resume, fine-tuning (onto other channels too) and graceful stops. One code path for one
 // process and for every rank under mpirun.
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "distributed/world.h"
+#include "trainer/scores.h"
 
 namespace wxtrain::trainer {
 
@@ -18,13 +20,15 @@ struct TrainOptions {
   std::string command_line;  // recorded in <out_dir>/command.txt ("" = not recorded)
 };
 
-// Latitude-weighted RMSE per variable in the data's units, of the model and of persistence (the
-// newest input state held constant), over the validation split at the first lead time.
+// A validation: the scores of the model, persistence and the climatology per predicted channel
+// and lead time (trainer/scores.h), and for a quick look the first lead's latitude-weighted RMSE
+// of the model and of persistence (the state at t held constant).
 struct Validation {
   int64_t step = 0;
   std::vector<std::string> names;
-  std::vector<double> model_rmse, persistence_rmse;
-  double mean_skill() const;  // mean over variables of 1 - model/persistence
+  std::vector<double> model_rmse, persistence_rmse;  // lead 1
+  LeadScores scores;
+  double mean_skill() const;  // mean over variables of 1 - model/persistence at lead 1
 };
 
 struct TrainSummary {

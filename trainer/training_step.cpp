@@ -3,6 +3,8 @@
 #include <fnmatch.h>
 
 #include <cmath>
+#include <cstdio>
+#include <sstream>
 
 #include "core/autocast.h"
 #include "core/error.h"
@@ -24,10 +26,87 @@ AutocastState autocast_for(Precision precision, const torch::Device& device) {
   return AutocastGuard::with(device.type(), precision == Precision::kFp16Mixed ? c10::kHalf : c10::kBFloat16, on);
 }
 
+std::vector<double> loss_channel_weights(const RunConfig& config) {
+  const TrainConfig& t = config.train;
+  const auto outputs = config.channels().outputs();
+  std::vector<double> weights;
+  std::vector<bool> pattern_used(t.loss_weights.size(), false);
+  for (const auto& channel : outputs) {
+    double w = 1.0;
+    for (size_t i = 0; i < t.loss_weights.size(); ++i) {
+      if (fnmatch(t.loss_weights[i].first.c_str(), channel.name.c_str(), 0) == 0) {
+        w = t.loss_weights[i].second;
+        pattern_used[i] = true;
+        break;
+      }
+    }
+    if (channel.level) {
+      if (t.level_weighting == "linear") {
+        w *= *channel.level;
+      } else if (t.level_weighting == "table") {
+        for (const auto& [level, lw] : t.level_weights)
+          if (std::abs(level - *channel.level) <= 1e-6 * std::max(1.0, std::abs(level))) w *= lw;
+      }
+    }
+    weights.push_back(w);
+  }
+  for (size_t i = 0; i < pattern_used.size(); ++i) {
+    if (pattern_used[i]) continue;
+    std::string names;
+    for (const auto& c : outputs) names += (names.empty() ? "" : ", ") + c.name;
+    throw ConfigError(config.path + ": train.loss_weights pattern '" + t.loss_weights[i].first +
+                      "' matches no predicted channel (they are " + names + ")");
+  }
+  // Linear level weights are relative: a level's share of the pressure column. Surface channels
+  // (no level) keep 1 against levelled channels averaging 1, as GraphCast weights them.
+  if (t.level_weighting == "linear") {
+    double sum = 0;
+    int levelled = 0;
+    for (size_t c = 0; c < outputs.size(); ++c)
+      if (outputs[c].level) sum += *outputs[c].level, ++levelled;
+    if (levelled > 0 && sum > 0)
+      for (size_t c = 0; c < outputs.size(); ++c)
+        if (outputs[c].level) weights[c] *= levelled / sum;
+  }
+  double total = 0;
+  for (double w : weights) total += w;
+  if (!(total > 0))
+    throw ConfigError(config.path + ": train.loss_weights give every predicted channel weight 0: nothing would be learned");
+  for (double& w : weights) w *= static_cast<double>(weights.size()) / total;
+  return weights;
+}
+
+std::string describe_loss_weights(const RunConfig& config) {
+  const auto outputs = config.channels().outputs();
+  const auto weights = loss_channel_weights(config);
+  std::ostringstream out;
+  out << "loss weights (area x channel";
+  if (config.train.level_weighting != "uniform") out << " x level: " << config.train.level_weighting;
+  if (config.data.boundary > 0) out << ", interior only: " << config.data.boundary << "-cell boundary";
+  out << "):";
+  for (size_t c = 0; c < outputs.size(); ++c) {
+    char w[32];
+    std::snprintf(w, sizeof w, "%.3g", weights[c]);
+    out << (c ? ", " : " ") << outputs[c].name << " " << w;
+  }
+  return out.str();
+}
+
+torch::Tensor boundary_frame(int64_t lat, int64_t lon, int64_t cells) {
+  torch::Tensor frame = torch::ones({lat, lon}, torch::kFloat32);
+  if (lat > 2 * cells && lon > 2 * cells) frame.slice(0, cells, lat - cells).slice(1, cells, lon - cells).zero_();
+  return frame;
+}
+
+torch::Tensor residual_scale_from(const torch::Tensor& diff_std, const torch::Tensor& std) {
+  torch::Tensor scale = diff_std.to(torch::kFloat32) / std.to(torch::kFloat32);
+  return torch::where(torch::isfinite(scale) & (scale > 0), scale, torch::ones_like(scale));
+}
+
 std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, const models::ModelShape& shape,
                                                      std::shared_ptr<distributed::Communicator> comm,
                                                      torch::Device device, const std::vector<double>& latitudes,
-                                                     const ModelInit& init) {
+                                                     const ModelInit& init, const torch::Tensor& residual_scale) {
   const TrainConfig& t = config.train;
   if (t.precision == Precision::kFp16Mixed && !device.is_cuda())
     throw ConfigError(config.path + ": train.precision = \"fp16-mixed\" needs a CUDA device (CPU autocast "
@@ -90,40 +169,83 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
     w = w / w.mean();
   }
   state->lat_weights = w.to(device);
+  state->channel_weights = torch::tensor(loss_channel_weights(config), torch::kFloat64).to(torch::kFloat32).to(device);
+  const ChannelLayout layout = config.channels();
+  state->rollout.prognostic = static_cast<int64_t>(layout.prognostic.size());
+  state->rollout.diagnostic = static_cast<int64_t>(layout.diagnostic.size());
+  if (residual_scale.defined()) {
+    TORCH_CHECK(residual_scale.numel() == state->rollout.prognostic, "residual scale has ", residual_scale.numel(),
+                " entries for ", state->rollout.prognostic, " prognostic channels");
+    state->rollout.residual_scale = residual_scale.to(torch::kFloat32).to(device);
+  }
+  if (config.data.boundary > 0) {
+    state->rollout.boundary = boundary_frame(shape.lat, shape.lon, config.data.boundary).to(device);
+    state->interior = (1 - state->rollout.boundary);
+  }
   return state;
 }
 
 torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
-                           const torch::Tensor& lat_weights, const torch::Tensor& mask) {
+                           const torch::Tensor& lat_weights, const torch::Tensor& mask,
+                           const torch::Tensor& channel_weights, const torch::Tensor& interior) {
   torch::Tensor err = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).square();
-  torch::Tensor w = lat_weights.view({1, 1, -1, 1});
-  if (!mask.defined()) return (err * w).mean() / w.mean();
+  // The weights of one [C, lat, lon] state; the sum over the batch and rollout dims follows.
+  const int64_t C = err.size(-3);
+  torch::Tensor w = lat_weights.view({-1, 1});
+  if (interior.defined()) w = w * interior;
+  if (channel_weights.defined()) w = channel_weights.view({C, 1, 1}) * w;
+  if (!mask.defined()) {
+    const double states = static_cast<double>(err.numel()) / static_cast<double>(C * err.size(-2) * err.size(-1));
+    torch::Tensor per_state = w.expand({C, err.size(-2), err.size(-1)}).sum();
+    return (err * w).sum() / (per_state * states);
+  }
   torch::Tensor wm = mask.to(torch::kFloat32) * w;
-  return (err * wm).sum() / wm.sum().clamp_min(1.0);
+  return (err * wm).sum() / wm.sum().clamp_min(1e-12);
 }
 
-torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, int64_t steps, int64_t variables) {
+torch::Tensor training_loss(const TrainingState& state, const torch::Tensor& prediction, const torch::Tensor& target,
+                            const torch::Tensor& mask) {
+  return weighted_mse(prediction, target, state.lat_weights, mask, state.channel_weights, state.interior);
+}
+
+torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, const torch::Tensor& forcings,
+                      int64_t steps, const RolloutSetup& setup, const torch::Tensor& truth) {
+  const int64_t P = setup.prognostic, D = setup.diagnostic;
+  const bool has_forcings = forcings.defined() && forcings.size(2) > 0;
+  if (has_forcings)
+    TORCH_CHECK(forcings.size(1) >= steps, "rollout of ", steps, " steps needs forcings for each, got ", forcings.size(1));
+  const bool boundary = setup.boundary.defined() && truth.defined();
   std::vector<torch::Tensor> states;
   for (int64_t r = 0; r < steps; ++r) {
+    const torch::Tensor x = has_forcings ? torch::cat({input, forcings.select(1, r).to(input.dtype())}, 1) : input;
+    const torch::Tensor out = model.forward(x).to(torch::kFloat32);
     // The model predicts the change from the newest state (as GraphCast does): persistence is the
-    // starting point and the network learns the tendency.
-    torch::Tensor newest = input.narrow(1, input.size(1) - variables, variables);
-    torch::Tensor next = newest.to(torch::kFloat32) + model.forward(input).to(torch::kFloat32);
+    // starting point and the network learns the tendency, in units of typical tendencies.
+    torch::Tensor newest = input.narrow(1, input.size(1) - P, P).to(torch::kFloat32);
+    torch::Tensor tendency = out.narrow(1, 0, P);
+    if (setup.residual_scale.defined()) tendency = tendency * setup.residual_scale.view({1, P, 1, 1});
+    torch::Tensor next = newest + tendency;
+    if (D > 0) next = torch::cat({next, out.narrow(1, P, D)}, 1);
+    if (boundary) {
+      // A limited-area model is driven at its edge: the frame takes the true state.
+      const torch::Tensor b = setup.boundary;
+      next = next * (1 - b) + truth.select(1, r).to(torch::kFloat32) * b;
+    }
     states.push_back(next);
-    if (r + 1 < steps) input = torch::cat({input.narrow(1, variables, input.size(1) - variables), next.to(input.dtype())}, 1);
+    if (r + 1 < steps)
+      input = torch::cat({input.narrow(1, P, input.size(1) - P), next.narrow(1, 0, P).to(input.dtype())}, 1);
   }
   return torch::stack(states, 1);
 }
 
 TrainingStep::TrainingStep(TrainingState& state, MemoryMeter* meter) : state_(state), meter_(meter) {}
 
-StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, double lr) {
+StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, double lr, int64_t rollout_steps) {
   StepResult result;
   auto& parallel = *state_.parallel;
   auto& model = *state_.model;
   const RunConfig& config = state_.config;
-  const int64_t variables = state_.model->shape().out_channels;
-  const int64_t rollout_steps = config.data.rollout_steps;
+  if (rollout_steps <= 0 && !micro_batches.empty()) rollout_steps = micro_batches[0].target.size(1);
   const double scale = state_.scaler.scale();
   const auto input_dtype = config.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   const AutocastState autocast = autocast_for(config.train.precision, state_.device);
@@ -140,10 +262,12 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
   std::vector<double> weights(static_cast<size_t>(n), 1.0);
   if (n > 0 && micro_batches[0].target_mask.defined()) {
     torch::NoGradGuard no_grad;
-    const torch::Tensor w = state_.lat_weights.view({1, 1, -1, 1});
+    torch::Tensor w = state_.lat_weights.view({-1, 1});
+    if (state_.interior.defined()) w = w * state_.interior;
+    w = state_.channel_weights.view({-1, 1, 1}) * w;
     double local = 0;
     for (int64_t m = 0; m < n; ++m) {
-      weights[m] = (micro_batches[m].target_mask.to(torch::kFloat32) * w).sum().item<double>();
+      weights[m] = (micro_batches[m].target_mask.narrow(1, 0, rollout_steps).to(torch::kFloat32) * w).sum().item<double>();
       local += weights[m];
     }
     const int world = state_.comm ? state_.comm->size() : 1;
@@ -156,8 +280,11 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
     torch::Tensor loss;
     {
       AutocastGuard guard(autocast);
-      torch::Tensor prediction = rollout(model, mb.input.to(input_dtype), rollout_steps, variables);
-      loss = weighted_mse(prediction, mb.target, state_.lat_weights, mb.target_mask);
+      const torch::Tensor target = mb.target.narrow(1, 0, rollout_steps);
+      torch::Tensor prediction = rollout(model, mb.input.to(input_dtype), mb.forcings, rollout_steps, state_.rollout,
+                                         target);
+      loss = training_loss(state_, prediction, target,
+                           mb.target_mask.defined() ? mb.target_mask.narrow(1, 0, rollout_steps) : torch::Tensor());
     }
     const torch::Tensor weighted = loss.detach() * weights[m];
     loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
@@ -184,8 +311,12 @@ std::vector<MicroBatch> synthetic_micro_batches(const RunConfig& config, const m
   auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   for (int64_t i = 0; i < count; ++i) {
     MicroBatch mb;
-    mb.input = torch::randn({batch_size, shape.in_channels, shape.lat, shape.lon}, opts);
-    mb.target = torch::randn({batch_size, config.data.rollout_steps, shape.out_channels, shape.lat, shape.lon}, opts);
+    const ChannelLayout layout = config.channels();
+    const int64_t forcings = static_cast<int64_t>(layout.forcing.size() + layout.statics.size());
+    const int64_t rollout = config.max_rollout();
+    mb.input = torch::randn({batch_size, shape.in_channels - forcings, shape.lat, shape.lon}, opts);
+    mb.forcings = torch::randn({batch_size, rollout, forcings, shape.lat, shape.lon}, opts);
+    mb.target = torch::randn({batch_size, rollout, shape.out_channels, shape.lat, shape.lon}, opts);
     out.push_back(std::move(mb));
   }
   return out;

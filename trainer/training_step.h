@@ -18,12 +18,26 @@
 
 namespace wxtrain::trainer {
 
-// One micro-batch: input [B, V*history, lat, lon]; target [B, rollout, V, lat, lon];
-// target_mask like target (1 = valid) or undefined when the data has no fill values.
+// One micro-batch (data/samples.h's layout): input [B, P*history, lat, lon]; forcings
+// [B, rollout, F+S, lat, lon] (F+S may be 0); target [B, rollout, P+D, lat, lon]; target_mask like
+// target (1 = valid) or undefined when the data has no fill values.
 struct MicroBatch {
   torch::Tensor input;
+  torch::Tensor forcings;
   torch::Tensor target;
   torch::Tensor target_mask;
+};
+
+// What the autoregressive rollout needs besides the model: how the output splits into prognostic
+// and diagnostic channels, the residual scale, and the boundary frame of a limited-area run.
+struct RolloutSetup {
+  int64_t prognostic = 0;
+  int64_t diagnostic = 0;
+  // [P]: the std of one-step differences over the states' std (train.residual_normalization), so
+  // the model's output is a tendency in units of typical tendencies; undefined = 1.
+  torch::Tensor residual_scale;
+  // [lat, lon] 1 on the data.boundary frame, 0 inside; undefined without a boundary.
+  torch::Tensor boundary;
 };
 
 struct StepResult {
@@ -45,6 +59,12 @@ struct TrainingState {
   std::unique_ptr<distributed::DataParallel> parallel;
   LossScaler scaler{LossScaler::Options{}};
   torch::Tensor lat_weights;  // [lat] cos(latitude) normalised to mean 1, on the device
+  // [P+D] per output channel: train.loss_weights x level weighting, mean 1 (core/config.h).
+  torch::Tensor channel_weights;
+  // [lat, lon] 0 on the boundary frame, 1 inside: the loss sees the interior only; undefined
+  // without data.boundary.
+  torch::Tensor interior;
+  RolloutSetup rollout;
   std::vector<std::string> frozen;  // names of parameters frozen by train.freeze
 };
 
@@ -55,30 +75,59 @@ using ModelInit = std::function<void(models::WeatherModelImpl&)>;
 // Builds the model (seeded by train.seed), applies `init`, moves it to the device and precision,
 // freezes the train.freeze patterns, and creates the parameter groups and the DataParallel
 // updater. `latitudes` in degrees (one per grid row); empty means uniform weights.
+// `residual_scale` [P] (RolloutSetup); undefined = 1 (estimate and tune-batch: the same memory).
 std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, const models::ModelShape& shape,
                                                      std::shared_ptr<distributed::Communicator> comm,
                                                      torch::Device device, const std::vector<double>& latitudes = {},
-                                                     const ModelInit& init = {});
+                                                     const ModelInit& init = {},
+                                                     const torch::Tensor& residual_scale = {});
+
+// Loss weight per output channel (ChannelLayout::outputs()): the first train.loss_weights glob
+// that matches the name (else 1) times the level weight (uniform 1; linear: the level's value;
+// table: train.level_weights, 1 for levels it lacks and for channels without a level), scaled to
+// mean 1. Throws ConfigError when every weight is 0 or a loss_weights pattern matches no channel.
+std::vector<double> loss_channel_weights(const RunConfig& config);
+// The table `train` prints at start: "loss weights: t_850 1.00 (level 850), tp 0.50, ...".
+std::string describe_loss_weights(const RunConfig& config);
+
+// [lat, lon] float32: 1 on the outer `cells` rows and columns, 0 inside.
+torch::Tensor boundary_frame(int64_t lat, int64_t lon, int64_t cells);
+
+// Residual scale from the normalisation statistics of the prognostic channels: diff_std / std,
+// [P] float32 (1 where no difference statistics exist).
+torch::Tensor residual_scale_from(const torch::Tensor& diff_std, const torch::Tensor& std);
 
 // The autocast state a precision runs under on `device` (on for the *-mixed precisions).
 AutocastState autocast_for(Precision precision, const torch::Device& device);
 
-// Latitude-weighted MSE of prediction [B, V, lat, lon] against target (same shape), with an
-// optional validity mask; computed in fp32.
+// Weighted MSE of prediction [..., C, lat, lon] against target (same shape): latitude weights
+// [lat], optional channel weights [C] and interior [lat, lon], and an optional validity mask;
+// the weighted mean sum(w err^2) / sum(w), computed in fp32.
 torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
-                           const torch::Tensor& lat_weights, const torch::Tensor& mask = {});
+                           const torch::Tensor& lat_weights, const torch::Tensor& mask = {},
+                           const torch::Tensor& channel_weights = {}, const torch::Tensor& interior = {});
+// The same with the state's weights.
+torch::Tensor training_loss(const TrainingState& state, const torch::Tensor& prediction, const torch::Tensor& target,
+                            const torch::Tensor& mask = {});
 
-// Rolls the model forward `steps` times from input [B, V*history, lat, lon]; returns fp32
-// [B, steps, V, lat, lon]. Each step predicts newest state + model(window) (the model learns the
-// tendency) and the new state replaces the oldest in the input window.
-torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, int64_t steps, int64_t variables);
+// Rolls the model forward `steps` times from input [B, P*history, lat, lon] with forcings
+// [B, >= steps, F+S, lat, lon]; returns fp32 [B, steps, P+D, lat, lon]. Step k feeds the window
+// and forcings[:, k] (the forcings of that step's valid time); its prognostic state is newest +
+// residual_scale * model output (the model learns the tendency), its diagnostics the model's
+// output as is. With a boundary, the frame of each predicted state is overwritten by `truth`
+// [B, >= steps, P+D, lat, lon] before it is fed back. The new prognostic state replaces the
+// oldest in the window.
+torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, const torch::Tensor& forcings,
+                      int64_t steps, const RolloutSetup& setup, const torch::Tensor& truth = {});
 
 class TrainingStep {
  public:
   // `meter` (optional) records the peak of the forward/backward and optimizer phases.
   explicit TrainingStep(TrainingState& state, MemoryMeter* meter = nullptr);
-  // One optimizer step over `micro_batches` (train.accumulation of them) at learning rate lr.
-  StepResult run(const std::vector<MicroBatch>& micro_batches, double lr);
+  // One optimizer step over `micro_batches` (train.accumulation of them) at learning rate lr,
+  // rolling out `rollout_steps` steps (0 = all the targets hold; the curriculum passes
+  // RunConfig::rollout_at(step)).
+  StepResult run(const std::vector<MicroBatch>& micro_batches, double lr, int64_t rollout_steps = 0);
 
  private:
   TrainingState& state_;

@@ -120,7 +120,7 @@ int run_estimate(const EstimateArgs& args) {
     j["checkpointing"] = config.train.checkpointing;
     j["batch"] = batch;
     j["accumulation"] = config.train.accumulation;
-    j["rollout_steps"] = config.data.rollout_steps;
+    j["rollout_steps"] = config.max_rollout();
     j["zero_stage"] = config.distributed.zero_stage;
     j["world_size"] = options.world_size;
     j["cpu"] = breakdown_json(cpu);
@@ -137,7 +137,7 @@ int run_estimate(const EstimateArgs& args) {
               << " channels\n"
               << "run        " << args.mode << ", " << to_string(config.train.precision) << ", checkpointing "
               << (config.train.checkpointing ? "on" : "off") << ", micro-batch " << batch << " x accumulation "
-              << config.train.accumulation << ", rollout " << config.data.rollout_steps << ", ZeRO-"
+              << config.train.accumulation << ", rollout " << config.max_rollout() << ", ZeRO-"
               << config.distributed.zero_stage << " over " << options.world_size << " rank(s)\n"
               << "method     " << e.method << ", " << std::fixed;
     std::printf("%.2f s\n\n", seconds);

@@ -79,27 +79,70 @@ int run_forecast(const ForecastArgs& args) {
   const int64_t start = start_index(*dataset, args.start, history);
   config.data.lat = dataset->num_lat();
   config.data.lon = dataset->num_lon();
-  data::Normalization norm = data::Normalization::from_map(ckpt.normalization);
+  const data::Normalization norm = data::Normalization::from_map(ckpt.normalization);
+  const data::SampleMaker maker(*dataset, norm, {history, 1});
+  const ChannelLayout layout = config.channels();
+  const data::TimeAxis& axis = dataset->time_axis();
+
+  // A step's inputs that only the archive can give: file forcings at its valid time, and for a
+  // limited-area run the true state on the boundary frame. Beyond the archive they do not exist.
+  const int64_t last_needed = start + args.steps;
+  const bool needs_archive = !layout.forcing.empty() && layout.forcing.size() > dataset->computed_forcing_names().size();
+  if ((needs_archive || config.data.boundary > 0) && last_needed >= dataset->num_times()) {
+    throw ConfigError("--steps " + std::to_string(args.steps) + " from " + axis.label(start) + ": " +
+                      (config.data.boundary > 0 ? "the boundary frame (data.boundary)" : "the forcings read from files") +
+                      " need the archive's states up to the last step, but it ends at " + axis.label(axis.size() - 1) +
+                      " (" + std::to_string(dataset->num_times() - 1 - start) + " steps after the start)");
+  }
 
   torch::NoGradGuard no_grad;
   auto model = models::build_model(config.model, models::model_shape(config));
   trainer::load_weights(*model, ckpt.model, /*strict=*/true, args.checkpoint);
   model->eval();
 
+  std::vector<int64_t> outputs = dataset->channel_indices("prognostic");
+  for (int64_t i : dataset->channel_indices("diagnostic")) outputs.push_back(i);
+  const torch::Tensor prognostic = torch::tensor(dataset->channel_indices("prognostic"), torch::kInt64);
+  const torch::Tensor output_index = torch::tensor(outputs, torch::kInt64);
+  const data::Normalization prognostic_norm = norm.subset(layout.prognostic_names());
+  const data::Normalization output_norm = norm.subset(layout.output_names());
+
   std::vector<torch::Tensor> window;
-  for (int64_t t = start - history + 1; t <= start; ++t)
-    window.push_back(norm.normalize(dataset->state(t)));  // fill values become 0 (the mean)
-  torch::Tensor input = torch::cat(window, 0).unsqueeze(0);
+  for (int64_t t = start - history + 1; t <= start; ++t)  // fill values become 0 (the mean)
+    window.push_back(prognostic_norm.normalize(dataset->state(t).index_select(0, prognostic)));
+  const torch::Tensor input = torch::cat(window, 0).unsqueeze(0);
+  // Forcings at each step's own valid time: computed for any date, from files within the archive.
+  std::vector<torch::Tensor> forcings, truth;
+  for (int64_t k = 1; k <= args.steps; ++k) {
+    const bool in_archive = start + k < dataset->num_times();
+    const torch::Tensor state = in_archive ? dataset->state(start + k) : torch::Tensor();
+    const int64_t seconds = axis.has_dates ? axis.seconds[static_cast<size_t>(start)] + k * axis.step_seconds : 0;
+    forcings.push_back(maker.step_forcings(seconds, state));
+    if (config.data.boundary > 0) truth.push_back(output_norm.normalize(state.index_select(0, output_index)));
+  }
+  trainer::RolloutSetup setup;
+  setup.prognostic = static_cast<int64_t>(layout.prognostic.size());
+  setup.diagnostic = static_cast<int64_t>(layout.diagnostic.size());
+  if (config.train.residual_normalization && prognostic_norm.diff_std().defined())
+    setup.residual_scale = trainer::residual_scale_from(prognostic_norm.diff_std(), prognostic_norm.std());
+  if (config.data.boundary > 0) setup.boundary = trainer::boundary_frame(config.data.lat, config.data.lon, config.data.boundary);
   torch::Tensor states;
   {
     AutocastGuard guard(torch::kCPU, torch::kBFloat16, args.precision == "bf16");
-    states = trainer::rollout(*model, input, args.steps, norm.num_variables()).to(torch::kFloat32);
+    states = trainer::rollout(*model, input, torch::stack(forcings).unsqueeze(0), args.steps, setup,
+                              truth.empty() ? torch::Tensor() : torch::stack(truth).unsqueeze(0))
+                 .to(torch::kFloat32);
   }
-  torch::Tensor physical = norm.denormalize(states.squeeze(0));  // [steps, V, lat, lon]
+  const torch::Tensor physical = output_norm.denormalize(states.squeeze(0));  // [steps, P + D, lat, lon]
 
-  data::write_forecast(args.output, physical, data::ForecastCoordinates::after(*dataset, start, args.steps));
-  std::cout << "forecast: " << args.steps << " steps of " << norm.num_variables() << " channels from "
-            << dataset->time_axis().label(start) << " (time index " << start << ") written to " << args.output << "\n";
+  // The predicted channels only: forcings and static fields are inputs, not forecasts.
+  data::ForecastCoordinates coordinates = data::ForecastCoordinates::after(*dataset, start, args.steps);
+  std::vector<data::VariableInfo> predicted;
+  for (int64_t i : outputs) predicted.push_back(coordinates.variables[static_cast<size_t>(i)]);
+  coordinates.variables = predicted;
+  data::write_forecast(args.output, physical, coordinates);
+  std::cout << "forecast: " << args.steps << " steps of " << outputs.size() << " channels from " << axis.label(start)
+            << " (time index " << start << ") written to " << args.output << "\n";
   return 0;
 }
 

@@ -30,7 +30,7 @@ out="$(train --set train.steps=3)"; code=$?
 printf '%s\n--- exit status %s\n' "$out" "$code"
 check "exit status 2" test "$code" -eq 2
 check "the message offers --resume, --overwrite and a new folder" \
-  grep -qE "^error: train.out_dir = \"$run\" already holds another run \(checkpoint.pt, metrics.csv, validation.csv, run.toml, command.txt\): continue it with --resume, start afresh with --overwrite \(replaces that run's files\), or give this run its own folder, e.g. --set train.out_dir=${run}_2$" <<<"$out"
+  grep -qE "^error: train.out_dir = \"$run\" already holds another run \(checkpoint.pt, metrics.csv, validation.csv, validation.svg, run.toml, command.txt\): continue it with --resume, start afresh with --overwrite \(replaces that run's files\), or give this run its own folder, e.g. --set train.out_dir=${run}_2$" <<<"$out"
 check "the first run's files are untouched" diff -r "$dir/run_folder_copy" "$run"
 
 echo "=== --resume continues it"
