@@ -2,7 +2,8 @@
 # archives_train.sh WXTRAIN PYTHON DIR — `wxtrain train` on the ERA5-shaped fixture as each tool
 # writes it (tests/data/era5_fixture.py: Zarr with Blosc, Zarr with Zstd per-step chunks, Zarr v3
 # sharded, NetCDF,
-# GRIB2), with pressure levels and a 6-hour step on hourly data; the first line counts the samples
+# GRIB2), with pressure levels and a 6-hour step on hourly data, sst as an input-only forcing, the
+# land-sea mask as a static field and three computed forcings; the first line counts the samples
 # the archive's gap removed; then `wxtrain forecast` to NetCDF and to Zarr, which xarray opens with
 # levels and CF time (tests/data/check_forecast_structure in the python below).
 set -eu
@@ -14,7 +15,7 @@ rm -rf "$dir"
 mkdir -p "$dir"
 "$python" "$here/data/era5_fixture.py" "$dir" >"$dir/fixture.log" 2>&1 || { cat "$dir/fixture.log"; exit 1; }
 
-config() {  # config STORE T2M_VARIABLE [sst]
+config() {  # config STORE T2M_VARIABLE SST_FILE
   cat <<TOML
 [model]
 name = "unet"
@@ -27,6 +28,14 @@ time_step = "6h"
 train_period = ["2020-01-01", "2020-01-04"]
 val_period = ["2020-01-05", "2020-01-05T18:00"]
 prefetch = 2
+forcings = ["insolation", "cos_local_time", "sin_local_time"]
+[[data.static]]
+file = "$dir/era5.nc"
+variable = "lsm"
+[[data.sources]]
+file = "$dir/$3"
+variable = "sst"
+role = "forcing"
 [[data.sources]]
 file = "$dir/$1"
 variable = "z"
@@ -53,9 +62,9 @@ TOML
 
 fail=0
 for store in era5.zarr era5_zstd.zarr era5_v3.zarr era5.nc era5.grib2; do
-  t2m=t2m
-  [ "$store" = era5.grib2 ] && t2m=2t
-  config "$store" "$t2m" >"$dir/$store.toml"
+  t2m=t2m sst_file="$store"
+  [ "$store" = era5.grib2 ] && t2m=2t sst_file=era5.nc  # the GRIB file holds no sst
+  config "$store" "$t2m" "$sst_file" >"$dir/$store.toml"
   echo "=== $store"
   if ! output="$("$wxtrain" train -c "$dir/$store.toml" 2>&1)"; then
     printf '%s\n' "$output"; echo "FAIL: train on $store"; fail=1; continue
@@ -63,7 +72,7 @@ for store in era5.zarr era5_zstd.zarr era5_v3.zarr era5.nc era5.grib2; do
   printf '%s\n' "$output"
   first="$(head -n 1 <<<"$output")"
   # 96 hours of training period every 6h minus the missing hour 54: windows (42,48,60), (48,60,66) skipped.
-  grep -qE "^data: 4 channels on 19 x 36, 19 states 2020-01-01T00:00:00 .. 2020-01-05T18:00:00 every 6h \(of 119 every 1h\). samples: 11 training \(2 skipped" <<<"$first" \
+  grep -qE "^data: 5 channels \(4 prognostic, 1 forcing\) \+ 1 static \+ 3 computed forcings on 19 x 36 .*, 19 states 2020-01-01T00:00:00 .. 2020-01-05T18:00:00 every 6h \(of 119 every 1h\). samples: 11 training \(2 skipped" <<<"$first" \
     || { echo "FAIL: first line of train on $store: $first"; fail=1; }
   grep -qE "validation at step 4" <<<"$output" || { echo "FAIL: no validation on $store"; fail=1; }
 done
@@ -88,6 +97,9 @@ want = pd.date_range("2020-01-06T00:00", periods=3, freq="6H")
 assert (times == want).all(), (times, want)
 assert np.isfinite(ds["z"].values).all() and 2e4 < float(ds["z"].mean()) < 1e5, float(ds["z"].mean())
 assert float(ds["lat"][0]) == 90.0
+# Inputs are not forecasts: the forcing, the static field and the computed forcings are absent.
+for name in ("sst", "lsm", "insolation", "cos_local_time", "sin_local_time"):
+    assert name not in ds.variables, (name, list(ds.variables))
 print("OK", path)
 PY
 done

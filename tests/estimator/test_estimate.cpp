@@ -57,8 +57,9 @@ TEST(Estimate, StatesAreCountedOnTheInstantiatedModelExactly) {
     int64_t n = 0;
     for (const auto& p : built->parameters()) n += p.numel();
     // Beyond params, grads and Adam's two moments the trainer holds only the loss's latitude
-    // weights (one float per grid row), which the estimate carries with the parameters.
-    const int64_t lat_weights = 4 * config.data.lat;
+    // weights (one float per grid row) and channel weights (one per predicted channel), which the
+    // estimate carries with the parameters.
+    const int64_t lat_weights = 4 * (config.data.lat + models::model_shape(config).out_channels);
     EXPECT_EQ(e.states.num_params, n);
     EXPECT_DOUBLE_EQ(e.states.params, 4.0 * n + lat_weights);
     EXPECT_DOUBLE_EQ(e.states.grads, 4.0 * n);

@@ -20,7 +20,7 @@ inline std::string storm_sources() {
 // A small U-Net run on the storm data writing to out_dir; `extra_train` is appended to [train].
 inline std::string storm_run_text(const std::string& out_dir, const std::string& extra_train = "",
                                   const std::string& model = "name = \"unet\"\nchannels = [16, 32]\ngroups = 4\n") {
-  return "[model]\n" + model + "\n[data]\nhistory = 2\nrollout_steps = 1\nval_fraction = 0.2\nprefetch = 2\n" +
+  return "[model]\n" + model + "\n[data]\nhistory = 2\nval_fraction = 0.2\nprefetch = 2\n" +
          storm_sources() + "\n[train]\nbatch_size = 8\nlr = 2e-3\nsteps = 20\nwarmup_steps = 5\nseed = 3\n" +
          "checkpoint_every = 0\nlog_every = 1000\nout_dir = \"" + out_dir + "\"\n" + extra_train;
 }

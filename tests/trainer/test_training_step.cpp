@@ -135,7 +135,7 @@ TEST(TrainingStep, RolloutLossTrainsTheAutoregressiveChain) {
   auto batches = synthetic_micro_batches(config, models::model_shape(config), 2, 1, torch::kCPU);
   EXPECT_EQ(batches[0].target.size(1), 3);
   torch::NoGradGuard no_grad;
-  torch::Tensor out = rollout(*state->model, batches[0].input, 3, config.num_variables());
+  torch::Tensor out = rollout(*state->model, batches[0].input, batches[0].forcings, 3, state->rollout);
   EXPECT_EQ(out.sizes(), batches[0].target.sizes());
   // Step 2 of the rollout is step 1's state plus the model applied to [newest input state, step 1].
   const int64_t V = config.num_variables();
