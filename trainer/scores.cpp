@@ -303,7 +303,7 @@ std::string scores_table(const LeadScores& s) {
     bool acc;
   };
   std::vector<Column> columns;
-  for (size_t f = 0; f < s.forecasters.size(); ++f) columns.push_back({s.forecasters[f], f, false});
+  for (size_t f = 0; f < s.forecasters.size(); ++f) columns.push_back({s.forecasters[f] + " RMSE", f, false});
   for (size_t f = 0; f < s.forecasters.size(); ++f)
     if (s.forecasters[f] != "climatology") columns.push_back({s.forecasters[f] + " ACC", f, true});
   char buf[64];

@@ -52,8 +52,9 @@ class Climatology {
                              const std::vector<int64_t>& valid_seconds, int window_days = 15);
 
   // float32 [V, lat, lon] in physical units for the time `seconds` (in the dataset's calendar); the
-  // all-time mean without dates. Throws wxtrain::Error naming the date when its day of year was
-  // not among those compute() was asked for.
+  // all-time mean without dates. The climatology's own tensor (days share it): read it, do not
+  // modify it in place. Throws wxtrain::Error naming the date when its day of year was not among
+  // those compute() was asked for.
   torch::Tensor at(int64_t seconds) const;
   // The all-time training mean, float32 [V, lat, lon] (NaN where a point is never finite).
   torch::Tensor mean() const { return mean_; }

@@ -271,7 +271,7 @@ TEST(Climatology, WithoutDatesIsTheTrainingMean) {
   ASSERT_FALSE(dataset.time_axis().has_dates);
   const Climatology c = Climatology::compute(dataset, 0, 10, {}, 15);
   EXPECT_FALSE(c.has_dates());
-  EXPECT_NEAR(c.at(123456).mean().item<float>(), 5.5, 1e-5);  // mean of days 1..10
+  EXPECT_NEAR(c.at(123456)[0][0][0].item<float>(), 5.5, 1e-5);  // mean of days 1..10
   EXPECT_TRUE(torch::equal(c.at(0), c.mean()));
   // The point with fills: state 0 is a fill, so the mean of days 2..10.
   EXPECT_NEAR(c.mean()[0][1][2].item<float>(), 6.0, 1e-5);
@@ -320,6 +320,7 @@ TEST(ScoresOutput, TableShowsEveryLeadOrASampleOfLongLists) {
   const std::string short_table = scores_table(example_scores(3, 6 * 3600));
   EXPECT_NE(short_table.find("z_500 [m2 s-2]"), std::string::npos) << short_table;
   EXPECT_NE(short_table.find("persistence ACC"), std::string::npos) << short_table;
+  EXPECT_NE(short_table.find("climatology RMSE"), std::string::npos) << short_table;
   EXPECT_EQ(short_table.find("climatology ACC"), std::string::npos) << short_table;
   EXPECT_NE(short_table.find("18h"), std::string::npos) << short_table;
   const std::string long_table = scores_table(example_scores(40, 6 * 3600));
