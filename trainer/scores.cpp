@@ -1,0 +1,527 @@
+#include "trainer/scores.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace wxtrain::trainer {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string date_only(int64_t seconds, data::Calendar calendar) {
+  return data::from_seconds(seconds, calendar).to_iso().substr(0, 10);
+}
+
+// Distance in days between two days of year on a year of `length` days that wraps around.
+int circular_distance(int a, int b, int length) {
+  const int d = std::abs(a - b) % length;
+  return std::min(d, length - d);
+}
+
+// sum / count where count > 0, else `fallback` (float32 out).
+torch::Tensor mean_or(const torch::Tensor& sum, const torch::Tensor& count, const torch::Tensor& fallback) {
+  const torch::Tensor has = count > 0;
+  torch::Tensor m = (sum / count.clamp_min(1).to(torch::kFloat64)).to(torch::kFloat32);
+  return torch::where(has, m, fallback);
+}
+
+std::string format_number(double value, const char* format = "%.9g") {
+  if (std::isnan(value)) return "nan";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
+
+std::string lead_label(const LeadScores& s, int64_t l) {
+  if (!s.lead_hours.empty()) return format_number(s.lead_hours[static_cast<size_t>(l)], "%g") + "h";
+  return std::to_string(s.lead_steps[static_cast<size_t>(l)]);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Climatology
+
+int Climatology::year_length(data::Calendar calendar) {
+  switch (calendar) {
+    case data::Calendar::k360Day: return 360;
+    case data::Calendar::kNoLeap: return 365;
+    default: return 366;
+  }
+}
+
+int Climatology::day_of_year(int64_t seconds, data::Calendar calendar) {
+  const data::DateTime date = data::from_seconds(seconds, calendar);
+  int day = date.day;
+  for (int m = 1; m < date.month; ++m) day += data::days_in_month(date.year, m, calendar);
+  return day;
+}
+
+Climatology Climatology::compute(const data::Dataset& dataset, int64_t time_begin, int64_t time_end,
+                                 const std::vector<int64_t>& valid_seconds, int window_days) {
+  if (time_begin < 0 || time_end > dataset.num_times() || time_begin >= time_end) {
+    throw Error("climatology: the training states [" + std::to_string(time_begin) + ", " + std::to_string(time_end) +
+                ") are not a non-empty range of the dataset's " + std::to_string(dataset.num_times()) + " states");
+  }
+  if (window_days < 0) {
+    throw Error("climatology: window_days is " + std::to_string(window_days) + "; expected 0 or more days");
+  }
+  const data::TimeAxis& axis = dataset.time_axis();
+  Climatology c;
+  c.has_dates_ = axis.has_dates;
+  c.calendar_ = axis.calendar;
+  c.window_days_ = window_days;
+  c.num_states_ = time_end - time_begin;
+  if (c.has_dates_) {
+    c.first_date_ = date_only(axis.seconds[static_cast<size_t>(time_begin)], axis.calendar);
+    c.last_date_ = date_only(axis.seconds[static_cast<size_t>(time_end - 1)], axis.calendar);
+  }
+  const std::vector<int64_t> shape = {dataset.num_variables(), dataset.num_lat(), dataset.num_lon()};
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+
+  // Per needed day: the float64 sum, the float32 count of finite values per point (exact up to
+  // 2^24 states in a window) and how many states fell in the window at all.
+  struct Day {
+    int day;
+    torch::Tensor sum, count;
+    int64_t states = 0;
+  };
+  std::vector<Day> days;
+  if (c.has_dates_) {
+    std::set<int> needed;
+    for (int64_t s : valid_seconds) needed.insert(day_of_year(s, c.calendar_));
+    for (int d : needed) days.push_back({d, torch::zeros(shape, f64), torch::zeros(shape, f32), 0});
+  }
+  const int length = year_length(c.calendar_);
+  torch::Tensor total_sum = torch::zeros(shape, f64), total_count = torch::zeros(shape, f32);
+  for (int64_t t = time_begin; t < time_end; ++t) {
+    const torch::Tensor state = dataset.shared_state(t);  // read-only: not modified below
+    const torch::Tensor finite = torch::isfinite(state);
+    const torch::Tensor values = torch::where(finite, state, torch::zeros({}, f32)).to(torch::kFloat64);
+    const torch::Tensor count = finite.to(torch::kFloat32);
+    total_sum += values;
+    total_count += count;
+    if (days.empty()) continue;
+    const int doy = day_of_year(axis.seconds[static_cast<size_t>(t)], c.calendar_);
+    for (Day& day : days) {
+      if (circular_distance(day.day, doy, length) > window_days) continue;
+      day.sum += values;
+      day.count += count;
+      ++day.states;
+    }
+  }
+  c.mean_ = mean_or(total_sum, total_count, torch::full(shape, std::numeric_limits<float>::quiet_NaN(), f32));
+  for (Day& day : days) {
+    if (day.states == 0) ++c.fallback_days_;
+    c.by_day_[day.day] = day.states == 0 ? c.mean_ : mean_or(day.sum, day.count, c.mean_);
+    day.sum = torch::Tensor();  // free the float64 sums as we go: the peak is the build, not twice it
+    day.count = torch::Tensor();
+  }
+  return c;
+}
+
+torch::Tensor Climatology::at(int64_t seconds) const {
+  if (!has_dates_) return mean_;
+  const int doy = day_of_year(seconds, calendar_);
+  const auto it = by_day_.find(doy);
+  if (it == by_day_.end()) {
+    throw Error("climatology: no mean for " + data::from_seconds(seconds, calendar_).to_iso() + " (day of year " +
+                std::to_string(doy) + "): it was not among the valid times the climatology was computed for");
+  }
+  return it->second;
+}
+
+std::string Climatology::describe() const {
+  if (!has_dates_) return "climatology: mean of the " + std::to_string(num_states_) + " training states (no dates)";
+  std::string text = "climatology: day of year ±" + std::to_string(window_days_) + " days over " + first_date_ + ".." +
+                     last_date_ + " (" + std::to_string(num_states_) + " states), " + std::to_string(days_needed()) +
+                     " days needed";
+  if (fallback_days_ > 0) {
+    text += ", " + std::to_string(fallback_days_) + " of them from the all-time mean: no training state within ±" +
+            std::to_string(window_days_) + " days";
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scores
+
+int LeadScores::forecaster_index(const std::string& name) const {
+  for (size_t i = 0; i < forecasters.size(); ++i)
+    if (forecasters[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+ScoreAccumulator::ScoreAccumulator(std::vector<std::string> names, int64_t leads, std::vector<std::string> forecasters,
+                                   torch::Tensor weights, std::vector<std::string> units)
+    : names_(std::move(names)), forecasters_(std::move(forecasters)), units_(std::move(units)), leads_(leads) {
+  if (names_.empty()) throw Error("scores: no channels to score");
+  if (forecasters_.empty()) throw Error("scores: no forecasters to score");
+  if (leads_ < 1) throw Error("scores: " + std::to_string(leads_) + " leads; expected 1 or more");
+  if (!weights.defined() || weights.dim() != 2) {
+    throw Error("scores: the weights must be a [lat, lon] field; got " +
+                (weights.defined() ? std::to_string(weights.dim()) + " dimensions" : std::string("none")));
+  }
+  if (units_.empty()) units_.assign(names_.size(), "");
+  if (units_.size() != names_.size()) {
+    throw Error("scores: " + std::to_string(units_.size()) + " units for " + std::to_string(names_.size()) +
+                " channels; expected one per channel");
+  }
+  weights_ = weights.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+  sums_ = torch::zeros({static_cast<int64_t>(forecasters_.size()), leads_, static_cast<int64_t>(names_.size()), 3},
+                       torch::kFloat64);
+}
+
+void ScoreAccumulator::add(int forecaster, int64_t lead, const torch::Tensor& forecast, const torch::Tensor& truth,
+                           const torch::Tensor& climatology, const torch::Tensor& mask) {
+  if (forecaster < 0 || forecaster >= static_cast<int>(forecasters_.size())) {
+    throw Error("scores: forecaster " + std::to_string(forecaster) + " out of range; expected 0.." +
+                std::to_string(forecasters_.size() - 1));
+  }
+  if (lead < 0 || lead >= leads_) {
+    throw Error("scores: lead " + std::to_string(lead) + " out of range; expected 0.." + std::to_string(leads_ - 1));
+  }
+  const int64_t V = static_cast<int64_t>(names_.size());
+  const std::vector<int64_t> grid = {weights_.size(0), weights_.size(1)};
+  auto check = [&](const torch::Tensor& x, const char* what) {
+    if (!x.defined() || x.dim() != 4 || x.size(1) != V || x.size(2) != grid[0] || x.size(3) != grid[1] ||
+        x.size(0) != forecast.size(0)) {
+      std::ostringstream got;
+      if (x.defined()) got << x.sizes(); else got << "none";
+      throw Error(std::string("scores: the ") + what + " of " + forecasters_[static_cast<size_t>(forecaster)] +
+                  " is " + got.str() + "; expected [B, " + std::to_string(V) + ", " + std::to_string(grid[0]) +
+                  ", " + std::to_string(grid[1]) + "]");
+    }
+  };
+  check(forecast, "forecast");
+  check(truth, "truth");
+  check(climatology, "climatology");
+
+  const torch::Tensor o = truth.detach().to(torch::kCPU, torch::kFloat64);
+  // The verified points: weight > 0, the mask (when given) non-zero, and a finite truth (a fill
+  // point has nothing to verify against).
+  torch::Tensor w = weights_.view({1, 1, grid[0], grid[1]}) * torch::isfinite(o).to(torch::kFloat64);
+  if (mask.defined()) w = w * (mask.detach().to(torch::kCPU) != 0).to(torch::kFloat64).expand_as(o);
+  const torch::Tensor verified = w > 0;
+  const torch::Tensor zero = torch::zeros({}, torch::kFloat64);
+  // Zeroed outside the verified points, since NaN * 0 is NaN; a NaN forecast at a verified point
+  // stays and makes the score NaN.
+  const torch::Tensor f = torch::where(verified, forecast.detach().to(torch::kCPU, torch::kFloat64), zero);
+  const torch::Tensor c = torch::where(verified, climatology.detach().to(torch::kCPU, torch::kFloat64), zero);
+  const torch::Tensor obs = torch::where(verified, o, zero);
+  w = torch::where(verified, w, zero);
+
+  const std::vector<int64_t> space = {2, 3};
+  const torch::Tensor weight = w.sum(space);  // [B, V]
+  const torch::Tensor counted = weight > 0;
+  const torch::Tensor mse = (w * (f - obs).square()).sum(space) / weight;
+  const torch::Tensor fa = f - c, oa = obs - c;
+  const torch::Tensor den = ((w * fa.square()).sum(space) * (w * oa.square()).sum(space)).sqrt();
+  // A zero denominator is a forecast (or truth) without anomaly: acc_t = 0 (see scores.h). NaN is
+  // not zero, so a NaN forecast stays NaN.
+  const torch::Tensor acc = torch::where(den == 0, zero, (w * fa * oa).sum(space) / den);
+
+  torch::Tensor row = sums_[forecaster][lead];  // [V, 3], a view into sums_
+  row.select(1, 0) += torch::where(counted, mse, zero).sum(0);
+  row.select(1, 1) += torch::where(counted, acc, zero).sum(0);
+  row.select(1, 2) += counted.to(torch::kFloat64).sum(0);
+}
+
+void ScoreAccumulator::set_sums(torch::Tensor sums) {
+  if (!sums.defined() || sums.sizes() != sums_.sizes()) {
+    std::ostringstream got, expected;
+    if (sums.defined()) got << sums.sizes(); else got << "none";
+    expected << sums_.sizes();
+    throw Error("scores: set_sums got sums of shape " + got.str() + "; expected " + expected.str());
+  }
+  sums_ = sums.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+}
+
+LeadScores ScoreAccumulator::result(int64_t step, int64_t lead_seconds) const {
+  LeadScores s;
+  s.step = step;
+  s.names = names_;
+  s.units = units_;
+  s.forecasters = forecasters_;
+  const size_t F = forecasters_.size(), V = names_.size();
+  const auto L = static_cast<size_t>(leads_);
+  for (size_t l = 0; l < L; ++l) {
+    s.lead_steps.push_back(static_cast<int64_t>(l) + 1);
+    if (lead_seconds > 0) s.lead_hours.push_back(static_cast<double>(l + 1) * static_cast<double>(lead_seconds) / 3600.0);
+  }
+  const torch::Tensor sums = sums_.contiguous();
+  const double* p = sums.data_ptr<double>();
+  auto at = [&](size_t f, size_t l, size_t v, size_t k) { return p[((f * L + l) * V + v) * 3 + k]; };
+  s.rmse.assign(F, std::vector<std::vector<double>>(L, std::vector<double>(V, kNaN)));
+  s.acc = s.rmse;
+  s.samples.assign(L, 0);
+  for (size_t f = 0; f < F; ++f) {
+    for (size_t l = 0; l < L; ++l) {
+      for (size_t v = 0; v < V; ++v) {
+        const double n = at(f, l, v, 2);
+        s.samples[l] = std::max(s.samples[l], static_cast<int64_t>(std::llround(n)));
+        if (n <= 0) continue;
+        s.rmse[f][l][v] = std::sqrt(at(f, l, v, 0) / n);
+        s.acc[f][l][v] = at(f, l, v, 1) / n;
+      }
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Table and CSV
+
+std::string scores_table(const LeadScores& s) {
+  std::ostringstream out;
+  const int64_t L = s.num_leads();
+  out << "validation at step " << s.step << ": latitude-weighted RMSE (data units, lower is better) and ACC "
+      << "(higher is better), " << (s.samples.empty() ? 0 : s.samples.front()) << " samples\n";
+  // Up to 10 leads all of them; beyond, the first, four evenly spaced middle ones and the last.
+  std::vector<int64_t> rows;
+  if (L <= 10) {
+    for (int64_t l = 0; l < L; ++l) rows.push_back(l);
+  } else {
+    std::set<int64_t> picked = {0, L - 1};
+    for (int i = 1; i <= 4; ++i) picked.insert(static_cast<int64_t>(std::llround(i * (L - 1) / 5.0)));
+    rows.assign(picked.begin(), picked.end());
+  }
+  struct Column {
+    std::string label;
+    size_t forecaster;
+    bool acc;
+  };
+  std::vector<Column> columns;
+  for (size_t f = 0; f < s.forecasters.size(); ++f) columns.push_back({s.forecasters[f] + " RMSE", f, false});
+  for (size_t f = 0; f < s.forecasters.size(); ++f)
+    if (s.forecasters[f] != "climatology") columns.push_back({s.forecasters[f] + " ACC", f, true});
+  char buf[64];
+  for (size_t v = 0; v < s.names.size(); ++v) {
+    out << "  " << s.names[v];
+    if (v < s.units.size() && !s.units[v].empty()) out << " [" << s.units[v] << "]";
+    out << "\n    " << std::string(8 - 4, ' ') << "lead";
+    for (const auto& c : columns) {
+      std::snprintf(buf, sizeof buf, " %*s", static_cast<int>(std::max<size_t>(11, c.label.size())), c.label.c_str());
+      out << buf;
+    }
+    out << "\n";
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto l = static_cast<size_t>(rows[r]);
+      if (r > 0 && rows[r] != rows[r - 1] + 1) out << "    " << std::string(5, ' ') << "...\n";
+      std::snprintf(buf, sizeof buf, "    %8s", lead_label(s, rows[r]).c_str());
+      out << buf;
+      for (const auto& c : columns) {
+        const double value = c.acc ? s.acc[c.forecaster][l][v] : s.rmse[c.forecaster][l][v];
+        const std::string text = c.acc ? format_number(value, "%.3f") : format_number(value, "%.5g");
+        std::snprintf(buf, sizeof buf, " %*s", static_cast<int>(std::max<size_t>(11, c.label.size())), text.c_str());
+        out << buf;
+      }
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+void write_scores_csv(const std::string& path, const LeadScores& s, bool append) {
+  static const std::string header = "step,lead,lead_hours,variable,forecaster,rmse,acc\n";
+  std::string text;
+  if (append && std::filesystem::exists(path)) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream old;
+    old << in.rdbuf();
+    text = old.str();
+    if (!text.empty() && text.compare(0, header.size(), header) != 0) {
+      throw Error(path + " starts with '" + text.substr(0, text.find('\n')) + "', not the scores header '" +
+                  header.substr(0, header.size() - 1) + "': not appending scores to another table");
+    }
+    if (!text.empty() && text.back() != '\n') text += '\n';
+  }
+  if (text.empty()) text = header;
+  std::ostringstream rows;
+  for (int64_t l = 0; l < s.num_leads(); ++l) {
+    const auto li = static_cast<size_t>(l);
+    const std::string hours = s.lead_hours.empty() ? "" : format_number(s.lead_hours[li], "%g");
+    for (size_t v = 0; v < s.names.size(); ++v) {
+      for (size_t f = 0; f < s.forecasters.size(); ++f) {
+        rows << s.step << "," << s.lead_steps[li] << "," << hours << "," << s.names[v] << "," << s.forecasters[f]
+             << "," << format_number(s.rmse[f][li][v]) << "," << format_number(s.acc[f][li][v]) << "\n";
+      }
+    }
+  }
+  write_file_atomically(path, text + rows.str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// SVG
+
+namespace {
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+// Ticks at 1, 2 or 5 x 10^k covering [lo, hi] with about `want` of them; the axis spans the first
+// to the last tick.
+std::vector<double> nice_ticks(double lo, double hi, int want = 5) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
+  if (hi - lo <= 0) {
+    const double pad = std::max(std::abs(lo) * 0.1, 1e-6);
+    lo -= pad;
+    hi += pad;
+  }
+  const double raw = (hi - lo) / std::max(want - 1, 1);
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * magnitude;
+    if (step >= raw) break;
+  }
+  std::vector<double> ticks;
+  const double first = std::floor(lo / step + 1e-9) * step, last = std::ceil(hi / step - 1e-9) * step;
+  for (double t = first; t <= last + step * 0.5; t += step) ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  return ticks;
+}
+
+const char* color_of(size_t forecaster, const std::string& name) {
+  if (name == "model") return "#1f77b4";
+  if (name == "persistence") return "#ff7f0e";
+  if (name == "climatology") return "#2ca02c";
+  static const char* palette[] = {"#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  return palette[forecaster % 7];
+}
+
+constexpr double kPanelW = 270, kPanelH = 200;
+constexpr double kLeft = 58, kRight = 12, kTop = 26, kBottom = 36;
+
+// One panel: `values[f][l]` against the leads, one polyline (and dots) per forecaster.
+void panel(std::ostringstream& out, double x0, double y0, const std::string& title, const std::vector<double>& xs,
+           const std::string& x_label, const std::vector<std::vector<double>>& values, const LeadScores& s) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const auto& line : values)
+    for (double v : line)
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  const std::vector<double> yt = nice_ticks(lo, hi);
+  const std::vector<double> xt = nice_ticks(xs.front(), xs.back());
+  const double plot_w = kPanelW - kLeft - kRight, plot_h = kPanelH - kTop - kBottom;
+  auto px = [&](double x) { return kLeft + (x - xt.front()) / (xt.back() - xt.front()) * plot_w; };
+  auto py = [&](double y) { return kTop + plot_h - (y - yt.front()) / (yt.back() - yt.front()) * plot_h; };
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "<g transform=\"translate(%.1f,%.1f)\">\n", x0, y0);
+  out << buf;
+  std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"16\" text-anchor=\"middle\" font-weight=\"bold\">", kPanelW / 2);
+  out << buf << xml_escape(title) << "</text>\n";
+  std::snprintf(buf, sizeof buf,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n", kLeft,
+                kTop, plot_w, plot_h);
+  out << buf;
+  for (double t : yt) {
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                  kLeft, py(t), kLeft + plot_w, py(t), kLeft - 4, py(t) + 4, format_number(t, "%g").c_str());
+    out << buf;
+  }
+  for (double t : xt) {
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+                  px(t), kTop + plot_h, px(t), kTop + plot_h + 4, px(t), kTop + plot_h + 16,
+                  format_number(t, "%g").c_str());
+    out << buf;
+  }
+  std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", kLeft + plot_w / 2,
+                kPanelH - 4);
+  out << buf << xml_escape(x_label) << "</text>\n";
+  for (size_t f = 0; f < values.size(); ++f) {
+    const char* color = color_of(f, s.forecasters[f]);
+    std::string points;
+    for (size_t l = 0; l < xs.size(); ++l) {
+      if (!std::isfinite(values[f][l])) continue;
+      std::snprintf(buf, sizeof buf, "%s%.2f,%.2f", points.empty() ? "" : " ", px(xs[l]), py(values[f][l]));
+      points += buf;
+    }
+    out << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"" << points << "\"/>\n";
+    for (size_t l = 0; l < xs.size(); ++l) {
+      if (!std::isfinite(values[f][l])) continue;
+      std::snprintf(buf, sizeof buf, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"2\" fill=\"%s\"/>\n", px(xs[l]),
+                    py(values[f][l]), color);
+      out << buf;
+    }
+  }
+  out << "</g>\n";
+}
+
+}  // namespace
+
+std::string scores_svg(const LeadScores& s, const std::string& title) {
+  const size_t V = s.names.size(), F = s.forecasters.size(), L = static_cast<size_t>(s.num_leads());
+  if (V == 0 || L == 0) throw Error("scores_svg: no channels or no leads to draw");
+  const size_t cols = std::min<size_t>(V, 3), rows = (V + cols - 1) / cols;
+  const double header = 64;
+  const double width = static_cast<double>(cols) * kPanelW + 20;
+  const double height = header + 2.0 * static_cast<double>(rows) * kPanelH + 10;
+  std::vector<double> xs;
+  for (size_t l = 0; l < L; ++l)
+    xs.push_back(s.lead_hours.empty() ? static_cast<double>(s.lead_steps[l]) : s.lead_hours[l]);
+  const std::string x_label = s.lead_hours.empty() ? "lead (steps)" : "lead (hours)";
+
+  std::ostringstream out;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+                "font-family=\"sans-serif\" font-size=\"11\">\n",
+                width, height, width, height);
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" << buf;
+  out << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  out << "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << xml_escape(title) << "</text>\n";
+  // The legend: one swatch per forecaster (lines, not polylines: the panels' polylines stay one
+  // per forecaster per panel).
+  double x = 10;
+  for (size_t f = 0; f < F; ++f) {
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"44\" x2=\"%.1f\" y2=\"44\" stroke=\"%s\" stroke-width=\"3\"/>"
+                  "<text x=\"%.1f\" y=\"48\">",
+                  x, x + 22, color_of(f, s.forecasters[f]), x + 27);
+    out << buf << xml_escape(s.forecasters[f]) << "</text>\n";
+    x += 40 + 7.0 * static_cast<double>(s.forecasters[f].size());
+  }
+  for (int section = 0; section < 2; ++section) {  // 0: RMSE, 1: ACC
+    const bool acc = section == 1;
+    for (size_t v = 0; v < V; ++v) {
+      std::vector<std::vector<double>> values(F, std::vector<double>(L));
+      for (size_t f = 0; f < F; ++f)
+        for (size_t l = 0; l < L; ++l) values[f][l] = acc ? s.acc[f][l][v] : s.rmse[f][l][v];
+      std::string panel_title = s.names[v] + (acc ? " ACC" : " RMSE");
+      if (!acc && v < s.units.size() && !s.units[v].empty()) panel_title += " [" + s.units[v] + "]";
+      const double px = 10 + static_cast<double>(v % cols) * kPanelW;
+      const double py = header + (static_cast<double>(section * rows + v / cols)) * kPanelH;
+      panel(out, px, py, panel_title, xs, x_label, values, s);
+    }
+  }
+  out << "</svg>\n";
+  return out.str();
+}
+
+}  // namespace wxtrain::trainer

@@ -1,0 +1,159 @@
+#pragma once
+// Validation scored the way WeatherBench 2 reports it: for every lead time of a rollout and every
+// channel, the latitude-weighted RMSE and the anomaly correlation coefficient (ACC) of the model,
+// of persistence (the last input state, repeated) and of climatology (the day-of-year mean of the
+// training years), so a model's numbers can be read next to the published headline scores.
+//
+// - Climatology: the mean state by day of year over the training split (WeatherBench's
+//   climatology forecast and the reference the anomalies of ACC are taken against).
+// - ScoreAccumulator: per-sample sums in float64, one tensor the caller allreduces across ranks.
+// - scores_table / write_scores_csv / scores_svg: the terminal table, the CSV and a figure.
+//
+// Definitions (WeatherBench 2, Rasp et al. 2024, section 4): with w the latitude weights (times
+// the mask of verified points) and t the validation samples,
+//   RMSE = sqrt( mean_t( sum_ij w (f - o)^2 / sum_ij w ) )          (per sample, then the mean)
+//   ACC  = mean_t( sum_ij w f'o' / sqrt(sum_ij w f'^2 * sum_ij w o'^2) ),  f' = f - c, o' = o - c
+// (uncentred anomalies, as WeatherBench 2). A sample whose forecast or truth has no anomaly at all
+// (the climatology forecast itself) has a zero denominator: its acc_t is 0, which is what ACC says
+// of a forecast that carries no information beyond climatology.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "data/dataset.h"
+
+namespace wxtrain::trainer {
+
+class Climatology {
+ public:
+  // The mean of the training states [time_begin, time_end) by day of year, for the days of year
+  // that `valid_seconds` (the validation times the scores will be taken at) fall on, and only
+  // those: memory is (days needed) x V x lat x lon float32 once built (float64 sums plus float32
+  // counts of that size while building), so a 0.25-degree archive does not hold 366 fields.
+  //
+  // Day of year as xarray's dayofyear, which WeatherBench uses: 1..366 in the standard,
+  // proleptic_gregorian, julian and all_leap calendars, 1..365 in noleap, 1..360 in 360_day. The
+  // window is circular over that length (366 in the leap-capable calendars, so December 31 of a
+  // common year, day 365, is two days from January 1): a state counts for day d when its day of
+  // year is within window_days of d. NaN (fill) values are skipped point by point. One pass over
+  // the training states, each read once through dataset.shared_state(t).
+  //
+  // A needed day whose window holds no training state (a training split shorter than a year) uses
+  // the all-time training mean, point by point; fallback_days() counts those days. A point with no
+  // finite value in its window uses the all-time mean too. Without dates (time_axis().has_dates
+  // false) there is no day of year: the climatology is the all-time training mean for every time.
+  //
+  // Throws wxtrain::Error when [time_begin, time_end) is empty or outside the dataset's time axis,
+  // or window_days is negative.
+  static Climatology compute(const data::Dataset& dataset, int64_t time_begin, int64_t time_end,
+                             const std::vector<int64_t>& valid_seconds, int window_days = 15);
+
+  // float32 [V, lat, lon] in physical units for the time `seconds` (in the dataset's calendar); the
+  // all-time mean without dates. The climatology's own tensor (days share it): read it, do not
+  // modify it in place. Throws wxtrain::Error naming the date when its day of year was not among
+  // those compute() was asked for.
+  torch::Tensor at(int64_t seconds) const;
+  // The all-time training mean, float32 [V, lat, lon] (NaN where a point is never finite).
+  torch::Tensor mean() const { return mean_; }
+
+  bool has_dates() const { return has_dates_; }
+  int window_days() const { return window_days_; }
+  int64_t days_needed() const { return static_cast<int64_t>(by_day_.size()); }
+  int64_t fallback_days() const { return fallback_days_; }
+  int64_t num_states() const { return num_states_; }
+  // One line: "climatology: day of year ±15 days over 1979-01-01..2015-12-31 (54056 states), 366
+  // days needed" (plus ", K of them from the all-time mean: no training state within ±15 days"),
+  // or "climatology: mean of the N training states (no dates)".
+  std::string describe() const;
+
+  // Day of year (1-based) of a time point, as used here; exposed for tests and callers.
+  static int day_of_year(int64_t seconds, data::Calendar calendar);
+  // The length the window wraps over: 360, 365 or 366.
+  static int year_length(data::Calendar calendar);
+
+ private:
+  bool has_dates_ = false;
+  data::Calendar calendar_ = data::Calendar::kStandard;
+  int window_days_ = 0;
+  int64_t num_states_ = 0;
+  int64_t fallback_days_ = 0;
+  std::string first_date_, last_date_;
+  torch::Tensor mean_;                     // [V, lat, lon] float32
+  std::map<int, torch::Tensor> by_day_;    // day of year -> [V, lat, lon] float32
+};
+
+// Scores of every forecaster at every lead: what one validation reports.
+struct LeadScores {
+  int64_t step = 0;                       // training step the validation ran at
+  std::vector<std::string> names;         // channels
+  std::vector<std::string> units;         // per channel, "" when unknown
+  std::vector<std::string> forecasters;   // "model", "persistence", "climatology"
+  std::vector<int64_t> lead_steps;        // 1..L
+  std::vector<double> lead_hours;         // per lead when the data has dates; empty otherwise
+  // [forecaster][lead][channel]; NaN where no sample was verified (or the forecast had NaN).
+  std::vector<std::vector<std::vector<double>>> rmse, acc;
+  std::vector<int64_t> samples;           // validation samples per lead (over all ranks)
+
+  int64_t num_leads() const { return static_cast<int64_t>(lead_steps.size()); }
+  // Index of a forecaster by name, -1 when absent.
+  int forecaster_index(const std::string& name) const;
+};
+
+class ScoreAccumulator {
+ public:
+  // `weights`: float32 [lat, lon], the caller's cos-latitude weights (already times a 0/1 interior
+  // mask for limited-area runs). `units` per channel for the table and the figure (may be empty).
+  // Throws wxtrain::Error for an empty channel or forecaster list, leads < 1, or weights that are
+  // not 2-D.
+  ScoreAccumulator(std::vector<std::string> names, int64_t leads, std::vector<std::string> forecasters,
+                   torch::Tensor weights, std::vector<std::string> units = {});
+
+  // One batch for one forecaster at one lead (0-based). forecast, truth, climatology: float32
+  // [B, V, lat, lon] on the CPU in physical units; mask: 1 verified / 0 fill, [B, V, lat, lon] (or
+  // broadcastable to it), or undefined. Points where the mask is 0 or the truth is NaN do not
+  // count; a NaN forecast at a verified point makes the score NaN, so a diverged model shows. A
+  // sample with no verified point in a channel is not counted for that channel. Throws
+  // wxtrain::Error naming the mismatched shape or the index out of range.
+  void add(int forecaster, int64_t lead, const torch::Tensor& forecast, const torch::Tensor& truth,
+           const torch::Tensor& climatology, const torch::Tensor& mask = {});
+
+  // float64 [forecasters, leads, V, 3]: per-sample MSE summed, per-sample ACC summed, samples
+  // counted. Sum it across ranks (allreduce) and hand it back with set_sums before result().
+  torch::Tensor sums() const { return sums_; }
+  void set_sums(torch::Tensor sums);  // throws wxtrain::Error on a different shape
+
+  // lead_seconds: the model step in seconds (lead l is (l + 1) * lead_seconds); 0 without dates.
+  LeadScores result(int64_t step, int64_t lead_seconds) const;
+
+  int64_t num_leads() const { return leads_; }
+  const std::vector<std::string>& forecasters() const { return forecasters_; }
+
+ private:
+  std::vector<std::string> names_, forecasters_, units_;
+  int64_t leads_;
+  torch::Tensor weights_;  // [lat, lon] float64
+  torch::Tensor sums_;     // [F, L, V, 3] float64
+};
+
+// The terminal table: per channel a block of rows by lead (all of them up to 10 leads; beyond, the
+// first, a few evenly spaced middle ones and the last), columns the RMSE of every forecaster and
+// the ACC of every forecaster but climatology (whose ACC is 0 by definition).
+std::string scores_table(const LeadScores& scores);
+
+// One row per (lead, channel, forecaster): "step,lead,lead_hours,variable,forecaster,rmse,acc"
+// (lead_hours empty without dates). With append the file's earlier rows are kept and the header is
+// written once; the whole file is rewritten through write_file_atomically. Throws wxtrain::Error
+// when an existing file to append to has another header, WriteError when it cannot be written.
+void write_scores_csv(const std::string& path, const LeadScores& scores, bool append);
+
+// A self-contained SVG figure: a legend (one colour per forecaster), then a grid of small panels,
+// one per channel, of RMSE against lead (title "<channel> RMSE [units]"), and beneath them the same
+// grid for ACC: one figure holds both. Each panel has one <polyline> per forecaster (with a dot
+// per lead so a single lead still shows), axes with tick labels, and the lead in hours (steps
+// without dates) on the x axis. NaN values are left out of the lines.
+std::string scores_svg(const LeadScores& scores, const std::string& title);
+
+}  // namespace wxtrain::trainer
