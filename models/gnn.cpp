@@ -163,6 +163,16 @@ GraphNetImpl::GraphNetImpl(const ModelConfig& config, const ModelShape& shape) :
       GraphMLP(GraphMLPOptions({config.latent}, config.latent, shape.out_channels).layers(config.mlp_layers).layer_norm(false)));
 }
 
+std::vector<ChannelAxis> GraphNetImpl::channel_axes() const {
+  // Linear weights are [out, in]. The decoder's last Linear is first.0 when it has one layer (the
+  // bias is on first.0), layer{L-1} otherwise.
+  const int64_t layers = decoder_->options.layers();
+  const std::string last = layers == 1 ? "decoder.first.0" : "decoder.layer" + std::to_string(layers - 1);
+  return {{"encoder.node_mlp.first.0.weight", 1, true},
+          {last + ".weight", 0, false},
+          {last + ".bias", 0, false}};
+}
+
 template <typename Move>
 void GraphNetImpl::move_keeping_indices(const Move& move, const std::optional<torch::Device>& device,
                                         bool non_blocking) {

@@ -85,6 +85,9 @@ class GraphNetImpl : public WeatherModelImpl {
  public:
   GraphNetImpl(const ModelConfig& config, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
+  // The encoder node MLP's first Linear on the variables (input channels; the positions have a
+  // Linear of their own) and the decoder's last Linear with its bias (output channels).
+  std::vector<ChannelAxis> channel_axes() const override;
 
   int64_t num_nodes() const { return node_positions_.size(0); }
   int64_t num_edges() const { return senders_.size(0); }

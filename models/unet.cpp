@@ -70,6 +70,14 @@ UNetImpl::UNetImpl(const ModelConfig& config, const ModelShape& shape) : Weather
   head_ = register_block("head", torch::nn::Conv2d(torch::nn::Conv2dOptions(ch[0], shape.out_channels, 1)));
 }
 
+std::vector<ChannelAxis> UNetImpl::channel_axes() const {
+  // conv weights are [out, in, kh, kw]; the bias-free first conv leaves a zero input channel
+  // without any effect.
+  return {{"encoder0.conv1.weight", 1, true},
+          {"head.weight", 0, false},
+          {"head.bias", 0, false}};
+}
+
 torch::Tensor UNetImpl::forward(torch::Tensor x) {
   TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels, "unet: expected input [batch, ", shape().in_channels,
               ", lat, lon], got ", x.sizes());

@@ -50,6 +50,8 @@ class UNetImpl : public WeatherModelImpl {
  public:
   UNetImpl(const ModelConfig& config, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
+  // encoder0's first conv (input channels) and the 1x1 head with its bias (output channels).
+  std::vector<ChannelAxis> channel_axes() const override;
 
   // The grid multiple the input is padded to: 2^(levels-1).
   int64_t grid_multiple() const { return int64_t{1} << (encoders_.size() - 1); }

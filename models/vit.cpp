@@ -95,6 +95,15 @@ ViTImpl::ViTImpl(const ModelConfig& config, const ModelShape& shape) : WeatherMo
   head_ = register_block("head", PatchHead(config.embed_dim, patch_, shape.out_channels));
 }
 
+std::vector<ChannelAxis> ViTImpl::channel_axes() const {
+  // The head's p*p*C outputs per token are viewed as [p, p, C] in forward (channel last): channel c
+  // owns entries c, c + C, ... — channel-minor. The conv weight is [D, C_in, p, p].
+  const int64_t pp = patch_ * patch_;
+  return {{"embed.proj.weight", 1, true},
+          {"head.proj.weight", 0, false, pp, false},
+          {"head.proj.bias", 0, false, pp, false}};
+}
+
 torch::Tensor ViTImpl::forward(torch::Tensor x) {
   TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels, "vit: expected input [batch, ", shape().in_channels,
               ", lat, lon], got ", x.sizes());

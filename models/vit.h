@@ -67,6 +67,9 @@ class ViTImpl : public WeatherModelImpl {
  public:
   ViTImpl(const ModelConfig& config, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
+  // The patch embedding's conv weight (input channels) and the head's Linear with its bias
+  // (output channels, p*p entries each, channel-minor: see forward's reshape).
+  std::vector<ChannelAxis> channel_axes() const override;
 
   int64_t patch_size() const { return patch_; }
   int64_t patches_lat() const { return patches_lat_; }

@@ -23,9 +23,29 @@ struct ModelShape {
 
 ModelShape model_shape(const RunConfig& config);  // from [data] (sources or variables/grid)
 
+// A parameter one of whose dimensions runs over the model's input or output channels (the
+// variables x history of the input, the variables of the output). Fine-tuning onto another set of
+// channels (trainer/channel_transfer.h) carries these over channel by channel, by name: a channel
+// the checkpoint also has keeps its slices, a new one keeps its fresh initialisation.
+struct ChannelAxis {
+  std::string parameter;  // full name as in named_parameters(), e.g. "encoder0.conv1.weight"
+  int64_t dim = 0;        // the dimension that runs over channels
+  bool input = true;      // input channels (true) or output channels (false)
+  // Entries along `dim` per channel, and their layout: channel-major, channel c owns the
+  // contiguous entries [c * per_channel, (c + 1) * per_channel); channel-minor (strided), it owns
+  // entries c, c + C, c + 2C, ... for C channels. The ViT's head is Linear(D, p*p*C_out) viewed as
+  // [p, p, C_out]: p*p entries per channel, channel-minor.
+  int64_t per_channel = 1;
+  bool channel_major = true;
+};
+
 class WeatherModelImpl : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+
+  // Every parameter indexed by input or output channel, with how (see ChannelAxis). Everything
+  // else is independent of the channel lists: the same shape for any set of variables.
+  virtual std::vector<ChannelAxis> channel_axes() const = 0;
 
   const ModelShape& shape() const { return shape_; }
   const std::vector<std::string>& block_names() const { return block_names_; }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 
@@ -85,6 +86,40 @@ TEST_P(ZooTest, EveryParameterBelongsToABlock) {
     const std::string head = item.key().substr(0, item.key().find('.'));
     EXPECT_TRUE(blocks.count(head)) << item.key();
   }
+}
+
+TEST_P(ZooTest, ChannelAxesAreExactlyTheParametersThatDependOnTheChannels) {
+  // Fine-tuning onto other channels (trainer/channel_transfer.h) carries these over by channel and
+  // loads everything else whole: a parameter whose shape follows the channels but is missing here
+  // would fail to load, one listed on the wrong dim or count would be sliced wrongly.
+  const ModelConfig config = small(GetParam());
+  const ModelShape a{5, 3, 17, 23}, b{2, 4, 17, 23};
+  WeatherModel ma = build_seeded(config, a), mb = build_seeded(config, b);
+  std::map<std::string, std::vector<int64_t>> shapes_b;
+  for (const auto& item : mb->named_parameters()) shapes_b[item.key()] = item.value().sizes().vec();
+  std::map<std::string, ChannelAxis> axes;
+  for (const ChannelAxis& axis : ma->channel_axes()) {
+    EXPECT_TRUE(axes.emplace(axis.parameter, axis).second) << axis.parameter << " listed twice";
+    EXPECT_TRUE(shapes_b.count(axis.parameter)) << axis.parameter << " is not a parameter";
+  }
+  int inputs = 0, outputs = 0;
+  for (const auto& item : ma->named_parameters()) {
+    const std::vector<int64_t> sa = item.value().sizes().vec(), sb = shapes_b.at(item.key());
+    auto it = axes.find(item.key());
+    if (it == axes.end()) {
+      EXPECT_EQ(sa, sb) << item.key() << " depends on the channels but is not in channel_axes()";
+      continue;
+    }
+    const ChannelAxis& axis = it->second;
+    (axis.input ? inputs : outputs)++;
+    ASSERT_LT(axis.dim, static_cast<int64_t>(sa.size())) << item.key();
+    EXPECT_EQ(sa[axis.dim], (axis.input ? a.in_channels : a.out_channels) * axis.per_channel) << item.key();
+    EXPECT_EQ(sb[axis.dim], (axis.input ? b.in_channels : b.out_channels) * axis.per_channel) << item.key();
+    for (size_t d = 0; d < sa.size(); ++d)
+      if (static_cast<int64_t>(d) != axis.dim) EXPECT_EQ(sa[d], sb[d]) << item.key() << " dim " << d;
+  }
+  EXPECT_GT(inputs, 0);
+  EXPECT_GT(outputs, 0);
 }
 
 TEST_P(ZooTest, CheckpointingGivesTheSameGradients) {

@@ -1,0 +1,257 @@
+// Fine-tuning onto another set of channels: for every zoo model, a checkpoint trained on
+// [a@t0, b@t0] -> [a, b] initialises a model on [b@t0, c@t0, a@t0] -> [a, c, b]. What proves the
+// channel layouts right is the forward: with c's input at zero, the new model predicts a and b
+// exactly as the old one did.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "models/weather_model.h"
+#include "trainer/channel_transfer.h"
+#include "trainer/checkpoint_io.h"
+
+using namespace wxtrain;
+using namespace wxtrain::trainer;
+
+namespace {
+
+using Names = std::vector<std::string>;
+
+const Names kOldIn{"a@t0", "b@t0"}, kOldOut{"a", "b"};
+const Names kNewIn{"b@t0", "c@t0", "a@t0"}, kNewOut{"a", "c", "b"};
+constexpr int64_t kLat = 9, kLon = 10;  // divisible by neither the U-Net's 4 nor the ViT's patch
+
+// Small models; "gnn1" is the GNN with one-layer MLPs, whose decoder's only Linear is first.0.
+ModelConfig small(const std::string& variant) {
+  ModelConfig c;
+  c.name = variant == "gnn1" ? "gnn" : variant;
+  c.channels = {8, 16, 16};
+  c.groups = 4;
+  c.patch_size = 4;
+  c.embed_dim = 24;
+  c.depth = 1;
+  c.heads = 3;
+  c.mlp_ratio = 2.0;
+  c.latent = 16;
+  c.processor_layers = 1;
+  c.mlp_layers = variant == "gnn1" ? 1 : 2;
+  return c;
+}
+
+models::WeatherModel build(const std::string& variant, const Names& in, const Names& out, uint64_t seed) {
+  torch::manual_seed(seed);
+  return models::build_model(small(variant),
+                             {static_cast<int64_t>(in.size()), static_cast<int64_t>(out.size()), kLat, kLon});
+}
+
+// Every parameter random (norm weights and biases too, which start at 1 and 0 in every model alike
+// and would make "loaded" indistinguishable from "left alone").
+void randomise(models::WeatherModelImpl& model, uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) p.copy_(torch::randn_like(p) * 0.3);
+}
+
+TensorMap cloned_weights(const models::WeatherModelImpl& model) {
+  TensorMap map;
+  for (const auto& [name, t] : model_weights(model)) map[name] = t.clone();
+  return map;
+}
+
+// Channel c's entries of `t` along the axis, computed from the ChannelAxis description
+// independently of channel_transfer's views.
+torch::Tensor channel_slice(const torch::Tensor& t, const models::ChannelAxis& axis, int64_t c, int64_t channels) {
+  std::vector<int64_t> idx;
+  for (int64_t j = 0; j < axis.per_channel; ++j)
+    idx.push_back(axis.channel_major ? c * axis.per_channel + j : j * channels + c);
+  return t.index_select(axis.dim, torch::tensor(idx, torch::kLong));
+}
+
+int64_t index_of(const Names& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) - names.begin();
+}
+
+class ChannelTransferTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ChannelTransferTest, CarriesChannelsOverByName) {
+  models::WeatherModel a = build(GetParam(), kOldIn, kOldOut, 1);
+  randomise(*a, 11);
+  models::WeatherModel b = build(GetParam(), kNewIn, kNewOut, 2);
+  const TensorMap fresh = cloned_weights(*b);
+
+  const ChannelTransferReport report =
+      transfer_weights(*b, model_weights(*a), kOldIn, kOldOut, kNewIn, kNewOut, /*strict=*/true, "a.pt");
+  EXPECT_EQ(report.matched_inputs, (Names{"b@t0", "a@t0"}));
+  EXPECT_EQ(report.new_inputs, (Names{"c@t0"}));
+  EXPECT_TRUE(report.dropped_inputs.empty());
+  EXPECT_EQ(report.matched_outputs, (Names{"a", "b"}));
+  EXPECT_EQ(report.new_outputs, (Names{"c"}));
+  EXPECT_TRUE(report.dropped_outputs.empty());
+  EXPECT_TRUE(report.initialised.empty());
+  EXPECT_TRUE(report.unexpected.empty());
+  EXPECT_NE(report.summary().find("input channels: 2 matched, 1 new (c@t0), 0 dropped"), std::string::npos)
+      << report.summary();
+
+  std::map<std::string, models::ChannelAxis> axes;
+  for (const auto& axis : b->channel_axes()) axes[axis.parameter] = axis;
+  EXPECT_EQ(std::set<std::string>(report.remapped.begin(), report.remapped.end()).size(), axes.size());
+
+  const TensorMap old = model_weights(*a), now = model_weights(*b);
+  for (const auto& [name, t] : now) {
+    auto it = axes.find(name);
+    if (it == axes.end()) {
+      // (a) everything independent of the channels is the checkpoint's.
+      EXPECT_TRUE(torch::equal(t, old.at(name))) << name;
+      continue;
+    }
+    EXPECT_NE(std::find(report.remapped.begin(), report.remapped.end(), name), report.remapped.end()) << name;
+    // (b) a and b's slices moved to their new positions; c's is the fresh initialisation.
+    const models::ChannelAxis& axis = it->second;
+    const Names& old_names = axis.input ? kOldIn : kOldOut;
+    const Names& new_names = axis.input ? kNewIn : kNewOut;
+    const auto old_n = static_cast<int64_t>(old_names.size()), new_n = static_cast<int64_t>(new_names.size());
+    for (int64_t c = 0; c < new_n; ++c) {
+      const int64_t from = index_of(old_names, new_names[c]);
+      const torch::Tensor expected = from < old_n ? channel_slice(old.at(name), axis, from, old_n)
+                                                  : channel_slice(fresh.at(name), axis, c, new_n);
+      EXPECT_TRUE(torch::equal(channel_slice(t, axis, c, new_n), expected)) << name << " channel " << new_names[c];
+    }
+  }
+
+  // (c) with c's input at zero the new model predicts a and b as the old one did.
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({2, 2, kLat, kLon});  // [a@t0, b@t0]
+  const torch::Tensor x_new = torch::stack({x.select(1, 1), torch::zeros_like(x.select(1, 0)), x.select(1, 0)}, 1);
+  const torch::Tensor y = a->forward(x), y_new = b->forward(x_new);
+  EXPECT_TRUE(torch::allclose(y_new.select(1, 0), y.select(1, 0), 1e-4, 1e-5)) << "output a";
+  EXPECT_TRUE(torch::allclose(y_new.select(1, 2), y.select(1, 1), 1e-4, 1e-5)) << "output b";
+}
+
+TEST_P(ChannelTransferTest, DroppedChannelsAreLeftOut) {
+  // [a@t0, b@t0] -> [a, b] onto [a@t0] -> [b]: the old model with b's input at zero.
+  models::WeatherModel a = build(GetParam(), kOldIn, kOldOut, 1);
+  randomise(*a, 12);
+  const Names in{"a@t0"}, out{"b"};
+  models::WeatherModel b = build(GetParam(), in, out, 2);
+  const ChannelTransferReport report =
+      transfer_weights(*b, model_weights(*a), kOldIn, kOldOut, in, out, /*strict=*/true, "a.pt");
+  EXPECT_EQ(report.dropped_inputs, (Names{"b@t0"}));
+  EXPECT_EQ(report.dropped_outputs, (Names{"a"}));
+  EXPECT_TRUE(report.new_inputs.empty() && report.new_outputs.empty());
+
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(4);
+  const torch::Tensor xa = torch::randn({2, 1, kLat, kLon});
+  const torch::Tensor y = a->forward(torch::cat({xa, torch::zeros_like(xa)}, 1));
+  EXPECT_TRUE(torch::allclose(b->forward(xa).select(1, 0), y.select(1, 1), 1e-4, 1e-5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ChannelTransferTest, ::testing::Values("unet", "vit", "gnn", "gnn1"),
+                         [](const auto& info) { return info.param; });
+
+// ---- identical lists: exactly load_weights ----
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ChannelTransfer, IdenticalListsLoadAsLoadWeights) {
+  models::WeatherModel a = build("unet", kOldIn, kOldOut, 1);
+  randomise(*a, 13);
+  TensorMap weights = cloned_weights(*a);
+  weights.erase("encoder1.norm1.bias");
+  weights["extra.weight"] = torch::zeros({2});
+
+  models::WeatherModel b = build("unet", kOldIn, kOldOut, 2), c = build("unet", kOldIn, kOldOut, 2);
+  const ChannelTransferReport report = transfer_weights(*b, weights, kOldIn, kOldOut, kOldIn, kOldOut, false, "a.pt");
+  const WeightLoadReport expected = load_weights(*c, weights, false, "a.pt");
+  EXPECT_EQ(report.loaded, expected.loaded);
+  EXPECT_EQ(report.initialised, expected.missing);
+  EXPECT_EQ(report.unexpected, expected.unexpected);
+  EXPECT_TRUE(report.remapped.empty());
+  const TensorMap got = model_weights(*b), want = model_weights(*c);
+  for (const auto& [name, t] : want) EXPECT_TRUE(torch::equal(got.at(name), t)) << name;
+
+  // Strict: the same message, naming the missing and the unexpected; as a ConfigError.
+  const std::string message = error_of([&] { load_weights(*c, weights, true, "a.pt"); });
+  EXPECT_NE(message.find("encoder1.norm1.bias"), std::string::npos) << message;
+  EXPECT_NE(message.find("extra.weight"), std::string::npos) << message;
+  EXPECT_EQ(error_of([&] { transfer_weights(*b, weights, kOldIn, kOldOut, kOldIn, kOldOut, true, "a.pt"); }), message);
+  EXPECT_THROW(transfer_weights(*b, weights, kOldIn, kOldOut, kOldIn, kOldOut, true, "a.pt"), ConfigError);
+}
+
+TEST(ChannelTransfer, ANonChannelShapeMismatchIsAnErrorNamingBothShapes) {
+  models::WeatherModel a = build("unet", kOldIn, kOldOut, 1);
+  TensorMap weights = cloned_weights(*a);
+  weights["encoder1.norm1.weight"] = torch::ones({12});  // the model's is [16]
+  models::WeatherModel b = build("unet", kOldIn, kOldOut, 2);
+  const std::string same = error_of([&] { transfer_weights(*b, weights, kOldIn, kOldOut, kOldIn, kOldOut, false, "a.pt"); });
+  EXPECT_EQ(same, error_of([&] { load_weights(*b, weights, false, "a.pt"); }));
+  EXPECT_NE(same.find("encoder1.norm1.weight (checkpoint [12], model [16])"), std::string::npos) << same;
+
+  // Also when the channels change: only the channel dimension of a channel axis may differ.
+  models::WeatherModel c = build("unet", kNewIn, kNewOut, 2);
+  const TensorMap before = cloned_weights(*c);
+  const std::string moved = error_of([&] { transfer_weights(*c, weights, kOldIn, kOldOut, kNewIn, kNewOut, false, "a.pt"); });
+  EXPECT_NE(moved.find("encoder1.norm1.weight (checkpoint [12], model [16])"), std::string::npos) << moved;
+  for (const auto& [name, t] : model_weights(*c)) EXPECT_TRUE(torch::equal(t, before.at(name))) << name << " was written";
+
+  weights = cloned_weights(*a);
+  weights["encoder0.conv1.weight"] = torch::zeros({4, 2, 3, 3});  // other width: not a channel change
+  const std::string axis = error_of([&] { transfer_weights(*c, weights, kOldIn, kOldOut, kNewIn, kNewOut, false, "a.pt"); });
+  EXPECT_NE(axis.find("encoder0.conv1.weight (checkpoint [4, 2, 3, 3], model [8, 3, 3, 3]"), std::string::npos) << axis;
+}
+
+TEST(ChannelTransfer, TheCheckpointsListsMustFitItsWeights) {
+  models::WeatherModel a = build("unet", kOldIn, kOldOut, 1);
+  models::WeatherModel b = build("unet", kNewIn, kNewOut, 2);
+  const Names three{"a@t0", "b@t0", "z@t0"};  // the checkpoint's first conv holds two
+  const std::string message =
+      error_of([&] { transfer_weights(*b, model_weights(*a), three, kOldOut, kNewIn, kNewOut, false, "a.pt"); });
+  EXPECT_NE(message.find("encoder0.conv1.weight"), std::string::npos) << message;
+  EXPECT_NE(message.find("3 input channel(s)"), std::string::npos) << message;
+  // And the run's lists must fit the model.
+  EXPECT_THROW(transfer_weights(*b, model_weights(*a), kOldIn, kOldOut, kOldIn, kNewOut, false, "a.pt"), ConfigError);
+}
+
+TEST(ChannelTransfer, DuplicateChannelNamesAreAConfigError) {
+  models::WeatherModel a = build("unet", kOldIn, kOldOut, 1);
+  models::WeatherModel b = build("unet", kNewIn, kNewOut, 2);
+  const std::string message = error_of(
+      [&] { transfer_weights(*b, model_weights(*a), kOldIn, kOldOut, kNewIn, {"a", "c", "a"}, false, "a.pt"); });
+  EXPECT_NE(message.find("'a' appears twice in the run's output channels"), std::string::npos) << message;
+  EXPECT_THROW(transfer_weights(*b, model_weights(*a), {"a@t0", "a@t0"}, kOldOut, kNewIn, kNewOut, false, "a.pt"),
+               ConfigError);
+}
+
+TEST(ChannelTransfer, NoChannelInCommonLeavesTheLayerFreshAndStrictRefusesIt) {
+  models::WeatherModel a = build("vit", kOldIn, kOldOut, 1);
+  randomise(*a, 14);
+  const Names out{"u", "v"};
+  models::WeatherModel b = build("vit", kOldIn, out, 2);
+  const TensorMap fresh = cloned_weights(*b);
+  const std::string message =
+      error_of([&] { transfer_weights(*b, model_weights(*a), kOldIn, kOldOut, kOldIn, out, true, "a.pt"); });
+  EXPECT_NE(message.find("head.proj.weight (no output channel in common)"), std::string::npos) << message;
+
+  const ChannelTransferReport report =
+      transfer_weights(*b, model_weights(*a), kOldIn, kOldOut, kOldIn, out, false, "a.pt");
+  EXPECT_EQ(report.initialised, (Names{"head.proj.bias", "head.proj.weight"}));
+  EXPECT_EQ(report.dropped_outputs, kOldOut);
+  const TensorMap now = model_weights(*b);
+  EXPECT_TRUE(torch::equal(now.at("head.proj.weight"), fresh.at("head.proj.weight")));
+  EXPECT_TRUE(torch::equal(now.at("embed.proj.weight"), model_weights(*a).at("embed.proj.weight")));
+}
+
+}  // namespace
