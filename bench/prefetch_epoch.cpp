@@ -45,7 +45,7 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-trainer::MicroBatch micro_batch(const data::Batch& b) { return {b.input, b.target, b.target_mask}; }
+trainer::MicroBatch micro_batch(const data::Batch& b) { return {b.input, b.forcings, b.target, b.target_mask}; }
 
 struct EpochTime {
   double seconds = 0;          // first next() to the last step's end

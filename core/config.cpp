@@ -540,6 +540,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
                                ": expected " + join(known));
     }
     r.get("time_origin", d.time_origin);
+    r.record("region", "inline table", "", "");
     if (const toml::node* n = r.node("region")) {
       if (!n->is_table()) r.fail("region", "must be a table: region = { lat = [20, 55], lon = [230, 300] }");
       SectionReader s(n->as_table(), file, "data.region");
@@ -552,8 +553,6 @@ RunConfig build(const toml::table& root, const std::string& file) {
       if (lon.size() != 2 || lon[0] == lon[1] || std::abs(lon[0]) > 360 || std::abs(lon[1]) > 360)
         s.fail("lon", "must be [west, east] in degrees (-360..360; west > east crosses the 0/360 seam), e.g. [230, 300]");
       d.region = {true, lat[0], lat[1], lon[0], lon[1]};
-    } else {
-      r.record("region", "inline table", "", "");
     }
     r.get("boundary", d.boundary, 0, 1 << 16);
     if (d.boundary > 0 && !d.region.set)
@@ -842,7 +841,7 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"data.forcing_variables", {"", "without sources: input-only channel names from files"}},
       {"data.grid", {"", "without sources: [lat, lon]"}},
       {"data.history", {"", "input states per sample"}},
-      {"data.rollout_steps", {"", "predicted states per sample (autoregressive)"}},
+      {"data.rollout_steps", {"", "predicted states per sample (autoregressive); or train.rollout_schedule"}},
       {"data.val_fraction", {"", "trailing share of the time axis for validation"}},
       {"data.time_step", {"", "the model's step, e.g. \"6h\"; \"\" = the data's spacing"}},
       {"data.train_period", {"", "[first, last] dates of training samples (with val_period)"}},

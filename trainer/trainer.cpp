@@ -239,13 +239,16 @@ Validation validate(Run& run, int64_t step) {
 
   std::vector<int64_t> outputs = dataset.channel_indices("prognostic");
   for (int64_t i : dataset.channel_indices("diagnostic")) outputs.push_back(i);
-  std::vector<std::string> names;
-  for (int64_t i : outputs) names.push_back(dataset.variables()[static_cast<size_t>(i)].name);
+  std::vector<std::string> names, units;
+  for (int64_t i : outputs) {
+    names.push_back(dataset.variables()[static_cast<size_t>(i)].name);
+    units.push_back(dataset.variables()[static_cast<size_t>(i)].units);
+  }
   const torch::Tensor output_index = torch::tensor(outputs, torch::kInt64);
   const data::Normalization output_norm = run.normalization.subset(names);
   torch::Tensor weights = run.state->lat_weights.cpu().view({-1, 1}).expand({dataset.num_lat(), dataset.num_lon()});
   if (run.state->interior.defined()) weights = weights * run.state->interior.cpu();
-  ScoreAccumulator scores(names, L, {"model", "persistence", "climatology"}, weights.contiguous());
+  ScoreAccumulator scores(names, L, {"model", "persistence", "climatology"}, weights.contiguous(), units);
 
   auto& model = *run.state->model;
   model.eval();
@@ -299,11 +302,7 @@ Validation validate(Run& run, int64_t step) {
   return v;
 }
 
-void print_validation(const Validation& v) {
-  std::cerr << "validation at step " << v.step << " (latitude-weighted RMSE in data units, lower is better; ACC "
-            << "against the climatology, 1 is perfect)\n"
-            << scores_table(v.scores);
-}
+void print_validation(const Validation& v) { std::cerr << scores_table(v.scores); }
 
 void write_validation(const RunConfig& c, const Validation& v, bool& started) {
   const std::string path = in_out_dir(c, "validation.csv");
@@ -543,7 +542,7 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
       std::vector<MicroBatch> micro;
       for (int64_t m = 0; m < t.accumulation; ++m) {
         data::Batch b = next_batch();
-        micro.push_back({b.input, b.target, b.target_mask});
+        micro.push_back({b.input, b.forcings, b.target, b.target_mask});
       }
       const double lr = learning_rate(t, step);
       meter.reset_peak();

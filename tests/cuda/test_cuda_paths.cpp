@@ -105,7 +105,7 @@ TEST(CudaTraining, Fp32StepMatchesTheCpu) {
   auto batches = trainer::synthetic_micro_batches(config, models::model_shape(config), 4, 1, torch::kCPU);
   std::vector<trainer::MicroBatch> on_gpu;
   for (const auto& b : batches)
-    on_gpu.push_back({b.input.to(kGpu), b.target.to(kGpu), b.target_mask.defined() ? b.target_mask.to(kGpu) : torch::Tensor()});
+    on_gpu.push_back({b.input.to(kGpu), b.forcings.to(kGpu), b.target.to(kGpu), b.target_mask.defined() ? b.target_mask.to(kGpu) : torch::Tensor()});
   MemoryMeter& meter = memory_meter(kGpu);
   const trainer::StepResult c = trainer::TrainingStep(*cpu).run(batches, 1e-3);
   const trainer::StepResult g = trainer::TrainingStep(*gpu, &meter).run(on_gpu, 1e-3);

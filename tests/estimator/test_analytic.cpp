@@ -205,6 +205,34 @@ TEST(AnalyticActivations, RolloutAndAccumulationScaleWhatTheyShould) {
             one.forward_backward.per_sample);
 }
 
+TEST(AnalyticActivations, ARolloutCurriculumIsSizedForItsLongestRollout) {
+  RunConfig fixed;
+  fixed.model = small("unet");
+  fixed.data.rollout_steps = 4;
+  RunConfig curriculum;
+  curriculum.model = small("unet");
+  curriculum.train.rollout_schedule = {{0, 1}, {2000, 2}, {4000, 4}};
+  EXPECT_DOUBLE_EQ(analytic_activations(curriculum, storm_shape(), Mode::kTrain).forward_backward.per_sample,
+                   analytic_activations(fixed, storm_shape(), Mode::kTrain).forward_backward.per_sample);
+  // The trace runs the real step on the synthetic batch, which holds the longest rollout too.
+  const ActivationFit traced_fixed = trace_activations(fixed, storm_shape(), Mode::kTrain);
+  const ActivationFit traced_curriculum = trace_activations(curriculum, storm_shape(), Mode::kTrain);
+  EXPECT_NEAR(traced_curriculum.forward_backward.per_sample, traced_fixed.forward_backward.per_sample,
+              0.01 * traced_fixed.forward_backward.per_sample);
+}
+
+TEST(AnalyticActivations, ForcingsWidenTheInputAndDiagnosticsTheOutput) {
+  RunConfig r = parse_config(
+      "[model]\nname = \"unet\"\nchannels = [16, 32]\ngroups = 8\n"
+      "[data]\ngrid = [33, 36]\nvariables = [\"a\", \"b\"]\ndiagnostic_variables = [\"tp\"]\n"
+      "forcing_variables = [\"sst\"]\nforcings = [\"insolation\", \"cos_latitude\"]\n",
+      "forcings.toml");
+  const models::ModelShape shape = models::model_shape(r);
+  EXPECT_EQ(shape.in_channels, 2 * 2 + 1 + 2) << "two states of a, b; sst; two computed forcings";
+  EXPECT_EQ(shape.out_channels, 3) << "a, b and the diagnostic tp";
+  EXPECT_EQ(analytic_param_count(r.model, shape), instantiated_params(r.model, shape));
+}
+
 // ---- speed: the 7.5B configuration ----
 
 TEST(AnalyticSpeed, SevenBillionParameterViTInWellUnderASecond) {

@@ -35,6 +35,7 @@ class RecordingModel : public models::WeatherModelImpl {
     inputs.push_back(x.clone());
     return torch::full({x.size(0), shape().out_channels, x.size(2), x.size(3)}, 0.5f);
   }
+  std::vector<models::ChannelAxis> channel_axes() const override { return {}; }
   std::vector<torch::Tensor> inputs;
 };
 

@@ -115,8 +115,9 @@ TEST(TrainingStep, AccumulatingTwoBatchesOfFourEqualsOneBatchOfEight) {
   two.train.accumulation = 2;
   auto shape = models::model_shape(one);
   auto big = synthetic_micro_batches(one, shape, 8, 1, torch::kCPU);
-  std::vector<MicroBatch> halves = {{big[0].input.narrow(0, 0, 4), big[0].target.narrow(0, 0, 4), {}},
-                                    {big[0].input.narrow(0, 4, 4), big[0].target.narrow(0, 4, 4), {}}};
+  std::vector<MicroBatch> halves = {
+      {big[0].input.narrow(0, 0, 4), big[0].forcings.narrow(0, 0, 4), big[0].target.narrow(0, 0, 4), {}},
+      {big[0].input.narrow(0, 4, 4), big[0].forcings.narrow(0, 4, 4), big[0].target.narrow(0, 4, 4), {}}};
   auto a = make_state(one);
   auto b = make_state(two);
   TrainingStep sa(*a), sb(*b);
