@@ -30,6 +30,7 @@ std::vector<double> loss_channel_weights(const RunConfig& config) {
   const TrainConfig& t = config.train;
   const auto outputs = config.channels().outputs();
   std::vector<double> weights;
+  if (outputs.empty()) return weights;  // a config built in code around a bare model shape
   std::vector<bool> pattern_used(t.loss_weights.size(), false);
   for (const auto& channel : outputs) {
     double w = 1.0;
@@ -169,10 +170,18 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
     w = w / w.mean();
   }
   state->lat_weights = w.to(device);
-  state->channel_weights = torch::tensor(loss_channel_weights(config), torch::kFloat64).to(torch::kFloat32).to(device);
+  std::vector<double> channel_weights = loss_channel_weights(config);
+  if (static_cast<int64_t>(channel_weights.size()) != shape.out_channels)  // no named channels: all 1
+    channel_weights.assign(static_cast<size_t>(shape.out_channels), 1.0);
+  state->channel_weights = torch::tensor(channel_weights, torch::kFloat64).to(torch::kFloat32).to(device);
   const ChannelLayout layout = config.channels();
   state->rollout.prognostic = static_cast<int64_t>(layout.prognostic.size());
   state->rollout.diagnostic = static_cast<int64_t>(layout.diagnostic.size());
+  if (layout.out_channels() != shape.out_channels) {
+    // A bare model shape without named channels (estimator and tuner tests): all prognostic.
+    state->rollout.prognostic = shape.out_channels;
+    state->rollout.diagnostic = 0;
+  }
   if (residual_scale.defined()) {
     TORCH_CHECK(residual_scale.numel() == state->rollout.prognostic, "residual scale has ", residual_scale.numel(),
                 " entries for ", state->rollout.prognostic, " prognostic channels");
@@ -312,7 +321,10 @@ std::vector<MicroBatch> synthetic_micro_batches(const RunConfig& config, const m
   for (int64_t i = 0; i < count; ++i) {
     MicroBatch mb;
     const ChannelLayout layout = config.channels();
-    const int64_t forcings = static_cast<int64_t>(layout.forcing.size() + layout.statics.size());
+    // A bare model shape without named channels has no forcings.
+    const int64_t forcings = layout.in_channels() == shape.in_channels
+                                 ? static_cast<int64_t>(layout.forcing.size() + layout.statics.size())
+                                 : 0;
     const int64_t rollout = config.max_rollout();
     mb.input = torch::randn({batch_size, shape.in_channels - forcings, shape.lat, shape.lon}, opts);
     mb.forcings = torch::randn({batch_size, rollout, forcings, shape.lat, shape.lon}, opts);

@@ -92,7 +92,8 @@ int run_forecast(const ForecastArgs& args) {
     throw ConfigError("--steps " + std::to_string(args.steps) + " from " + axis.label(start) + ": " +
                       (config.data.boundary > 0 ? "the boundary frame (data.boundary)" : "the forcings read from files") +
                       " need the archive's states up to the last step, but it ends at " + axis.label(axis.size() - 1) +
-                      " (" + std::to_string(dataset->num_times() - 1 - start) + " steps after the start)");
+                      ", " + std::to_string(dataset->num_times() - 1 - start) +
+                      " step(s) after the start: start earlier (--start) or forecast fewer steps");
   }
 
   torch::NoGradGuard no_grad;

@@ -80,7 +80,9 @@ done
 # Forecasts from the NetCDF run, both formats, opened by xarray.
 run="$dir/run_era5_nc"
 for out in forecast.nc forecast.zarr; do
-  "$wxtrain" forecast --checkpoint "$run/checkpoint.pt" -o "$dir/$out" --steps 3 || { echo "FAIL: forecast $out"; fail=1; continue; }
+  # From 00 UTC on the last day: sst, a forcing read from the archive, exists for the three steps.
+  "$wxtrain" forecast --checkpoint "$run/checkpoint.pt" -o "$dir/$out" --steps 3 --start 2020-01-05T00:00 \
+    || { echo "FAIL: forecast $out"; fail=1; continue; }
   "$python" - "$dir/$out" <<'PY' || fail=1
 import sys
 import numpy as np
@@ -93,7 +95,7 @@ assert ds["z"].dims == ("time", "level", "lat", "lon"), ds["z"].dims
 assert list(ds["level"].values) == [500, 850], ds["level"].values
 assert ds["t"].shape[1] == 1 and ds["t2m"].dims == ("time", "lat", "lon")
 times = pd.to_datetime(ds["time"].values)
-want = pd.date_range("2020-01-06T00:00", periods=3, freq="6H")
+want = pd.date_range("2020-01-05T06:00", periods=3, freq="6H")
 assert (times == want).all(), (times, want)
 assert np.isfinite(ds["z"].values).all() and 2e4 < float(ds["z"].mean()) < 1e5, float(ds["z"].mean())
 assert float(ds["lat"][0]) == 90.0
@@ -103,6 +105,12 @@ for name in ("sst", "lsm", "insolation", "cos_local_time", "sin_local_time"):
 print("OK", path)
 PY
 done
+# From the last state the archive has no sst for the first step: refused, naming what is missing.
+if out="$("$wxtrain" forecast --checkpoint "$run/checkpoint.pt" -o "$dir/beyond.nc" --steps 2 2>&1)"; then
+  echo "FAIL: a forecast past the archive's file forcings was accepted"; fail=1
+fi
+grep -q "the forcings read from files need the archive's states up to the last step, but it ends at 2020-01-05T18:00:00" <<<"$out" \
+  || { echo "FAIL: beyond-archive message: $out"; fail=1; }
 # --start by date; a window across the archive's gap (06:00 on Jan 3 is missing) is refused.
 if out="$("$wxtrain" forecast --checkpoint "$run/checkpoint.pt" -o "$dir/gap.nc" --steps 2 --start 2020-01-03T12:00 2>&1)"; then
   echo "FAIL: a forecast from a window across the gap was accepted"; fail=1

@@ -189,7 +189,12 @@ TEST(TrainMpi, TwoRanksAtMicroBatch4EqualOneProcessAtBatch8) {
   EXPECT_EQ(b.step, 10);
   EXPECT_EQ(b.world_size, 2);
   std::string worst;
-  EXPECT_LE(max_difference(a.model, b.model, &worst), 1e-5) << "largest difference in " << worst;
+  // Two ranks sum the gradients in another order (float rounding, ~1e-7 relative). Adam divides by
+  // sqrt(v), so where a gradient is near zero that rounding moves a weight by up to ~1% of an lr
+  // step (lr 2e-3): over 10 steps a few 1e-5 at most (1.2e-5 measured with the residual
+  // normalisation's tendency scale, 1.3e-6 without it). A real divergence (a lost bucket, a wrong
+  // average) moves weights by whole lr steps.
+  EXPECT_LE(max_difference(a.model, b.model, &worst), 3e-5) << "largest difference in " << worst;
   // ... and the optimizer state, consolidated from the ranks, matches the single process's.
   EXPECT_LE(max_difference(a.optimizer, b.optimizer, &worst), 1e-5) << "optimizer: " << worst;
   // Same samples per step, so the same loss curve.
