@@ -13,17 +13,7 @@
 namespace wxtrain::data {
 namespace {
 
-const std::set<std::string> kTimeNames = {"time", "Time", "t", "record", "timestep", "times", "valid_time"};
-const std::set<std::string> kLatNames = {"lat", "latitude", "Lat", "Latitude", "LAT", "y", "rlat", "nlat"};
-const std::set<std::string> kLonNames = {"lon", "longitude", "Lon", "Longitude", "LON", "x", "rlon", "nlon"};
-
 std::string where(const DataSource& source) { return "variable '" + source.variable + "' in " + source.file; }
-
-std::string dims_text(const std::vector<Dimension>& dims) {
-  std::string out = "(";
-  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + dims[i].name + "=" + std::to_string(dims[i].length);
-  return out + ")";
-}
 
 std::string number_text(double value) {
   std::ostringstream s;
@@ -45,27 +35,6 @@ std::optional<std::vector<double>> coordinate(const Reader& reader, const Dimens
   const VariableMeta& meta = reader.variable(dim.name);
   if (meta.dims.size() != 1 || meta.dims[0].length != dim.length) return std::nullopt;
   return reader.read_doubles(dim.name);
-}
-
-std::string coordinate_text(const Reader& reader, const std::string& name, const std::string& key) {
-  if (!reader.has_variable(name)) return "";
-  return reader.variable(name).text(key).value_or("");
-}
-
-bool is_time_dimension(const Reader& reader, const Dimension& dim) {
-  return kTimeNames.count(dim.name) > 0 || coordinate_text(reader, dim.name, "units").find(" since ") != std::string::npos;
-}
-
-bool is_lat_dimension(const Reader& reader, const Dimension& dim) {
-  const std::string units = coordinate_text(reader, dim.name, "units");
-  return kLatNames.count(dim.name) > 0 || units == "degrees_north" || units == "degree_north" ||
-         coordinate_text(reader, dim.name, "standard_name") == "latitude";
-}
-
-bool is_lon_dimension(const Reader& reader, const Dimension& dim) {
-  const std::string units = coordinate_text(reader, dim.name, "units");
-  return kLonNames.count(dim.name) > 0 || units == "degrees_east" || units == "degree_east" ||
-         coordinate_text(reader, dim.name, "standard_name") == "longitude";
 }
 
 // The most common spacing between consecutive (sorted) times; 0 for fewer than two.

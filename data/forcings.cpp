@@ -171,34 +171,6 @@ void fill_forcing(Forcing forcing, const std::vector<double>& lat_deg, const std
 
 // ---- static fields ----
 
-const std::set<std::string> kTimeNames = {"time", "Time", "t", "record", "timestep", "times", "valid_time"};
-const std::set<std::string> kLatNames = {"lat", "latitude", "Lat", "Latitude", "LAT", "y", "rlat", "nlat"};
-const std::set<std::string> kLonNames = {"lon", "longitude", "Lon", "Longitude", "LON", "x", "rlon", "nlon"};
-
-std::string coordinate_text(const Reader& reader, const std::string& name, const std::string& key) {
-  if (!reader.has_variable(name)) return "";
-  return reader.variable(name).text(key).value_or("");
-}
-
-// As Dataset recognises them (data/dataset.cpp).
-bool is_lat_dimension(const Reader& reader, const Dimension& dim) {
-  const std::string units = coordinate_text(reader, dim.name, "units");
-  return kLatNames.count(dim.name) > 0 || units == "degrees_north" || units == "degree_north" ||
-         coordinate_text(reader, dim.name, "standard_name") == "latitude";
-}
-
-bool is_lon_dimension(const Reader& reader, const Dimension& dim) {
-  const std::string units = coordinate_text(reader, dim.name, "units");
-  return kLonNames.count(dim.name) > 0 || units == "degrees_east" || units == "degree_east" ||
-         coordinate_text(reader, dim.name, "standard_name") == "longitude";
-}
-
-std::string dims_text(const std::vector<Dimension>& dims) {
-  std::string out = "(";
-  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + dims[i].name + "=" + std::to_string(dims[i].length);
-  return out + ")";
-}
-
 double wrap360(double v) {
   double w = std::fmod(v, 360.0);
   if (w < 0) w += 360.0;

@@ -133,6 +133,10 @@ std::vector<int64_t> TimeSplit::sample_times(Split split) const { return windows
 int64_t TimeSplit::skipped(Split split) const { return static_cast<int64_t>(windows(split, false).size()); }
 
 std::string describe_samples(const Dataset& dataset, const TimeSplit& split) {
+  return describe_samples(dataset, split, split);
+}
+
+std::string describe_samples(const Dataset& dataset, const TimeSplit& split, const TimeSplit& validation) {
   const TimeAxis& axis = dataset.time_axis();
   std::ostringstream out;
   const auto count = [&](const char* role) { return dataset.channel_indices(role).size(); };
@@ -155,8 +159,8 @@ std::string describe_samples(const Dataset& dataset, const TimeSplit& split) {
   }
   out << "; samples: " << split.sample_times(Split::kTrain).size() << " training";
   if (const int64_t skipped = split.skipped(Split::kTrain)) out << " (" << skipped << " skipped: states missing at that spacing)";
-  out << ", " << split.sample_times(Split::kValidation).size() << " validation";
-  if (const int64_t skipped = split.skipped(Split::kValidation)) out << " (" << skipped << " skipped)";
+  out << ", " << validation.sample_times(Split::kValidation).size() << " validation";
+  if (const int64_t skipped = validation.skipped(Split::kValidation)) out << " (" << skipped << " skipped)";
   return out.str();
 }
 

@@ -60,6 +60,9 @@ class TimeSplit {
 // One line for the start of `train`: channels, grid, the time axis (dates, spacing, time_step) and
 // the samples of each split with the windows a gap skipped.
 std::string describe_samples(const Dataset& dataset, const TimeSplit& split);
+// The same with the validation samples counted on `validation`'s windows (train.val_lead_steps
+// may roll validation out further than training).
+std::string describe_samples(const Dataset& dataset, const TimeSplit& split, const TimeSplit& validation);
 
 // A sample laid out as the model sees it (core/config.h, ChannelLayout): P prognostic, D
 // diagnostic, F forcing (file forcings then computed) and S static channels.

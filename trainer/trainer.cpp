@@ -381,7 +381,7 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   run.split.emplace(run.dataset->time_axis(), config.data, window);
   const int64_t val_leads = t.val_lead_steps > 0 ? t.val_lead_steps : config.max_rollout();
   run.val_split.emplace(run.dataset->time_axis(), config.data, data::SampleWindow{config.data.history, val_leads});
-  if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split) << "\n";
+  if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split, *run.val_split) << "\n";
   const std::vector<int64_t> val_times = run.val_split->sample_times(data::Split::kValidation);
   {
     // The climatology of the days validation scores (each valid time of each lead).
@@ -483,7 +483,10 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
               << describe_loss_weights(config) << "\n";
     if (!t.rollout_schedule.empty()) {
       std::cerr << "rollout curriculum:";
-      for (const auto& [from, steps] : t.rollout_schedule) std::cerr << " " << steps << " from step " << from;
+      for (size_t i = 0; i < t.rollout_schedule.size(); ++i) {
+        const auto& [from, steps] = t.rollout_schedule[i];
+        std::cerr << (i ? ", " : " ") << steps << (i ? "" : " step(s)") << " from step " << from;
+      }
       std::cerr << "\n";
     }
     if (residual_scale.defined()) {

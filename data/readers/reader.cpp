@@ -1,5 +1,7 @@
 #include "data/readers/reader.h"
 
+#include <set>
+
 #include <blosc.h>
 #include <eccodes.h>
 #include <lz4.h>
@@ -27,6 +29,39 @@ std::optional<double> VariableMeta::number(const std::string& key) const {
   auto it = attributes.find(key);
   if (it == attributes.end() || it->second.numbers.empty()) return std::nullopt;
   return it->second.numbers.front();
+}
+
+namespace {
+const std::set<std::string> kTimeNames = {"time", "Time", "t", "record", "timestep", "times", "valid_time"};
+const std::set<std::string> kLatNames = {"lat", "latitude", "Lat", "Latitude", "LAT", "y", "rlat", "nlat"};
+const std::set<std::string> kLonNames = {"lon", "longitude", "Lon", "Longitude", "LON", "x", "rlon", "nlon"};
+}  // namespace
+
+std::string coordinate_text(const Reader& reader, const std::string& name, const std::string& key) {
+  if (!reader.has_variable(name)) return "";
+  return reader.variable(name).text(key).value_or("");
+}
+
+bool is_time_dimension(const Reader& reader, const Dimension& dim) {
+  return kTimeNames.count(dim.name) > 0 || coordinate_text(reader, dim.name, "units").find(" since ") != std::string::npos;
+}
+
+bool is_lat_dimension(const Reader& reader, const Dimension& dim) {
+  const std::string units = coordinate_text(reader, dim.name, "units");
+  return kLatNames.count(dim.name) > 0 || units == "degrees_north" || units == "degree_north" ||
+         coordinate_text(reader, dim.name, "standard_name") == "latitude";
+}
+
+bool is_lon_dimension(const Reader& reader, const Dimension& dim) {
+  const std::string units = coordinate_text(reader, dim.name, "units");
+  return kLonNames.count(dim.name) > 0 || units == "degrees_east" || units == "degree_east" ||
+         coordinate_text(reader, dim.name, "standard_name") == "longitude";
+}
+
+std::string dims_text(const std::vector<Dimension>& dims) {
+  std::string out = "(";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + dims[i].name + "=" + std::to_string(dims[i].length);
+  return out + ")";
 }
 
 bool Reader::has_variable(const std::string& name) const {

@@ -74,6 +74,17 @@ class Reader {
 void check_slab(const std::string& path, const VariableMeta& meta, const std::vector<size_t>& start,
                 const std::vector<size_t>& count);
 
+// How the dataset and the static fields recognise a variable's dimensions: by name (time, valid_time,
+// lat, latitude, y, ...) or by their coordinate variable's CF attributes (units "<unit> since
+// <date>", degrees_north / degrees_east, standard_name latitude / longitude).
+bool is_time_dimension(const Reader& reader, const Dimension& dim);
+bool is_lat_dimension(const Reader& reader, const Dimension& dim);
+bool is_lon_dimension(const Reader& reader, const Dimension& dim);
+// Attribute `key` of variable `name` as text, "" when either is absent.
+std::string coordinate_text(const Reader& reader, const std::string& name, const std::string& key);
+// "(time=24, lat=33, lon=36)": a variable's dimensions for messages.
+std::string dims_text(const std::vector<Dimension>& dims);
+
 // The libraries behind the readers and their versions, as they report them at run time:
 // {"netCDF-C", "4.9.0"}, {"c-blosc", "1.21.3"}, {"zstd", ...}, {"lz4", ...}, {"zlib", ...},
 // {"ecCodes", "2.28.0"} (for `wxtrain info`).
