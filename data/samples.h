@@ -84,9 +84,10 @@ class SampleMaker {
   // forcings (Normalization::compute does); throws DataError naming a channel it lacks.
   SampleMaker(const Dataset& dataset, const Normalization& normalization, SampleWindow window);
   Sample make(int64_t t) const;
-  // The forcings (computed, then file forcings must come from the dataset) at a valid time and the
-  // statics: [F + S, lat, lon] normalised; `file_state` is the state at that time ([V, lat, lon],
-  // raw) or undefined when the run has no file forcings. Used by forecast beyond the archive.
+  // One rollout step's model inputs besides the window: the file forcings (taken from
+  // `file_state`, the raw [V, lat, lon] state at that time; may be undefined when the run has
+  // none), then the computed forcings at `seconds`, then the static fields; [F + S, lat, lon]
+  // normalised. make() calls it per step; forecast calls it past the archive's end.
   torch::Tensor step_forcings(int64_t seconds, const torch::Tensor& file_state) const;
 
   const SampleWindow& window() const { return window_; }
