@@ -474,7 +474,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("neighbourhood", m.neighbourhood, 1, 8);
     r.get("mlp_layers", m.mlp_layers, 1, 8);
     r.get("afno_blocks", m.afno_blocks, 1, 1024);
-    r.get("sparsity_threshold", m.sparsity_threshold, 0.0, 1e3);
+    r.get("sparsity_threshold", m.sparsity_threshold, 0.0, 1e9);
     r.get("hard_thresholding_fraction", m.hard_thresholding_fraction, 0.0, 1.0, Lower::kExclusive);
     r.finish();
     if (m.channels.empty()) r.fail("channels", "must list at least one level, e.g. [32, 64, 128]");
