@@ -461,7 +461,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
   {  // [model]
     SectionReader r(root.get_as<toml::table>("model"), file, "model");
     auto& m = c.model;
-    r.get_choice("name", m.name, {"unet", "vit", "gnn"});
+    r.get_choice("name", m.name, {"unet", "vit", "gnn", "fourcastnet"});
     r.get("channels", m.channels, 1);
     r.get("groups", m.groups, 1, 1024);
     r.get("patch_size", m.patch_size, 1, 64);
@@ -473,15 +473,23 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("processor_layers", m.processor_layers, 1, 512);
     r.get("neighbourhood", m.neighbourhood, 1, 8);
     r.get("mlp_layers", m.mlp_layers, 1, 8);
+    r.get("afno_blocks", m.afno_blocks, 1, 1024);
+    r.get("sparsity_threshold", m.sparsity_threshold, 0.0, 1e9);
+    r.get("hard_thresholding_fraction", m.hard_thresholding_fraction, 0.0, 1.0, Lower::kExclusive);
     r.finish();
     if (m.channels.empty()) r.fail("channels", "must list at least one level, e.g. [32, 64, 128]");
     for (int64_t ch : m.channels)
       if (ch % m.groups != 0)
         r.fail("channels", "entry " + std::to_string(ch) + " is not divisible by model.groups = " +
                                std::to_string(m.groups));
-    if (m.embed_dim % m.heads != 0)
+    // Each model checks only the keys it reads: heads means nothing to fourcastnet, afno_blocks
+    // nothing to the vit.
+    if (m.name == "vit" && m.embed_dim % m.heads != 0)
       r.fail("embed_dim", "= " + std::to_string(m.embed_dim) + " must be divisible by model.heads = " +
                               std::to_string(m.heads));
+    if (m.name == "fourcastnet" && m.embed_dim % m.afno_blocks != 0)
+      r.fail("embed_dim", "= " + std::to_string(m.embed_dim) + " must be divisible by model.afno_blocks = " +
+                              std::to_string(m.afno_blocks));
   }
 
   {  // [data]
@@ -810,15 +818,18 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"model.name", {"", "architecture from the zoo"}},
       {"model.channels", {"", "unet: width per level"}},
       {"model.groups", {"", "unet: GroupNorm groups (each width a multiple)"}},
-      {"model.patch_size", {"", "vit: patch edge in grid points"}},
-      {"model.embed_dim", {"", "vit: token width (a multiple of heads)"}},
-      {"model.depth", {"", "vit: transformer blocks"}},
+      {"model.patch_size", {"", "vit, fourcastnet: patch edge in grid points"}},
+      {"model.embed_dim", {"", "vit, fourcastnet: token width (a multiple of heads, of afno_blocks)"}},
+      {"model.depth", {"", "vit: transformer blocks; fourcastnet: AFNO blocks"}},
       {"model.heads", {"", "vit: attention heads"}},
-      {"model.mlp_ratio", {"", "vit: MLP width / embed_dim"}},
+      {"model.mlp_ratio", {"", "vit, fourcastnet: MLP width / embed_dim"}},
       {"model.latent", {"", "gnn: node and edge latent width"}},
       {"model.processor_layers", {"", "gnn: message-passing rounds"}},
       {"model.neighbourhood", {"", "gnn: grid radius of each node's edges (1 = 8 neighbours)"}},
       {"model.mlp_layers", {"", "gnn: depth of every MLP"}},
+      {"model.afno_blocks", {"", "fourcastnet: blocks of the block-diagonal spectral MLP (divides embed_dim)"}},
+      {"model.sparsity_threshold", {"", "fourcastnet: soft-shrinkage lambda on the filtered Fourier modes"}},
+      {"model.hard_thresholding_fraction", {"", "fourcastnet: share of the lowest Fourier modes filtered (1 = all)"}},
       {"data.sources", {"array of tables", "[[data.sources]]: one variable from one file each (keys below)"}},
       {"data.sources.file", {"", "NetCDF file, Zarr store or GRIB file (required)"}},
       {"data.sources.variable", {"", "the variable's name in the file (required)"}},

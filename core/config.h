@@ -17,16 +17,20 @@ std::string to_string(Precision p);
 Precision parse_precision(const std::string& text);  // throws ConfigError naming the accepted values
 
 struct ModelConfig {
-  std::string name = "unet";  // model.name: unet | vit | gnn
+  std::string name = "unet";  // model.name: unet | vit | gnn | fourcastnet
   // unet
   std::vector<int64_t> channels = {32, 64, 128};  // model.channels: width per level
   int64_t groups = 8;                             // model.groups: GroupNorm groups
-  // vit
+  // vit (and fourcastnet: patch_size, embed_dim, depth, mlp_ratio)
   int64_t patch_size = 4;     // model.patch_size
   int64_t embed_dim = 128;    // model.embed_dim
-  int64_t depth = 4;          // model.depth: transformer blocks
+  int64_t depth = 4;          // model.depth: transformer (or AFNO) blocks
   int64_t heads = 4;          // model.heads
   double mlp_ratio = 4.0;     // model.mlp_ratio
+  // fourcastnet
+  int64_t afno_blocks = 8;                  // model.afno_blocks: block-diagonal blocks of the spectral MLP
+  double sparsity_threshold = 0.01;         // model.sparsity_threshold: softshrink lambda on the modes
+  double hard_thresholding_fraction = 1.0;  // model.hard_thresholding_fraction: share of modes kept
   // gnn
   int64_t latent = 64;            // model.latent: node and edge latent width
   int64_t processor_layers = 4;   // model.processor_layers: message-passing rounds

@@ -48,6 +48,24 @@ int64_t vit_params(const ModelConfig& c, const models::ModelShape& s) {
   return embed + c.depth * block + head;
 }
 
+// FourCastNet (models/fourcastnet.cpp): the ViT's patch embedding, AFNO blocks (LayerNorm, the
+// AFNO2D filter's w1, b1, w2, b2 in real and imaginary parts, LayerNorm, MLP), a bias-free head and
+// no final norm.
+int64_t afno_filter_params(const ModelConfig& c) {
+  const int64_t D = c.embed_dim, nb = c.afno_blocks, bs = D / nb;  // hidden_size_factor 1
+  return 2 * nb * bs * bs + 2 * nb * bs + 2 * nb * bs * bs + 2 * nb * bs;  // w1, b1, w2, b2
+}
+
+int64_t fourcastnet_params(const ModelConfig& c, const models::ModelShape& s) {
+  const int64_t D = c.embed_dim, p = c.patch_size, hidden = mlp_hidden(c);
+  const int64_t patches = ceil_div(s.lat, p) * ceil_div(s.lon, p);
+  const int64_t embed = conv_params(s.in_channels, D, p, true) + patches * D;  // + pos_embed
+  const int64_t block = norm_params(D) + afno_filter_params(c) + norm_params(D) + linear_params(D, hidden) +
+                        linear_params(hidden, D);
+  const int64_t head = linear_params(D, p * p * s.out_channels, false);
+  return embed + c.depth * block + head;
+}
+
 // GraphMLP: one Linear per input (bias on the first only) summed, then layers-1 Linears, then an
 // optional LayerNorm.
 int64_t graph_mlp_params(const std::vector<int64_t>& in, int64_t hidden, int64_t out, int64_t layers, bool norm) {
@@ -147,7 +165,7 @@ Layer keep(double elems, double width) { return {"keep", elems * width, -1, 0}; 
 Layer gather(double in, double width, double out_temp = 0) { return {"gather", 0, in * width, out_temp}; }
 
 // ---------------------------------------------------------------------------------------------
-// The zoo, block by block (models/unet.cpp, vit.cpp, gnn.cpp).
+// The zoo, block by block (models/unet.cpp, vit.cpp, gnn.cpp, fourcastnet.cpp).
 
 struct ModelMemory {
   std::vector<Block> blocks;
@@ -268,6 +286,70 @@ ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const 
   return m;
 }
 
+// FourCastNet (models/fourcastnet.cpp): the ViT's embedding, AFNO blocks on the [nh, nw] patch
+// grid, a bias-free head on the last block's output. The spectral filter runs in fp32 whatever the
+// precision (autocast off around the FFTs), so its tensors are 4 bytes per real element; a complex
+// mode is two. M modes per channel: nh x (nw/2 + 1).
+ModelMemory fourcastnet_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w) {
+  ModelMemory m;
+  const int64_t p = c.patch_size, D = c.embed_dim, hidden = mlp_hidden(c);
+  const int64_t nh = ceil_div(s.lat, p), nw = ceil_div(s.lon, p);
+  const double N = static_cast<double>(nh * nw), M = static_cast<double>(nh * (nw / 2 + 1));
+  const double ND = N * D, NH = N * hidden;
+  const double modes = 2 * M * D * 4;  // bytes of one fp32 complex [M, D] (or real [M, 2D]) tensor
+  const double stream = w.high;
+
+  Block embed;
+  embed.name = "embed";
+  embed.layers.push_back(conv_or_linear(w, static_cast<double>(s.in_channels) * N * p * p, ND));
+  embed.layers.back().temp += s.in_channels * N * p * p * w.high;  // the padded input
+  embed.layers.push_back(keep(ND, stream));
+  embed.output_grad = ND * stream;
+  embed.weights = static_cast<double>(conv_params(s.in_channels, D, p, true));
+  m.blocks.push_back(embed);
+
+  const double D_ = static_cast<double>(D), nb = static_cast<double>(c.afno_blocks), bs = D_ / nb;
+  for (int64_t i = 0; i < c.depth; ++i) {
+    Block b;
+    b.name = "block" + std::to_string(i);
+    // x + filter(norm1(x)) + norm1(x): norm1's input is the block input.
+    b.layers.push_back({"norm", 8 * N, ND * stream, ND * stream});
+    // rfft2 and irfft2 are linear: they save nothing but sizes.
+    b.layers.push_back({"rfft2", 0, ND * 4, modes});
+    // [re | im] per block (a copy), saved by the first block matmul; bias add, ReLU saves its output,
+    // which the second matmul saves too; bias add; softshrink saves its input.
+    b.layers.push_back({"spectral matmul", modes, modes, 2 * modes});
+    b.layers.push_back({"relu", modes, modes, modes});
+    b.layers.push_back({"spectral matmul", 0, modes, 2 * modes});
+    b.layers.push_back({"softshrink", modes, modes, modes});
+    // The complex view's contiguous copy, irfft2's output, the two skip sums.
+    b.layers.push_back({"irfft2", 0, modes, modes + ND * 4 + ND * stream});
+    // x + fc2(gelu(fc1(norm2(x)))): norm2 keeps the double skip's sum.
+    b.layers.push_back(norm(w, ND, N));
+    b.layers.push_back(conv_or_linear(w, ND, NH));  // fc1
+    b.layers.push_back(activation(NH, w.low));      // gelu
+    b.layers.push_back(conv_or_linear(w, NH, ND));  // fc2
+    b.layers.push_back(keep(ND, stream));           // the block output
+    b.inputs = ND * stream;
+    b.carry = ND * stream;  // the residual branch's gradient
+    b.output_grad = ND * stream;
+    b.weights = static_cast<double>(linear_params(D, hidden) + linear_params(hidden, D));
+    // The [[re, im], [-im, re]] fp32 weights the spectral matmuls save: batch-independent.
+    b.fixed_saved = 2 * nb * (2 * bs) * (2 * bs) * 4;
+    m.blocks.push_back(b);
+  }
+
+  Block head;
+  head.name = "head";
+  // The last block's output is its input: kept already in fp32, a fresh bf16 copy under autocast.
+  head.layers.push_back({"conv/linear", w.autocast ? ND * w.low : 0, ND * w.high, N * p * p * s.out_channels * w.low});
+  head.weights = static_cast<double>(linear_params(D, p * p * s.out_channels, false));
+  head.output = head.output_grad = N * p * p * s.out_channels * w.low;
+  m.blocks.push_back(head);
+  m.output = static_cast<double>(s.out_channels) * s.lat * s.lon;
+  return m;
+}
+
 // GraphMLP: the summed input projections, then (layers - 1) x [SiLU, Linear], then LayerNorm.
 // The SiLU runs in fp32 even under autocast (models/gnn.cpp: LibTorch 1.13's bf16 SiLU is slow).
 void graph_mlp(Block& b, const Widths& w, double rows, double hidden, double out, int64_t layers, bool layer_norm) {
@@ -340,7 +422,8 @@ ModelMemory model_memory(const ModelConfig& c, const models::ModelShape& s, cons
   if (c.name == "unet") return unet_memory(c, s, w);
   if (c.name == "vit") return vit_memory(c, s, w);
   if (c.name == "gnn") return gnn_memory(c, s, w);
-  throw ConfigError("model.name: unknown model '" + c.name + "' (expected unet, vit or gnn)");
+  if (c.name == "fourcastnet") return fourcastnet_memory(c, s, w);
+  throw ConfigError("model.name: unknown model '" + c.name + "' (expected unet, vit, gnn or fourcastnet)");
 }
 
 // Backward through `b` with `below` bytes saved by everything that runs before it and `flowing`
@@ -372,7 +455,8 @@ int64_t analytic_param_count(const ModelConfig& config, const models::ModelShape
   if (config.name == "unet") return unet_params(config, shape);
   if (config.name == "vit") return vit_params(config, shape);
   if (config.name == "gnn") return gnn_params(config, shape);
-  throw ConfigError("model.name: unknown model '" + config.name + "' (expected unet, vit or gnn)");
+  if (config.name == "fourcastnet") return fourcastnet_params(config, shape);
+  throw ConfigError("model.name: unknown model '" + config.name + "' (expected unet, vit, gnn or fourcastnet)");
 }
 
 ActivationFit analytic_activations(const RunConfig& config, const models::ModelShape& shape, Mode mode) {

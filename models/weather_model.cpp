@@ -1,6 +1,7 @@
 #include "models/weather_model.h"
 
 #include "core/error.h"
+#include "models/fourcastnet.h"
 #include "models/gnn.h"
 #include "models/unet.h"
 #include "models/vit.h"
@@ -46,7 +47,8 @@ WeatherModel build_model(const ModelConfig& config, const ModelShape& shape) {
   if (config.name == "unet") return std::make_shared<UNetImpl>(config, shape);
   if (config.name == "vit") return std::make_shared<ViTImpl>(config, shape);
   if (config.name == "gnn") return std::make_shared<GraphNetImpl>(config, shape);
-  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit or gnn");
+  if (config.name == "fourcastnet") return std::make_shared<FourCastNetImpl>(config, shape);
+  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit, gnn or fourcastnet");
 }
 
 }  // namespace wxtrain::models

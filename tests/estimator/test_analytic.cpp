@@ -93,6 +93,43 @@ TEST(AnalyticParams, GnnMatchesInstantiatedModelAndIgnoresTheGraph) {
   EXPECT_EQ(analytic_param_count(a, storm_shape()), analytic_param_count(a, models::ModelShape{12, 6, 10, 11}));
 }
 
+TEST(AnalyticParams, FourCastNetMatchesInstantiatedModel) {
+  for (int64_t patch : {1, 3, 4, 8}) {
+    for (int64_t blocks : {1, 4, 8}) {
+      for (const models::ModelShape& s : {storm_shape(), models::ModelShape{5, 3, 17, 23}, models::ModelShape{20, 20, 24, 48}}) {
+        ModelConfig c = small("fourcastnet");
+        c.patch_size = patch;
+        c.afno_blocks = blocks;
+        c.mlp_ratio = blocks == 4 ? 2.5 : 4.0;
+        c.depth = 3;
+        EXPECT_EQ(analytic_param_count(c, s), instantiated_params(c, s))
+            << "patch " << patch << " blocks " << blocks << " on " << s.lat << "x" << s.lon;
+      }
+    }
+  }
+}
+
+TEST(AnalyticParams, FourCastNetPublishedConfiguration) {
+  // Pathak et al. 2022: patch 8, embed_dim 768, depth 12, 8 AFNO blocks, MLP ratio 4, 20 -> 20
+  // channels on the 720 x 1440 ERA5 grid. The reference code (afnonet.py) also builds a final
+  // LayerNorm it never applies (2 x 768 parameters more); wxtrain leaves it out.
+  ModelConfig c;
+  c.name = "fourcastnet";
+  c.patch_size = 8;
+  c.embed_dim = 768;
+  c.depth = 12;
+  c.afno_blocks = 8;
+  c.mlp_ratio = 4.0;
+  const models::ModelShape s{20, 20, 720, 1440};
+  const int64_t embed = 20 * 768 * 64 + 768 + 90 * 180 * 768;
+  const int64_t block = 4 * 768 + 4 * 8 * 96 * 96 + 4 * 8 * 96 + (768 * 3072 + 3072) + (3072 * 768 + 768);
+  const int64_t head = 768 * 64 * 20;
+  EXPECT_EQ(analytic_param_count(c, s), embed + 12 * block + head);
+  EXPECT_EQ(analytic_param_count(c, s), 74'690'304);
+  std::printf("[ analytic ] fourcastnet published configuration: %lld parameters\n",
+              static_cast<long long>(analytic_param_count(c, s)));
+}
+
 TEST(AnalyticParams, UnknownModelIsNamed) {
   ModelConfig c = small("resnet");
   try {
@@ -150,7 +187,11 @@ INSTANTIATE_TEST_SUITE_P(Zoo, AnalyticVsTrace,
                                            Case{"vit", Precision::kFp32, false}, Case{"vit", Precision::kFp32, true},
                                            Case{"vit", Precision::kBf16Mixed, false}, Case{"vit", Precision::kBf16Mixed, true},
                                            Case{"gnn", Precision::kFp32, false}, Case{"gnn", Precision::kFp32, true},
-                                           Case{"gnn", Precision::kBf16Mixed, false}, Case{"gnn", Precision::kBf16Mixed, true}),
+                                           Case{"gnn", Precision::kBf16Mixed, false}, Case{"gnn", Precision::kBf16Mixed, true},
+                                           Case{"fourcastnet", Precision::kFp32, false},
+                                           Case{"fourcastnet", Precision::kFp32, true},
+                                           Case{"fourcastnet", Precision::kBf16Mixed, false},
+                                           Case{"fourcastnet", Precision::kBf16Mixed, true}),
                          case_name);
 
 // On a CPU run (train.device = "cpu") the U-Net's GroupNorm + SiLU is fused (models/group_norm_silu.h)

@@ -44,6 +44,7 @@ ModelConfig small(const std::string& name) {
   c.processor_layers = 2;
   c.mlp_layers = 3;
   c.neighbourhood = 1;
+  c.afno_blocks = 4;
   return c;
 }
 
@@ -256,7 +257,7 @@ TEST_P(ZooTest, Bf16AutocastForwardAndBackward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn"),
+INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn", "fourcastnet"),
                          [](const auto& info) { return info.param; });
 
 // ---- parameter counts from the architectures' formulas ----
@@ -328,6 +329,8 @@ TEST(Blocks, NamesInForwardOrder) {
             (std::vector<std::string>{"embed", "block0", "block1", "block2", "block3", "head"}));
   EXPECT_EQ(build_model(named("gnn"), s)->block_names(),
             (std::vector<std::string>{"encoder", "processor0", "processor1", "processor2", "processor3", "decoder"}));
+  EXPECT_EQ(build_model(named("fourcastnet"), s)->block_names(),
+            (std::vector<std::string>{"embed", "block0", "block1", "block2", "block3", "head"}));
 }
 
 TEST(Blocks, EncoderParametersShareAFreezablePrefix) {
@@ -400,7 +403,7 @@ TEST(BuildModel, UnknownNameListsTheZoo) {
   } catch (const ConfigError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("bad"), std::string::npos) << what;
-    for (const char* name : {"unet", "vit", "gnn"}) EXPECT_NE(what.find(name), std::string::npos) << what;
+    for (const char* name : {"unet", "vit", "gnn", "fourcastnet"}) EXPECT_NE(what.find(name), std::string::npos) << what;
   }
 }
 
@@ -414,11 +417,14 @@ TEST(BuildModel, InconsistentSettingsAreConfigErrors) {
   ModelConfig gnn = named("gnn");
   gnn.neighbourhood = 0;
   EXPECT_THROW(build_model(gnn, storm_shape()), ConfigError);
+  ModelConfig fourcastnet = named("fourcastnet");
+  fourcastnet.afno_blocks = 5;  // does not divide 128
+  EXPECT_THROW(build_model(fourcastnet, storm_shape()), ConfigError);
 }
 
 TEST(BuildModel, DefaultParameterCounts) {
   // Reported in the docs; printed so a change in the architectures is visible in the test log.
-  for (const char* name : {"unet", "vit", "gnn"}) {
+  for (const char* name : {"unet", "vit", "gnn", "fourcastnet"}) {
     WeatherModel m = build_model(named(name), storm_shape());
     std::cout << "[ " << name << " ] default config, 12 -> 6 channels on 33 x 36: " << count_parameters(*m)
               << " parameters\n";
