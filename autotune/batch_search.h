@@ -76,8 +76,11 @@ class BatchProber {
   BatchProber(RunConfig config, models::ModelShape shape, torch::Device device,
               std::shared_ptr<distributed::Communicator> comm, int64_t budget, int64_t target);
   Probe operator()(int64_t batch);
+  // What the process holds outside the meter (CPU): a probe's allowance is the budget less it.
+  void set_overhead(const estimator::CpuOverhead& overhead) { overhead_ = overhead; }
 
  private:
+  estimator::CpuOverhead overhead_;
   RunConfig config_;
   models::ModelShape shape_;
   torch::Device device_;
