@@ -36,28 +36,28 @@ std::optional<double> predict(const std::vector<Probe>& probes, const SearchOpti
   for (const auto& p : probes)
     if (!p.oom) exact.push_back(&p);
   std::sort(exact.begin(), exact.end(), [&](const Probe* a, const Probe* b) {
-    return std::fabs(static_cast<double>(a->peak) - target) < std::fabs(static_cast<double>(b->peak) - target);
+    return std::fabs(static_cast<double>(a->need()) - target) < std::fabs(static_cast<double>(b->need()) - target);
   });
   if (exact.size() >= 2) {
     const Probe* a = exact[0];
     for (size_t i = 1; i < exact.size(); ++i) {
       const Probe* b = exact[i];
       if (b->batch == a->batch) continue;
-      const double slope = static_cast<double>(b->peak - a->peak) / static_cast<double>(b->batch - a->batch);
+      const double slope = static_cast<double>(b->need() - a->need()) / static_cast<double>(b->batch - a->batch);
       if (slope > 0 && std::isfinite(slope))
-        return static_cast<double>(a->batch) + (target - static_cast<double>(a->peak)) / slope;
+        return static_cast<double>(a->batch) + (target - static_cast<double>(a->need())) / slope;
       break;
     }
   }
   if (o.slope > 0) {
     if (!exact.empty())
-      return static_cast<double>(exact[0]->batch) + (target - static_cast<double>(exact[0]->peak)) / o.slope;
+      return static_cast<double>(exact[0]->batch) + (target - static_cast<double>(exact[0]->need())) / o.slope;
     if (!probes.empty()) {
       // Only OOMs so far: the smallest one needed more than the budget (what the meter saw before
       // the failed allocation says little), so its line runs through the budget at the least.
       const Probe* oom = &*std::min_element(probes.begin(), probes.end(),
                                             [](const Probe& a, const Probe& b) { return a.batch < b.batch; });
-      const double need = std::max(static_cast<double>(oom->peak), static_cast<double>(o.budget));
+      const double need = std::max(static_cast<double>(oom->need()), static_cast<double>(o.budget));
       return static_cast<double>(oom->batch) + (target - need) / o.slope;
     }
   }
@@ -161,7 +161,10 @@ Probe BatchProber::operator()(int64_t batch) {
   // collective it never joins. On the CPU the budget is emulated, so under MPI it is not enforced
   // by throwing: every rank runs the probe to the end and the agreed peak decides.
   const bool lockstep = comm_ && comm_->size() > 1;
-  meter.set_limit(lockstep && device_.is_cpu() ? 0 : budget_);
+  // What the process holds outside the meter at this batch leaves the tensors the rest of the budget.
+  p.overhead = static_cast<int64_t>(std::ceil(overhead_.at(static_cast<double>(batch))));
+  const int64_t allowance = std::max<int64_t>(1, budget_ - p.overhead);  // 1: nothing fits (0 = no limit)
+  meter.set_limit(lockstep && device_.is_cpu() ? 0 : budget_ > 0 ? allowance : 0);
   meter.reset_peak();
   try {
     // Everything the probe allocates lives in this scope and is gone when it ends (or unwinds).
@@ -186,8 +189,8 @@ Probe BatchProber::operator()(int64_t batch) {
     p.peak = static_cast<int64_t>(comm_->max(static_cast<double>(p.peak)));
     p.leaked = static_cast<int64_t>(comm_->max(static_cast<double>(p.leaked)));
   }
-  if (lockstep && p.peak > budget_) p.oom = true;  // what the emulated budget would have raised
-  p.passed = !p.oom && p.peak <= target_;
+  if (lockstep && p.need() > budget_) p.oom = true;  // what the emulated budget would have raised
+  p.passed = !p.oom && p.need() <= target_;
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;
 }
@@ -221,10 +224,14 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   report.accumulation = config.train.accumulation;
   meter.release_cached();
   report.baseline = meter.snapshot().allocated;
-  if (report.baseline >= report.target)
-    throw Error("the memory budget " + format_bytes(static_cast<double>(report.budget)) + " less the margin (" +
-                format_bytes(static_cast<double>(report.target)) + ") is already used by " +
-                format_bytes(static_cast<double>(report.baseline)) + " before any probe: raise memory.limit");
+  auto check_baseline = [&](double outside, const std::string& what) {
+    if (static_cast<double>(report.baseline) + outside >= static_cast<double>(report.target))
+      throw Error("the memory budget " + format_bytes(static_cast<double>(report.budget)) + " less the margin (" +
+                  format_bytes(static_cast<double>(report.target)) + ") is already used by " +
+                  format_bytes(static_cast<double>(report.baseline)) + " of tensors" + what +
+                  " before any probe: raise memory.limit");
+  };
+  check_baseline(0, "");
 
   // The estimator's prediction (traced once on the CPU) is where the search starts; on a GPU its
   // overhead model for this device's size is included, on the CPU there is none.
@@ -240,8 +247,21 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
                                                           cuda::properties(device.has_index() ? device.index() : 0).compute_capability})
                        : std::nullopt;
   const int64_t room = device.is_cuda() ? report.target : report.target - report.baseline;
-  report.estimated_batch = e.max_batch(room, gpu);
-  report.estimated_slope = slope_at(e.activations, static_cast<double>(std::max<int64_t>(report.estimated_batch, 1)));
+  // On the CPU the budget is the resident set: the counted tensors plus what the process holds
+  // outside the allocator, measured after the estimator's trace ran the step's kernels here.
+  if (device.is_cpu() && options.cpu_overhead) {
+    report.cpu_overhead = e.cpu_overhead();
+    check_baseline(report.cpu_overhead.process,
+                   " and " + format_bytes(report.cpu_overhead.process) +
+                       " the process holds outside the allocator (libraries, threads; estimator/cpu_overhead.h)");
+  }
+  auto max_of = [&](const estimator::Estimate& est) {
+    if (!device.is_cpu()) return est.max_batch(room, gpu);
+    return est.cpu_max_batch(room, options.cpu_overhead ? est.cpu_overhead() : estimator::CpuOverhead{});
+  };
+  report.estimated_batch = max_of(e);
+  report.estimated_slope = slope_at(e.activations, static_cast<double>(std::max<int64_t>(report.estimated_batch, 1))) +
+                           report.cpu_overhead.per_sample;
 
   SearchOptions so;
   so.target = report.target;
@@ -251,6 +271,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   so.start = std::min(report.estimated_batch, mem.max_batch);
   so.slope = report.estimated_slope;
   BatchProber prober(config, shape, device, comm, report.budget, report.target);
+  prober.set_overhead(report.cpu_overhead);
   ProbeFn probe = [&](int64_t batch) {
     Probe p = prober(batch);
     if (options.on_probe) options.on_probe(p);
@@ -263,7 +284,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
 
   if (options.suggestions) {
     auto max_with = [&](const RunConfig& changed) {
-      return estimator::estimate(changed, shape, eo).max_batch(room, gpu);
+      return max_of(estimator::estimate(changed, shape, eo));
     };
     if (!config.train.checkpointing) {
       RunConfig c = on_device;
@@ -285,7 +306,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
           z.config.distributed.zero_stage, report.world_size);
       report.suggestions.push_back({"distributed.zero_stage = " + std::to_string(z.config.distributed.zero_stage) +
                                         (z.config.distributed.zero_stage == 3 ? " (estimate only)" : ""),
-                                    z.max_batch(room, gpu)});
+                                    max_of(z)});
     }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -296,7 +317,11 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
     throw Error("even a micro-batch of " + std::to_string(mem.multiple_of) + " does not fit: " +
                 (first.oom ? std::string("it ran out of the ") + format_bytes(static_cast<double>(report.budget)) +
                                  " budget"
-                           : "its peak " + format_bytes(static_cast<double>(first.peak)) + " is above the target " +
+                           : "its peak " + format_bytes(static_cast<double>(first.peak)) +
+                                 (first.overhead > 0 ? " plus " + format_bytes(static_cast<double>(first.overhead)) +
+                                                           " outside the allocator"
+                                                     : std::string()) +
+                                 " is above the target " +
                                  format_bytes(static_cast<double>(report.target))) +
                 " (budget less " + std::to_string(static_cast<int>(std::lround(report.margin * 100))) +
                 "% margin); try train.checkpointing = true, train.precision = \"bf16\", distributed.zero_stage "

@@ -2,7 +2,9 @@
 // `wxtrain tune-batch`: the largest micro-batch that trains within the memory budget, found with
 // as few real probes as possible. A probe builds a fresh TrainingState and runs the trainer's own
 // TrainingStep at one batch size under the memory meter with the budget set; it passes when
-// nothing runs out of memory and the measured peak stays under (1 - margin) x budget.
+// nothing runs out of memory and the measured peak stays under (1 - margin) x budget. On the CPU
+// the budget is the process's resident memory: the counting allocator's peak plus what the process
+// holds outside it (estimator/cpu_overhead.h), modelled, must stay under the target.
 //
 // The search (secant_search) starts at the estimator's prediction and uses the measured peaks:
 // memory is close to linear in the batch size, so the next candidate is where the line through
@@ -21,6 +23,7 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "estimator/cpu_overhead.h"
 #include "distributed/communicator.h"
 #include "models/weather_model.h"
 
@@ -31,9 +34,11 @@ struct Probe {
   int64_t batch = 0;
   int64_t peak = 0;      // highest allocated bytes seen (absolute; on OOM: what was in use at the failure)
   bool oom = false;      // an allocation ran past the budget
-  bool passed = false;   // no OOM and peak <= target
+  bool passed = false;   // no OOM and peak + overhead <= target
   double seconds = 0;    // wall time of the probe (build + steps + release)
   int64_t leaked = 0;    // allocated bytes after the probe minus before it (0 when everything was released)
+  int64_t overhead = 0;  // modelled bytes outside the meter at this batch (CPU); peak + overhead is what counts
+  int64_t need() const { return peak + overhead; }
 };
 
 // A probe at `batch`: what the search learns from the hardware (or from a model of it in tests).
@@ -71,8 +76,11 @@ class BatchProber {
   BatchProber(RunConfig config, models::ModelShape shape, torch::Device device,
               std::shared_ptr<distributed::Communicator> comm, int64_t budget, int64_t target);
   Probe operator()(int64_t batch);
+  // What the process holds outside the meter (CPU): a probe's allowance is the budget less it.
+  void set_overhead(const estimator::CpuOverhead& overhead) { overhead_ = overhead; }
 
  private:
+  estimator::CpuOverhead overhead_;
   RunConfig config_;
   models::ModelShape shape_;
   torch::Device device_;
@@ -98,7 +106,8 @@ struct TuneReport {
   int64_t multiple_of = 1;
   int64_t max_batch = 0;
   int64_t estimated_batch = 0;  // the estimator's predicted maximum (where the search started)
-  double estimated_slope = 0;   // the estimator's bytes per sample at that batch
+  double estimated_slope = 0;   // the estimator's bytes per sample at that batch (CPU overhead's included)
+  estimator::CpuOverhead cpu_overhead;  // modelled bytes outside the meter (zero on a GPU or when turned off)
   std::vector<Probe> probes;
   int64_t batch = 0;            // the answer
   int64_t accumulation = 1;
@@ -112,6 +121,9 @@ struct TuneOptions {
   bool suggestions = true;
   // Called after each probe (progress lines in the CLI); may be empty.
   std::function<void(const Probe&)> on_probe;
+  // On the CPU, count what the process holds outside the counting allocator (cpu_overhead.h)
+  // against the budget. Off: the budget is for the counted tensors alone (an emulated device).
+  bool cpu_overhead = true;
 };
 
 // Tunes `config` (memory.limit, margin, multiple_of, max_batch and probe_steps as configured) on

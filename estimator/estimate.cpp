@@ -21,21 +21,45 @@ Breakdown Estimate::breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) 
   return b;
 }
 
-int64_t Estimate::max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const {
-  const double cap = static_cast<double>(capacity_bytes);
-  if (breakdown(1, gpu).total() > cap) return 0;
-  // total(b) is non-decreasing in b: grow then bisect.
+namespace {
+
+// Largest batch with total(batch) <= capacity; total is non-decreasing in the batch: grow then bisect.
+template <typename Total>
+int64_t largest_batch(double cap, const Total& total) {
+  if (total(1) > cap) return 0;
   int64_t lo = 1, hi = 2;
-  while (breakdown(hi, gpu).total() <= cap) {
+  while (total(hi) <= cap) {
     lo = hi;
     if (hi > (int64_t{1} << 40)) return hi;  // memory no longer grows with the batch
     hi *= 2;
   }
   while (hi - lo > 1) {
     int64_t mid = lo + (hi - lo) / 2;
-    (breakdown(mid, gpu).total() <= cap ? lo : hi) = mid;
+    (total(mid) <= cap ? lo : hi) = mid;
   }
   return lo;
+}
+
+}  // namespace
+
+int64_t Estimate::max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const {
+  return largest_batch(static_cast<double>(capacity_bytes), [&](int64_t b) { return breakdown(b, gpu).total(); });
+}
+
+CpuOverhead Estimate::cpu_overhead() const {
+  return estimator::cpu_overhead(process_resident, activations.per_sample());
+}
+
+Breakdown Estimate::cpu_breakdown(int64_t batch) const {
+  Breakdown b = breakdown(batch, std::nullopt);
+  b.overhead = cpu_overhead().at(static_cast<double>(batch));
+  return b;
+}
+
+int64_t Estimate::cpu_max_batch(int64_t capacity_bytes, const CpuOverhead& overhead) const {
+  return largest_batch(static_cast<double>(capacity_bytes), [&](int64_t b) {
+    return breakdown(b, std::nullopt).total() + overhead.at(static_cast<double>(b));
+  });
 }
 
 GpuFit Estimate::fit(const GpuSpec& gpu) const {
@@ -86,6 +110,8 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
     for (Line* l : {&e.activations.forward_backward, &e.activations.optimizer}) l->per_sample += extra * sample_bytes;
     for (Line& l : e.activations.small_batch) l.per_sample += extra * sample_bytes;
   }
+  // After the trace (which ran the step's kernels in this process): what the libraries hold.
+  e.process_resident = process_resident_outside_allocator();
   const int64_t world = options.world_size < 1 ? 1 : options.world_size;
   e.states = model_states(e.activations.num_params, layout, config.distributed.zero_stage, world);
   if (config.distributed.zero_stage == 2 && config.train.accumulation > 1 && world > 1) {

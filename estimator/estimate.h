@@ -2,13 +2,15 @@
 // `wxtrain estimate`: the memory a run needs per rank, broken down, and which GPUs fit it at which
 // batch size. Model states are exact (counted on the instantiated model, or by formula with
 // --analytic); activations are traced on the CPU (or by per-block formulas with --analytic);
-// GPU overheads follow the documented model in gpu_overhead.h.
+// GPU overheads follow the documented model in gpu_overhead.h, the CPU's what the process holds
+// outside the counting allocator (cpu_overhead.h).
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "estimator/activation_trace.h"
+#include "estimator/cpu_overhead.h"
 #include "estimator/gpu_catalog.h"
 #include "estimator/gpu_overhead.h"
 #include "estimator/model_states.h"
@@ -31,7 +33,9 @@ struct EstimateOptions {
 struct Breakdown {
   int64_t batch = 0;
   double params = 0, grads = 0, optimizer = 0, activations = 0;
-  double overhead = 0;  // GPU overheads; 0 for the CPU figure
+  // GPU overheads; 0 from breakdown() for the CPU, which counts the counting allocator's bytes alone
+  // (cpu_total() adds the CPU's overhead)
+  double overhead = 0;
   double allocated() const { return params + grads + optimizer + activations; }
   double total() const { return allocated() + overhead; }
 };
@@ -53,6 +57,14 @@ struct Estimate {
   ActivationFit activations;
   Breakdown breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const;
   int64_t max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const;
+  // Resident bytes outside the counting allocator, measured after the trace (cpu_overhead.h); with
+  // --analytic no step ran, so it lacks the kernels' pages.
+  double process_resident = 0;
+  CpuOverhead cpu_overhead() const;
+  // The CPU figure with its overhead: what the process's resident set reaches at `batch`.
+  Breakdown cpu_breakdown(int64_t batch) const;
+  // Largest micro-batch whose counted bytes plus `overhead` fit `capacity_bytes` (0: none).
+  int64_t cpu_max_batch(int64_t capacity_bytes, const CpuOverhead& overhead) const;
   GpuFit fit(const GpuSpec& gpu) const;
   std::vector<GpuFit> fits() const;  // the whole catalog
   int64_t batch() const;              // the batch reported (options.batch or train.batch_size)

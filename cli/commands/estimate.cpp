@@ -49,11 +49,11 @@ void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFi
   plot.y_label = "memory per rank (GiB)";
   int64_t top = std::max<int64_t>(e.batch() * 2, 8);
   for (const auto& t : targets) top = std::max(top, std::min<int64_t>(t.max_batch + t.max_batch / 4, 4096));
-  Series cpu{"CPU (no overhead)"}, gpu{"GPU (with overhead)"};
+  Series cpu{"CPU (with overhead)"}, gpu{"GPU (with overhead)"};
   gpu.color = "#d62728";
   for (int64_t b = 1; b <= top; b += std::max<int64_t>(1, top / 64)) {
     cpu.x.push_back(b);
-    cpu.y.push_back(e.breakdown(b, std::nullopt).total() / kGiB);
+    cpu.y.push_back(e.cpu_breakdown(b).total() / kGiB);
     gpu.x.push_back(b);
     gpu.y.push_back(e.breakdown(b, targets.empty() ? std::nullopt : std::optional(targets[0].gpu)).total() / kGiB);
   }
@@ -105,7 +105,8 @@ int run_estimate(const EstimateArgs& args) {
   for (const auto& f : fits) any_fits = any_fits || f.fits;
 
   const int64_t batch = e.batch();
-  const auto cpu = e.breakdown(batch, std::nullopt);
+  const auto cpu = e.cpu_breakdown(batch);
+  const estimator::CpuOverhead cpu_overhead = e.cpu_overhead();
   const auto gpu = e.breakdown(batch, targets.empty() ? std::optional(estimator::gpu_catalog().back()) : std::optional(targets[0]));
   if (!args.svg.empty()) write_plot(e, fits, args.svg);
 
@@ -125,6 +126,11 @@ int run_estimate(const EstimateArgs& args) {
     j["world_size"] = options.world_size;
     j["cpu"] = breakdown_json(cpu);
     j["activation_bytes_per_sample"] = e.activations.per_sample();
+    // The CPU column's overhead (cpu.overhead_bytes at the batch): resident bytes outside the
+    // counting allocator, a fixed part measured in this process and a per-sample part.
+    j["cpu_overhead"] = {{"process_bytes", cpu_overhead.process},
+                         {"per_sample_bytes", cpu_overhead.per_sample},
+                         {"per_sample_share", estimator::kUnseenPerSampleShare}};
     for (const auto& f : fits)
       j["gpus"].push_back({{"name", f.gpu.name}, {"label", f.gpu.label}, {"memory_bytes", f.gpu.memory_bytes},
                            {"fits", f.fits}, {"max_batch", f.max_batch}, {"at_batch", breakdown_json(f.at_batch)}});
@@ -147,6 +153,8 @@ int run_estimate(const EstimateArgs& args) {
     t.add({"gradients", format_bytes(cpu.grads), format_bytes(gpu.grads)});
     t.add({"optimizer state", format_bytes(cpu.optimizer), format_bytes(gpu.optimizer)});
     t.add({"activations", format_bytes(cpu.activations), format_bytes(gpu.activations)});
+    t.add({"CPU overhead: process", format_bytes(cpu_overhead.process), "-"});
+    t.add({"CPU overhead: per sample x " + std::to_string(batch), format_bytes(cpu_overhead.per_sample * batch), "-"});
     t.add({"GPU overhead", "-", format_bytes(gpu.overhead)});
     t.add({"total", format_bytes(cpu.total()), format_bytes(gpu.total())});
     std::cout << t.str() << "\n";

@@ -26,6 +26,7 @@ struct TuneArgs {
   int64_t max_batch = 0;
   int64_t probe_steps = 0;
   bool write = false;
+  bool tensors_only = false;
   bool json = false;
 };
 
@@ -81,12 +82,14 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
   j["max_batch"] = r.max_batch;
   j["estimated_batch"] = r.estimated_batch;
   j["estimated_bytes_per_sample"] = r.estimated_slope;
+  // CPU: modelled resident bytes outside the counting allocator, counted against the budget.
+  j["cpu_overhead"] = {{"process_bytes", r.cpu_overhead.process}, {"per_sample_bytes", r.cpu_overhead.per_sample}};
   j["probes"] = nlohmann::json::array();
   for (const auto& p : r.probes)
     // peak_bytes on OOM: what was in use when it failed.
     j["probes"].push_back({{"batch", p.batch}, {"peak_bytes", p.peak}, {"budget_bytes", r.budget},
                            {"result", p.passed ? "pass" : p.oom ? "oom" : "over margin"}, {"seconds", p.seconds},
-                           {"leaked_bytes", p.leaked}});
+                           {"leaked_bytes", p.leaked}, {"overhead_bytes", p.overhead}});
   j["batch"] = r.batch;
   j["accumulation"] = r.accumulation;
   j["effective_batch"] = r.effective_batch;
@@ -112,11 +115,14 @@ int run_tune(const TuneArgs& args) {
                 << std::flush;
 
     autotune::TuneOptions options;
+    options.cpu_overhead = !args.tensors_only;
     if (lead && !args.json)
       options.on_probe = [](const autotune::Probe& p) {
         std::cout << "  probe batch " << p.batch << ": "
                   << (p.oom ? std::string("out of memory")
-                            : "peak " + gib(static_cast<double>(p.peak)) + " GiB, " + (p.passed ? "pass" : "over the margin"))
+                            : "peak " + gib(static_cast<double>(p.peak)) + " GiB" +
+                                  (p.overhead > 0 ? " + " + gib(static_cast<double>(p.overhead)) + " GiB outside the allocator" : "") +
+                                  ", " + (p.passed ? "pass" : "over the margin"))
                   << " (" << secs(p.seconds) << " s)\n"
                   << std::flush;
       };
@@ -134,7 +140,11 @@ int run_tune(const TuneArgs& args) {
     std::snprintf(margin, sizeof margin, "%.0f%%", r.margin * 100);
     std::cout << "budget     " << gib(static_cast<double>(r.budget)) << " GiB (" << r.meter << "), margin " << margin
               << " -> target peak " << gib(static_cast<double>(r.target)) << " GiB\n"
-              << "estimate   largest batch " << r.estimated_batch << " (search starts there)\n\n";
+              << "estimate   largest batch " << r.estimated_batch << " (search starts there)\n";
+    if (r.cpu_overhead.process > 0 || r.cpu_overhead.per_sample > 0)
+      std::cout << "overhead   " << gib(r.cpu_overhead.process) << " GiB + " << gib(r.cpu_overhead.per_sample * 1024)
+                << " GiB per 1024 samples held outside the allocator (estimator/cpu_overhead.h)\n";
+    std::cout << "\n";
     Table t({"probe", "batch", "peak GiB", "budget GiB", "result", "seconds"}, {true, true, true, true, false, true});
     for (size_t i = 0; i < r.probes.size(); ++i) {
       const auto& p = r.probes[i];
@@ -169,6 +179,9 @@ Action add_tune_batch_command(CLI::App& app) {
   cmd->add_option("--multiple-of", args->multiple_of, "batch sizes are multiples of this (default memory.multiple_of)");
   cmd->add_option("--max-batch", args->max_batch, "never try above this (default memory.max_batch)");
   cmd->add_option("--probe-steps", args->probe_steps, "training steps per probe (default memory.probe_steps)");
+  cmd->add_flag("--tensors-only", args->tensors_only,
+                "on the CPU, the budget is for the counted tensors alone (an emulated device), not the "
+                "process's resident set with what it holds outside the allocator");
   cmd->add_flag("--write", args->write, "record the result as train.batch_size in the run file (comments kept)");
   cmd->add_flag("--json", args->json, "machine-readable output");
   return [args]() { return run_tune(*args); };

@@ -1,6 +1,9 @@
 // The tuner on real training steps under the counting allocator's budget: its answer equals an
 // exhaustive scan's for unet, vit and gnn at several budgets, multiple_of is honoured, a close
-// estimate means at most 4 probes, and probes leave no memory behind.
+// estimate means at most 4 probes, and probes leave no memory behind. The budgets here emulate a
+// device of a few MiB for the counted tensors alone, so these tuners run with
+// TuneOptions::cpu_overhead off (the scans' probers count the tensors alone too); the last tests
+// check what the CPU overhead (estimator/cpu_overhead.h) changes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,6 +80,7 @@ TEST_P(TunerMatchesScan, AtSeveralBudgets) {
 
     TuneOptions options;
     options.suggestions = false;
+    options.cpu_overhead = false;
     const TuneReport r = tune_batch_report(config, kCpu, local_comm(config), options);
     EXPECT_EQ(r.batch, scan.answer) << GetParam() << " budget " << budget << " (estimate " << r.estimated_batch << ")";
     EXPECT_EQ(r.budget, budget);
@@ -107,6 +111,7 @@ TEST(Tuner, HonoursMultipleOf) {
   const Scan scan = exhaustive_scan(config, budget, 4);
   TuneOptions options;
   options.suggestions = false;
+  options.cpu_overhead = false;
   const TuneReport r = tune_batch_report(config, kCpu, local_comm(config), options);
   EXPECT_EQ(r.batch, scan.answer);
   EXPECT_EQ(r.batch % 4, 0);
@@ -120,6 +125,7 @@ TEST(Tuner, HonoursMaxBatchAndReportsEffectiveBatch) {
   config.train.accumulation = 3;
   TuneOptions options;
   options.suggestions = false;
+  options.cpu_overhead = false;
   const TuneReport r = tune_batch_report(config, kCpu, local_comm(config), options);
   EXPECT_EQ(r.batch, 5);
   EXPECT_EQ(r.effective_batch, 15);
@@ -129,7 +135,9 @@ TEST(Tuner, HonoursMaxBatchAndReportsEffectiveBatch) {
 TEST(Tuner, SuggestsWhatWouldAllowMore) {
   RunConfig config = testing::tiny_config("unet");
   config.memory.limit = budget_near(config, 8);
-  const TuneReport r = tune_batch_report(config, kCpu, local_comm(config));
+  TuneOptions options;
+  options.cpu_overhead = false;
+  const TuneReport r = tune_batch_report(config, kCpu, local_comm(config), options);
   ASSERT_EQ(r.suggestions.size(), 2u);  // checkpointing and bf16; ZeRO needs more than one rank
   EXPECT_EQ(r.suggestions[0].change, "train.checkpointing = true");
   EXPECT_GT(r.suggestions[0].max_batch, r.estimated_batch);
@@ -145,7 +153,9 @@ TEST(Tuner, NothingFitsIsAnErrorThatSaysWhatToTry) {
   const Probe p1 = unlimited(1);
   config.memory.limit = (before + (p1.peak - before) / 2) * 10 / 9;  // target halfway to the peak at batch 1
   try {
-    tune_batch(config, kCpu, local_comm(config));
+    TuneOptions options;
+    options.cpu_overhead = false;
+    tune_batch_report(config, kCpu, local_comm(config), options);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string what = e.what();
@@ -174,6 +184,44 @@ TEST(Tuner, TwentyProbesLeaveNoMemoryBehind) {
     EXPECT_GT(ooms, 0) << model;
     EXPECT_GT(passes, 0) << model;
     EXPECT_EQ(meter().limit(), 0) << "the probe's budget must not outlive it";
+  }
+}
+
+// With the CPU overhead a probe's allowance is the budget less it: the meter's limit is lowered by
+// the overhead at that batch, and a probe passes only when peak + overhead is under the target.
+TEST(Tuner, CpuOverheadIsCountedAgainstTheBudget) {
+  RunConfig config = testing::tiny_config("unet");
+  const int64_t budget = budget_near(config, 12);
+  const auto shape = models::model_shape(config);
+  BatchProber plain(config, shape, kCpu, local_comm(config), budget, target_of(budget, 0.1));
+  BatchProber with(config, shape, kCpu, local_comm(config), budget, target_of(budget, 0.1));
+  const Probe p6 = plain(6);
+  ASSERT_TRUE(p6.passed);
+  // An overhead that leaves batch 6 just short of the target.
+  const int64_t room = target_of(budget, 0.1) - p6.peak;
+  with.set_overhead({static_cast<double>(room) - 6.0 * 64, 64});  // 64 bytes per sample
+  const Probe q6 = with(6);
+  EXPECT_EQ(q6.overhead, room);
+  EXPECT_EQ(q6.peak, p6.peak);
+  EXPECT_TRUE(q6.passed) << "peak + overhead equals the target";
+  const Probe q7 = with(7);
+  EXPECT_EQ(q7.overhead, room + 64);
+  EXPECT_FALSE(q7.passed);
+  EXPECT_EQ(q7.passed, q7.need() <= target_of(budget, 0.1));
+}
+
+// The process's own resident set outside the allocator (hundreds of MiB of LibTorch) does not fit
+// a 64 MiB budget: the tuner says so before probing, naming it.
+TEST(Tuner, CpuOverheadAboveTheBudgetIsAnErrorThatNamesIt) {
+  RunConfig config = testing::tiny_config("unet");
+  config.memory.limit = 64LL << 20;
+  try {
+    tune_batch_report(config, kCpu, local_comm(config));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("outside the allocator"), std::string::npos) << what;
+    EXPECT_NE(what.find("raise memory.limit"), std::string::npos) << what;
   }
 }
 
