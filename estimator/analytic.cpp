@@ -234,6 +234,20 @@ ModelMemory unet_memory(const ModelConfig& c, const models::ModelShape& s, const
   return m;
 }
 
+// The patch embedding the ViT and FourCastNet share: a p x p conv with stride p from the padded
+// input to N tokens of width D, plus the positional embedding promoting the stream to `stream`.
+Block patch_embed_block(const models::ModelShape& s, const Widths& w, int64_t p, int64_t D, double N, double stream) {
+  const double ND = N * static_cast<double>(D);
+  Block embed;
+  embed.name = "embed";
+  embed.layers.push_back(conv_or_linear(w, static_cast<double>(s.in_channels) * N * p * p, ND));
+  embed.layers.back().temp += s.in_channels * N * p * p * w.high;  // the padded input
+  embed.layers.push_back(keep(ND, stream));
+  embed.output_grad = ND * stream;
+  embed.weights = static_cast<double>(conv_params(s.in_channels, D, p, true));
+  return embed;
+}
+
 ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w) {
   ModelMemory m;
   const int64_t p = c.patch_size, D = c.embed_dim, hidden = mlp_hidden(c);
@@ -242,14 +256,7 @@ ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const 
   // The residual stream is fp32 under autocast: the bf16 patch tokens plus the fp32 pos_embed promote.
   const double stream = w.high;
 
-  Block embed;
-  embed.name = "embed";
-  embed.layers.push_back(conv_or_linear(w, static_cast<double>(s.in_channels) * N * p * p, ND));
-  embed.layers.back().temp += s.in_channels * N * p * p * w.high;  // the padded input
-  embed.layers.push_back(keep(ND, stream));
-  embed.output_grad = ND * stream;
-  embed.weights = static_cast<double>(conv_params(s.in_channels, D, p, true));
-  m.blocks.push_back(embed);
+  m.blocks.push_back(patch_embed_block(s, w, p, D, N, stream));
 
   for (int64_t i = 0; i < c.depth; ++i) {
     Block b;
@@ -299,14 +306,7 @@ ModelMemory fourcastnet_memory(const ModelConfig& c, const models::ModelShape& s
   const double modes = 2 * M * D * 4;  // bytes of one fp32 complex [M, D] (or real [M, 2D]) tensor
   const double stream = w.high;
 
-  Block embed;
-  embed.name = "embed";
-  embed.layers.push_back(conv_or_linear(w, static_cast<double>(s.in_channels) * N * p * p, ND));
-  embed.layers.back().temp += s.in_channels * N * p * p * w.high;  // the padded input
-  embed.layers.push_back(keep(ND, stream));
-  embed.output_grad = ND * stream;
-  embed.weights = static_cast<double>(conv_params(s.in_channels, D, p, true));
-  m.blocks.push_back(embed);
+  m.blocks.push_back(patch_embed_block(s, w, p, D, N, stream));
 
   const double D_ = static_cast<double>(D), nb = static_cast<double>(c.afno_blocks), bs = D_ / nb;
   for (int64_t i = 0; i < c.depth; ++i) {

@@ -192,14 +192,7 @@ torch::Tensor FourCastNetImpl::forward(torch::Tensor x) {
   return run_block(
       *head,
       [head, nh, nw, p, out_c, lat, lon](const torch::Tensor& in) {
-        const int64_t B = in.size(0);
-        // [B, nh, nw, p*p*C] -> [B, nh, nw, p, p, C] -> [B, C, nh, p, nw, p] -> [B, C, nh*p, nw*p]
-        torch::Tensor grid = apply_linear(torch::nn::Linear(head), in)
-                                 .view({B, nh, nw, p, p, out_c})
-                                 .permute({0, 5, 1, 3, 2, 4})
-                                 .reshape({B, out_c, nh * p, nw * p});
-        if (nh * p == lat && nw * p == lon) return grid;
-        return grid.slice(2, 0, lat).slice(3, 0, lon).contiguous();
+        return patches_to_grid(apply_linear(torch::nn::Linear(head), in), nh, nw, p, out_c, lat, lon);
       },
       x);
 }

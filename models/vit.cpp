@@ -81,6 +81,17 @@ PatchHeadImpl::PatchHeadImpl(int64_t embed_dim, int64_t patch_size, int64_t out_
 
 torch::Tensor PatchHeadImpl::forward(const torch::Tensor& x) { return apply_linear(proj, norm(x)); }
 
+torch::Tensor patches_to_grid(const torch::Tensor& tokens, int64_t nh, int64_t nw, int64_t p, int64_t channels,
+                              int64_t lat, int64_t lon) {
+  const int64_t B = tokens.size(0);
+  // [B, nh, nw, p, p, C] -> [B, C, nh, p, nw, p] -> [B, C, nh*p, nw*p]
+  torch::Tensor grid = tokens.reshape({B, nh, nw, p, p, channels})
+                           .permute({0, 5, 1, 3, 2, 4})
+                           .reshape({B, channels, nh * p, nw * p});
+  if (nh * p == lat && nw * p == lon) return grid;
+  return grid.slice(2, 0, lat).slice(3, 0, lon).contiguous();
+}
+
 ViTImpl::ViTImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
   validate(config, shape);
   patch_ = config.patch_size;
@@ -130,14 +141,7 @@ torch::Tensor ViTImpl::forward(torch::Tensor x) {
   return run_block(
       *head,
       [head, nh, nw, p, out_c, lat, lon](const torch::Tensor& in) {
-        const int64_t B = in.size(0);
-        // [B, nh*nw, p*p*C] -> [B, nh, nw, p, p, C] -> [B, C, nh, p, nw, p] -> [B, C, nh*p, nw*p]
-        torch::Tensor grid = head->forward(in)
-                                 .view({B, nh, nw, p, p, out_c})
-                                 .permute({0, 5, 1, 3, 2, 4})
-                                 .reshape({B, out_c, nh * p, nw * p});
-        if (nh * p == lat && nw * p == lon) return grid;
-        return grid.slice(2, 0, lat).slice(3, 0, lon).contiguous();
+        return patches_to_grid(head->forward(in), nh, nw, p, out_c, lat, lon);
       },
       x);
 }

@@ -63,6 +63,12 @@ class PatchHeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(PatchHead);
 
+// A head's tokens back onto the grid: [B, nh, nw, p*p*C] (or [B, nh*nw, p*p*C]), each token's
+// entries laid out (p1, p2, C), to [B, C, nh*p, nw*p], cropped to lat x lon when the grid was
+// padded up to whole patches. The layout is what channel_axes() of the ViT and FourCastNet say.
+torch::Tensor patches_to_grid(const torch::Tensor& tokens, int64_t nh, int64_t nw, int64_t p, int64_t channels,
+                              int64_t lat, int64_t lon);
+
 class ViTImpl : public WeatherModelImpl {
  public:
   ViTImpl(const ModelConfig& config, const ModelShape& shape);

@@ -312,6 +312,9 @@ stage_tune() {
       rc=0
       local extra=()
       if [[ $budget != device ]]; then extra=(--memory-limit "$budget"); fi
+      # The CPU plumbing run emulates a small device budget for the tensors alone: the process's
+      # own ~500 MiB outside the allocator (estimator/cpu_overhead.h) would not fit 64 MiB.
+      if [[ $device == cpu ]]; then extra+=(--tensors-only); fi
       "$WXTRAIN" tune-batch --config "$c" --set train.device="$device" "${extra[@]}" --json >"$out.json" 2>"$out.log" || rc=$?
       echo "$rc" >"$out.rc"
       if [[ $rc != 0 ]]; then record_error tune "$name budget $budget" $rc "$out.log"; fi
