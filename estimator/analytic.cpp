@@ -234,6 +234,16 @@ ModelMemory unet_memory(const ModelConfig& c, const models::ModelShape& s, const
   return m;
 }
 
+// The MLP half both the ViT's and FourCastNet's blocks end with, x + fc2(gelu(fc1(norm2(x)))),
+// on N tokens (ND = N x width, NH = N x hidden), and the block output kept in the stream's width.
+void add_mlp_half(Block& b, const Widths& w, double N, double ND, double NH, double stream) {
+  b.layers.push_back(norm(w, ND, N));
+  b.layers.push_back(conv_or_linear(w, ND, NH));  // fc1
+  b.layers.push_back(activation(NH, w.low));      // gelu
+  b.layers.push_back(conv_or_linear(w, NH, ND));  // fc2
+  b.layers.push_back(keep(ND, stream));           // the block output
+}
+
 // The patch embedding the ViT and FourCastNet share: a p x p conv with stride p from the padded
 // input to N tokens of width D, plus the positional embedding promoting the stream to `stream`.
 Block patch_embed_block(const models::ModelShape& s, const Widths& w, int64_t p, int64_t D, double N, double stream) {
@@ -268,12 +278,7 @@ ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const 
     b.layers.push_back(softmax(scores, w.low));
     b.layers.push_back({"matmul attn v", ND * w.low, scores * w.low, ND * w.low});  // the v copy
     b.layers.push_back(conv_or_linear(w, ND, ND));                        // proj on the merged heads (a copy)
-    // x + fc2(gelu(fc1(norm2(x)))): norm2 keeps the first residual sum.
-    b.layers.push_back(norm(w, ND, N));
-    b.layers.push_back(conv_or_linear(w, ND, NH));                        // fc1
-    b.layers.push_back(activation(NH, w.low));                            // gelu
-    b.layers.push_back(conv_or_linear(w, NH, ND));                        // fc2
-    b.layers.push_back(keep(ND, stream));                                 // the block output
+    add_mlp_half(b, w, N, ND, NH, stream);  // norm2 keeps the first residual sum
     b.inputs = ND * stream;
     b.carry = ND * stream;  // the residual branch's gradient
     b.output_grad = ND * stream;
@@ -324,12 +329,7 @@ ModelMemory fourcastnet_memory(const ModelConfig& c, const models::ModelShape& s
     b.layers.push_back({"softshrink", modes, modes, modes});
     // The complex view's contiguous copy, irfft2's output, the two skip sums.
     b.layers.push_back({"irfft2", 0, modes, modes + ND * 4 + ND * stream});
-    // x + fc2(gelu(fc1(norm2(x)))): norm2 keeps the double skip's sum.
-    b.layers.push_back(norm(w, ND, N));
-    b.layers.push_back(conv_or_linear(w, ND, NH));  // fc1
-    b.layers.push_back(activation(NH, w.low));      // gelu
-    b.layers.push_back(conv_or_linear(w, NH, ND));  // fc2
-    b.layers.push_back(keep(ND, stream));           // the block output
+    add_mlp_half(b, w, N, ND, NH, stream);  // norm2 keeps the double skip's sum
     b.inputs = ND * stream;
     b.carry = ND * stream;  // the residual branch's gradient
     b.output_grad = ND * stream;
