@@ -493,6 +493,7 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
   graph_mlp(enc, w, Ng, L, L, layers, true);       // the grid node MLP
   enc.layers.push_back(keep(Ng * L, w.high));     // h_grid after its update
   enc.output_grad = (Nm + Ng) * L * w.high;
+  enc.carry = Eg * L * w.high;  // measured as the processors' (one more edge-sized gradient)
   enc.fixed_saved = embedding(Nm, 3) + embedding(Eg, 4) + embedding(Em, 4) + (Eg + Nm) * L * read_twice / 2 +
                     Em * L * w.high;
   enc.fixed_kept = Em * L * w.high;  // the mesh edge latents, the processor's input
@@ -517,9 +518,9 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
     graph_mlp(b, w, Nm, L, L, layers, true);
     b.layers.push_back(keep(Nm * L, w.high));  // h_new
     b.inputs = Nm * L * w.high + (i == 0 ? 0 : Em * L * w.high);
-    b.carry = (Nm + Ng) * L * w.high;
-    b.output_grad = Nm * L * w.high + (i + 1 == c.processor_layers ? 0 : Em * L * w.high);
-    b.replay_grads = 2 * Em * L * w.high;  // as the gnn's processor (measured there)
+    // Measured, not derived (tests/estimator): the edge path's backward holds about two more
+    // edge-sized gradients than the layers' own, checkpointed or not (the gnn's replay_grads).
+    b.carry = (Nm + Ng) * L * w.high + 2 * Em * L * w.high;
     b.weights = static_cast<double>(graph_mlp_params({Li, Li, Li}, Li, Li, layers, true) +
                                     graph_mlp_params({Li, Li}, Li, Li, layers, true));
     m.blocks.push_back(b);
@@ -536,6 +537,7 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
   dec.layers.push_back(conv_or_linear(w, Ng * L, Ng * L));  // the updated grid latents into the output MLP
   graph_mlp(dec, w, Ng, L, O, layers, false);
   dec.inputs = (Nm + Ng) * L * w.high;
+  dec.carry = Ed * L * w.high;  // measured as the processors' (one more edge-sized gradient)
   dec.output = dec.output_grad = Ng * O * w.low;
   dec.fixed_saved = embedding(Ed, 4) + Ed * L * w.low;
   dec.weights = static_cast<double>(graph_mlp_params({4}, Li, Li, layers, true) +
