@@ -510,7 +510,9 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
   for (int64_t i = 0; i < c.processor_layers; ++i) {
     Block b;
     b.name = "processor" + std::to_string(i);
-    b.layers.push_back(gather(Nm * L, w.high, 2 * Em * L * w.low + Nm * L * w.low));
+    // The gathers' backward hands the layer before both its gradients: nodes and (after the first
+    // layer, whose edges are the batch-independent embedding) edges.
+    b.layers.push_back(gather((Nm + (i == 0 ? 0 : Em)) * L, w.high, 2 * Em * L * w.low + Nm * L * w.low));
     graph_mlp(b, w, Em, L, L, layers, true);
     b.layers.push_back(keep(Em * L, w.high));  // e_new: the residual sum
     b.layers.push_back(gather(Em * L, w.high));
@@ -520,7 +522,8 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
     b.inputs = Nm * L * w.high + (i == 0 ? 0 : Em * L * w.high);
     // Measured, not derived (tests/estimator): the edge path's backward holds about two more
     // edge-sized gradients than the layers' own, checkpointed or not (the gnn's replay_grads).
-    b.carry = (Nm + Ng) * L * w.high + 2 * Em * L * w.high;
+    // Under autocast the bf16 gradients of the edge Linears live beside their fp32 casts (measured).
+    b.carry = (Nm + Ng) * L * w.high + 2 * Em * L * w.high + (w.autocast ? 2 * Em * L * w.low : 0);
     b.weights = static_cast<double>(graph_mlp_params({Li, Li, Li}, Li, Li, layers, true) +
                                     graph_mlp_params({Li, Li}, Li, Li, layers, true));
     m.blocks.push_back(b);
@@ -537,9 +540,13 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
   dec.layers.push_back(conv_or_linear(w, Ng * L, Ng * L));  // the updated grid latents into the output MLP
   graph_mlp(dec, w, Ng, L, O, layers, false);
   dec.inputs = (Nm + Ng) * L * w.high;
-  dec.carry = Ed * L * w.high;  // measured as the processors' (one more edge-sized gradient)
+  // Measured as the processors': one more edge-sized gradient, and under autocast the bf16 ones.
+  dec.carry = Ed * L * w.high + (w.autocast ? 3 * Ed * L * w.low : 0);
   dec.output = dec.output_grad = Ng * O * w.low;
   dec.fixed_saved = embedding(Ed, 4) + Ed * L * w.low;
+  // Checkpointed, the mesh2grid edge embedding is replayed with the block, the first backward
+  // runs, where the peak is: its batch-independent tensors count there too.
+  dec.fixed_kept = dec.fixed_saved;
   dec.weights = static_cast<double>(graph_mlp_params({4}, Li, Li, layers, true) +
                                     graph_mlp_params({Li, Li, Li}, Li, Li, layers, true) +
                                     graph_mlp_params({Li, Li}, Li, Li, layers, true) +
