@@ -5,7 +5,7 @@
 
 For every preset named (default: the four below), runs `wxtrain estimate --json` at micro-batch 1 for
 training (fp32, bf16-mixed, fp16-mixed; checkpointing off and on; rollout 1 and 12) and inference
-(the three precisions), and prints a Markdown table: the per-rank total at batch 1 on an H100
+(the three precisions), all by the analytic formulas, and prints a Markdown table: the per-rank total at batch 1 on an H100
 (model states, activations, GPU overhead), the smallest catalog GPU where batch 1 fits, and the
 largest batch on an A100 80GB and an H100. Nothing is measured here: these are the estimator's
 answers, which docs/estimator.md sets beside what the papers report.
@@ -28,7 +28,9 @@ def estimate(wxtrain, preset, mode, precision, checkpointing, rollout):
         f.write(text)
         path = f.name
     try:
-        cmd = [wxtrain, "estimate", "--config", path, "--json", "--mode", mode]
+        # --analytic: the formulas for every row (tracing these sizes on a CPU takes minutes per row;
+        # the formulas are checked against traces at small sizes, tests/estimator).
+        cmd = [wxtrain, "estimate", "--config", path, "--json", "--analytic", "--mode", mode]
         if mode == "train":
             cmd += ["--set", f"data.rollout_steps={rollout}"]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

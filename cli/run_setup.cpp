@@ -24,6 +24,10 @@ RunConfig load_run(const RunOptions& options) {
     data::Dataset dataset(config.data, headers_only);
     config.data.lat = dataset.num_lat();
     config.data.lon = dataset.num_lon();
+    if (dataset.has_coordinates()) {  // where the grid lies, for graphcast's mesh (estimate, tune-batch, profile)
+      config.data.lat_coords = dataset.lat();
+      config.data.lon_coords = dataset.lon();
+    }
   }
   return config;
 }

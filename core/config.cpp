@@ -462,7 +462,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
   {  // [model]
     SectionReader r(root.get_as<toml::table>("model"), file, "model");
     auto& m = c.model;
-    r.get_choice("name", m.name, {"unet", "vit", "gnn", "fourcastnet"});
+    r.get_choice("name", m.name, {"unet", "vit", "gnn", "fourcastnet", "graphcast"});
     r.get("preset", m.preset);  // already merged into the tables (apply_model_preset)
     r.get("channels", m.channels, 1);
     r.get("groups", m.groups, 1, 1024);
@@ -478,6 +478,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("afno_blocks", m.afno_blocks, 1, 1024);
     r.get("sparsity_threshold", m.sparsity_threshold, 0.0, 1e9);
     r.get("hard_thresholding_fraction", m.hard_thresholding_fraction, 0.0, 1.0, Lower::kExclusive);
+    r.get("mesh_refinement", m.mesh_refinement, 0, 7);  // M7: 163,842 nodes, beyond any published GraphCast
     r.finish();
     if (m.channels.empty()) r.fail("channels", "must list at least one level, e.g. [32, 64, 128]");
     for (int64_t ch : m.channels)
@@ -853,13 +854,14 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"model.depth", {"", "vit: transformer blocks; fourcastnet: AFNO blocks"}},
       {"model.heads", {"", "vit: attention heads"}},
       {"model.mlp_ratio", {"", "vit, fourcastnet: MLP width / embed_dim"}},
-      {"model.latent", {"", "gnn: node and edge latent width"}},
-      {"model.processor_layers", {"", "gnn: message-passing rounds"}},
+      {"model.latent", {"", "gnn, graphcast: node and edge latent width"}},
+      {"model.processor_layers", {"", "gnn, graphcast: message-passing rounds"}},
       {"model.neighbourhood", {"", "gnn: grid radius of each node's edges (1 = 8 neighbours)"}},
-      {"model.mlp_layers", {"", "gnn: depth of every MLP"}},
+      {"model.mlp_layers", {"", "gnn, graphcast: Linear layers of every MLP (GraphCast: 2)"}},
       {"model.afno_blocks", {"", "fourcastnet: blocks of the block-diagonal spectral MLP (divides embed_dim)"}},
       {"model.sparsity_threshold", {"", "fourcastnet: soft-shrinkage lambda on the filtered Fourier modes"}},
       {"model.hard_thresholding_fraction", {"", "fourcastnet: share of the lowest Fourier modes filtered (1 = all)"}},
+      {"model.mesh_refinement", {"", "graphcast: icosahedron refinements of the multi-mesh (10 x 4^r + 2 nodes; GraphCast 0.25: 6)"}},
       {"data.sources", {"array of tables", "[[data.sources]]: one variable from one file each (keys below)"}},
       {"data.sources.file", {"", "NetCDF file, Zarr store or GRIB file (required)"}},
       {"data.sources.variable", {"", "the variable's name in the file (required)"}},

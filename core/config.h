@@ -17,7 +17,7 @@ std::string to_string(Precision p);
 Precision parse_precision(const std::string& text);  // throws ConfigError naming the accepted values
 
 struct ModelConfig {
-  std::string name = "unet";  // model.name: unet | vit | gnn | fourcastnet
+  std::string name = "unet";  // model.name: unet | vit | gnn | fourcastnet | graphcast
   std::string preset;         // model.preset: the published configuration it started from (core/model_presets.h)
   // unet
   std::vector<int64_t> channels = {32, 64, 128};  // model.channels: width per level
@@ -37,6 +37,8 @@ struct ModelConfig {
   int64_t processor_layers = 4;   // model.processor_layers: message-passing rounds
   int64_t neighbourhood = 1;      // model.neighbourhood: grid radius of each node's edges (1 = 8 neighbours)
   int64_t mlp_layers = 2;         // model.mlp_layers: depth of every GNN MLP
+  // graphcast (and latent, processor_layers, mlp_layers above)
+  int64_t mesh_refinement = 5;    // model.mesh_refinement: icosahedron refinements of the multi-mesh (GraphCast 0.25: 6)
 };
 
 // One variable taken from one file (NetCDF, a Zarr store's directory, GRIB); `name` is how wxtrain
@@ -93,6 +95,10 @@ struct DataConfig {
   std::vector<std::string> forcing_variables;     // data.forcing_variables: input-only channels from files
   int64_t lat = 0;                     // data.grid = [lat, lon]
   int64_t lon = 0;
+  // Not keys: the grid's coordinates in degrees, filled in where the data is opened (load_run,
+  // train, forecast) for the models that place the grid on the sphere (graphcast). Empty: unknown,
+  // and such a model assumes a regular global grid of lat x lon.
+  std::vector<double> lat_coords, lon_coords;
   int64_t history = 2;          // data.history: input states per sample
   int64_t rollout_steps = 1;    // data.rollout_steps: predicted states per sample (autoregressive)
   bool rollout_steps_set = false;  // given in the run file (a train.rollout_schedule then conflicts)

@@ -120,7 +120,8 @@ std::vector<torch::Tensor> GraphEncoderImpl::forward(const torch::Tensor& nodes,
   return {h, e};
 }
 
-InteractionLayerImpl::InteractionLayerImpl(int64_t latent, int64_t mlp_layers) {
+InteractionLayerImpl::InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual_)
+    : aggregate_residual(aggregate_residual_) {
   edge_mlp = register_module("edge_mlp",
                              GraphMLP(GraphMLPOptions({latent, latent, latent}, latent, latent).layers(mlp_layers)));
   node_mlp = register_module("node_mlp", GraphMLP(GraphMLPOptions({latent, latent}, latent, latent).layers(mlp_layers)));
@@ -133,11 +134,12 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
   // E is ~(2r+1)^2 times N. e is [E, L] in the first layer: it broadcasts over the batch.
   torch::Tensor pre = gather_edges(edge_mlp->project(1, h), edge_mlp->project(2, h), edge_mlp->project(0, e), senders,
                                    receivers);
-  torch::Tensor e_new = e + edge_mlp->finish(pre);
+  torch::Tensor update = edge_mlp->finish(pre);
+  torch::Tensor e_new = e + update;
 
-  // Sum the updated edges into their receivers.
-  torch::Tensor agg = torch::zeros({h.size(0), h.size(1), e_new.size(-1)}, e_new.options())
-                          .index_add_(1, receivers, e_new);
+  // Sum the updated edges (or their updates) into their receivers.
+  const torch::Tensor& sent = aggregate_residual ? e_new : update;
+  torch::Tensor agg = torch::zeros({h.size(0), h.size(1), sent.size(-1)}, sent.options()).index_add_(1, receivers, sent);
 
   torch::Tensor h_new = h + node_mlp->finish(node_mlp->project(0, h) + node_mlp->project(1, agg));
   return {h_new, e_new};

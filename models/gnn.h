@@ -68,16 +68,19 @@ class GraphEncoderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GraphEncoder);
 
-// One interaction-network round with residual updates of edges and nodes.
+// One interaction-network round with residual updates of edges and nodes. The node MLP sums the
+// incoming edges' new latents e' = e + MLP(...) (aggregate_residual, the gnn's way), or only their
+// update MLP(...) (GraphCast's, Lam et al. 2023 eq. 9-11: the residual is added after the round).
 class InteractionLayerImpl : public torch::nn::Module {
  public:
-  InteractionLayerImpl(int64_t latent, int64_t mlp_layers);
+  InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual = true);
   // h [B, N, L], e [B, E, L] or [E, L] -> {h', e' [B, E, L]}
   std::vector<torch::Tensor> forward(const torch::Tensor& h, const torch::Tensor& e, const torch::Tensor& senders,
                                      const torch::Tensor& receivers);
 
   GraphMLP edge_mlp{nullptr};  // on [e, h_sender, h_receiver]
   GraphMLP node_mlp{nullptr};  // on [h, sum of incoming e']
+  bool aggregate_residual = true;
 };
 TORCH_MODULE(InteractionLayer);
 

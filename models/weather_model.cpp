@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "models/fourcastnet.h"
 #include "models/gnn.h"
+#include "models/graphcast.h"
 #include "models/unet.h"
 #include "models/vit.h"
 
@@ -16,6 +17,11 @@ ModelShape model_shape(const RunConfig& config) {
   s.lon = config.data.lon;
   if (s.lat <= 0 || s.lon <= 0)
     throw ConfigError(config.path + ": the grid size is unknown: set [data] grid = [lat, lon] or open the data first");
+  if (static_cast<int64_t>(config.data.lat_coords.size()) == s.lat &&
+      static_cast<int64_t>(config.data.lon_coords.size()) == s.lon) {
+    s.latitudes = config.data.lat_coords;
+    s.longitudes = config.data.lon_coords;
+  }
   return s;
 }
 
@@ -48,7 +54,8 @@ WeatherModel build_model(const ModelConfig& config, const ModelShape& shape) {
   if (config.name == "vit") return std::make_shared<ViTImpl>(config, shape);
   if (config.name == "gnn") return std::make_shared<GraphNetImpl>(config, shape);
   if (config.name == "fourcastnet") return std::make_shared<FourCastNetImpl>(config, shape);
-  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit, gnn or fourcastnet");
+  if (config.name == "graphcast") return std::make_shared<GraphCastImpl>(config, shape);
+  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit, gnn, fourcastnet or graphcast");
 }
 
 }  // namespace wxtrain::models

@@ -19,6 +19,10 @@ struct ModelShape {
   int64_t out_channels = 0;  // variables
   int64_t lat = 0;
   int64_t lon = 0;
+  // The grid's coordinates in degrees (lat rows, lon columns), when the data gave them; empty
+  // otherwise. Only models that place the grid on the sphere read them (graphcast; without them it
+  // assumes a regular global grid of lat x lon).
+  std::vector<double> latitudes, longitudes;
 };
 
 ModelShape model_shape(const RunConfig& config);  // from [data] (sources or variables/grid)

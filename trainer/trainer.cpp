@@ -428,6 +428,10 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
   models::ModelShape shape = models::model_shape(config);
   shape.lat = run.dataset->num_lat();
   shape.lon = run.dataset->num_lon();
+  if (run.dataset->has_coordinates()) {  // where the grid lies, for graphcast's mesh
+    shape.latitudes = run.dataset->lat();
+    shape.longitudes = run.dataset->lon();
+  }
   auto comm = distributed::make_communicator(run.world, config.distributed, run.device);
   ModelInit init;
   if (resume_from) {

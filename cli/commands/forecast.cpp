@@ -79,6 +79,10 @@ int run_forecast(const ForecastArgs& args) {
   const int64_t start = start_index(*dataset, args.start, history);
   config.data.lat = dataset->num_lat();
   config.data.lon = dataset->num_lon();
+  if (dataset->has_coordinates()) {  // the grid graphcast's graph was built on
+    config.data.lat_coords = dataset->lat();
+    config.data.lon_coords = dataset->lon();
+  }
   const data::Normalization norm = data::Normalization::from_map(ckpt.normalization);
   const data::SampleMaker maker(*dataset, norm, {history, 1});
   const ChannelLayout layout = config.channels();

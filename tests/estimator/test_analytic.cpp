@@ -12,6 +12,7 @@
 #include "estimator/activation_trace.h"
 #include "estimator/analytic.h"
 #include "estimator/estimate.h"
+#include "models/graphcast.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::estimator {
@@ -39,6 +40,7 @@ ModelConfig small(const std::string& name) {
   c.processor_layers = 2;
   c.mlp_layers = 2;
   c.neighbourhood = 1;
+  c.mesh_refinement = 4;
   return c;
 }
 
@@ -130,6 +132,68 @@ TEST(AnalyticParams, FourCastNetPublishedConfiguration) {
               static_cast<long long>(analytic_param_count(c, s)));
 }
 
+TEST(AnalyticParams, GraphCastMatchesInstantiatedModelAndIgnoresTheMesh) {
+  for (int64_t mlp : {1, 2, 3}) {
+    ModelConfig c = small("graphcast");
+    c.mlp_layers = mlp;
+    c.processor_layers = 3;
+    EXPECT_EQ(analytic_param_count(c, storm_shape()), instantiated_params(c, storm_shape())) << "mlp_layers " << mlp;
+  }
+  // The graph is buffers: neither the refinement nor the grid changes the count.
+  ModelConfig a = small("graphcast"), b = small("graphcast");
+  b.mesh_refinement = 2;
+  EXPECT_EQ(analytic_param_count(a, storm_shape()), analytic_param_count(b, storm_shape()));
+  EXPECT_EQ(analytic_param_count(a, storm_shape()), instantiated_params(b, models::ModelShape{12, 6, 10, 11}));
+}
+
+// GraphCast's MLPs (one hidden layer of 512, LayerNorm but on the output MLP) on `in` inputs and
+// `out` outputs, for the published configurations.
+ModelConfig published_graphcast(int64_t refinement) {
+  ModelConfig c;
+  c.name = "graphcast";
+  c.latent = 512;
+  c.processor_layers = 16;
+  c.mlp_layers = 2;
+  c.mesh_refinement = refinement;
+  return c;
+}
+
+TEST(AnalyticParams, GraphCastPublishedConfigurations) {
+  // Lam et al. 2023 (Science 382, eadi2336; arXiv:2212.12794), supplement section 3 (GraphCast's
+  // architecture) and Table 2/3 (inputs, outputs): latent 512, 16 processor layers, MLPs with one
+  // hidden layer, mesh M6 on the 0.25 degree grid. Per grid node: 227 outputs (5 surface + 6
+  // atmospheric x 37 levels); inputs 2 states x (227 + 5 forcings) + 5 forcings at the target time
+  // + 2 static fields = 471, which the model's grid embedding widens by the 3 positional features
+  // to the paper's 474. The paper reports 36.7 million parameters.
+  auto mlp = [](int64_t in, int64_t out, bool norm = true) { return in * 512 + 512 + 512 * out + out + (norm ? 2 * out : 0); };
+  const int64_t processor = mlp(3 * 512, 512) + mlp(2 * 512, 512);
+  auto expected = [&](int64_t in, int64_t out) {
+    const int64_t grid2mesh = mlp(in + 3, 512) + mlp(3, 512) + 2 * mlp(4, 512) + mlp(3 * 512, 512) + mlp(2 * 512, 512) + mlp(512, 512);
+    const int64_t mesh2grid = mlp(4, 512) + mlp(3 * 512, 512) + mlp(2 * 512, 512) + mlp(512, out, false);
+    return grid2mesh + 16 * processor + mesh2grid;
+  };
+  const models::ModelShape quarter{471, 227, 721, 1440};
+  const int64_t n = analytic_param_count(published_graphcast(6), quarter);
+  EXPECT_EQ(n, expected(471, 227));
+  EXPECT_EQ(n, 35'580'643);
+  // The reference code (google-deepmind/graphcast, graphcast.py) also holds 767,488 parameters that
+  // cannot change its output, which this model leaves out: the mesh node embedding reads 471 zero
+  // inputs beside its 3 positional features (471 x 512 weights), and the decoder's DeepTypedGraphNet
+  // updates the mesh nodes with an MLP on 512 whose result it discards (526,336). With them the
+  // count is 36,348,131, 0.96% under the paper's 36.7 million.
+  const int64_t reference = n + 471 * 512 + mlp(512, 512);
+  EXPECT_EQ(reference, 36'348'131);
+  EXPECT_LT(std::abs(static_cast<double>(reference) / 36.7e6 - 1), 0.01);
+  // GraphCast_small (the repository's 1 degree model): 13 levels, M5: 83 outputs, 2 x (83 + 5) + 5
+  // + 2 = 183 inputs.
+  const int64_t small_n = analytic_param_count(published_graphcast(5), models::ModelShape{183, 83, 181, 360});
+  EXPECT_EQ(small_n, expected(183, 83));
+  std::printf("[ analytic ] graphcast 0.25 deg: %lld parameters (reference layout %lld, paper 36.7M); "
+              "graphcast_small 1 deg: %lld (reference layout %lld)\n",
+              static_cast<long long>(n), static_cast<long long>(reference), static_cast<long long>(small_n),
+              static_cast<long long>(small_n + 183 * 512 + mlp(512, 512)));
+}
+
 TEST(AnalyticParams, UnknownModelIsNamed) {
   ModelConfig c = small("resnet");
   try {
@@ -191,12 +255,50 @@ INSTANTIATE_TEST_SUITE_P(Zoo, AnalyticVsTrace,
                                            Case{"fourcastnet", Precision::kFp32, false},
                                            Case{"fourcastnet", Precision::kFp32, true},
                                            Case{"fourcastnet", Precision::kBf16Mixed, false},
-                                           Case{"fourcastnet", Precision::kBf16Mixed, true}),
+                                           Case{"fourcastnet", Precision::kBf16Mixed, true},
+                                           Case{"graphcast", Precision::kFp32, false}, Case{"graphcast", Precision::kFp32, true},
+                                           Case{"graphcast", Precision::kBf16Mixed, false},
+                                           Case{"graphcast", Precision::kBf16Mixed, true}),
                          case_name);
 
 // On a CPU run (train.device = "cpu") the U-Net's GroupNorm + SiLU is fused (models/group_norm_silu.h)
 // and the trace follows it; the formulas keep describing the unfused path a GPU runs. Fusion never
 // costs memory, and the formulas stay within their usual error of the fused step, or above it.
+// GraphCast's formulas hold to 8% of the trace (the zoo-wide test allows 15%), on the storm grid
+// placed where the data lies (the regional mesh) and on the global fallback grid.
+TEST(AnalyticVsTrace, GraphCastWithinEightPercent) {
+  models::ModelShape regional = storm_shape();
+  for (int64_t i = 0; i < 33; ++i) regional.latitudes.push_back(20.0 + 1.25 * static_cast<double>(i));
+  for (int64_t j = 0; j < 36; ++j) regional.longitudes.push_back(-140.0 + 2.5 * static_cast<double>(j));
+  for (const models::ModelShape& shape : {storm_shape(), regional}) {
+    const auto [lat, lon] = models::graphcast_grid(shape);
+    const models::GraphCastGraph g = models::build_graphcast_graph(lat, lon, 4);
+    std::printf("[ analytic ] graphcast %s M4 graph: %lld grid, %lld mesh nodes; %lld grid2mesh, %lld mesh, %lld mesh2grid edges\n",
+                shape.latitudes.empty() ? "global 33 x 36" : "storm region", static_cast<long long>(g.grid_nodes),
+                static_cast<long long>(g.mesh_nodes), static_cast<long long>(g.g2m_senders.size(0)),
+                static_cast<long long>(g.mesh_senders.size(0)), static_cast<long long>(g.m2g_senders.size(0)));
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
+      for (const bool checkpointing : {false, true}) {
+        RunConfig r;
+        r.model = small("graphcast");
+        r.train.precision = precision;
+        r.train.checkpointing = checkpointing;
+        r.train.device = "cuda";
+        const ActivationFit traced = trace_activations(r, shape, Mode::kTrain, {4, 16});
+        const ActivationFit analytic = analytic_activations(r, shape, Mode::kTrain);
+        EXPECT_EQ(analytic.traced_states, traced.traced_states);
+        for (double batch : {4.0, 16.0}) {
+          const double error = analytic.at(batch) / traced.at(batch) - 1;
+          std::printf("[ analytic ] graphcast %-8s %-10s ckpt=%d batch %2.0f: traced %9.0f analytic %9.0f error %+.1f%%\n",
+                      shape.latitudes.empty() ? "global" : "regional", to_string(precision).c_str(), checkpointing, batch,
+                      traced.at(batch), analytic.at(batch), 100 * error);
+          EXPECT_LT(std::abs(error), 0.08) << to_string(precision) << " ckpt " << checkpointing << " batch " << batch;
+        }
+      }
+    }
+  }
+}
+
 TEST(AnalyticVsTrace, FusedCpuStepKeepsNoMoreAndTheFormulasStillHold) {
   for (const Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
     for (const bool checkpointing : {false, true}) {

@@ -45,6 +45,7 @@ ModelConfig small(const std::string& name) {
   c.mlp_layers = 3;
   c.neighbourhood = 1;
   c.afno_blocks = 4;
+  c.mesh_refinement = 2;
   return c;
 }
 
@@ -257,7 +258,7 @@ TEST_P(ZooTest, Bf16AutocastForwardAndBackward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn", "fourcastnet"),
+INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn", "fourcastnet", "graphcast"),
                          [](const auto& info) { return info.param; });
 
 // ---- parameter counts from the architectures' formulas ----
@@ -331,6 +332,8 @@ TEST(Blocks, NamesInForwardOrder) {
             (std::vector<std::string>{"encoder", "processor0", "processor1", "processor2", "processor3", "decoder"}));
   EXPECT_EQ(build_model(named("fourcastnet"), s)->block_names(),
             (std::vector<std::string>{"embed", "block0", "block1", "block2", "block3", "head"}));
+  EXPECT_EQ(build_model(named("graphcast"), s)->block_names(),
+            (std::vector<std::string>{"grid2mesh", "processor0", "processor1", "processor2", "processor3", "mesh2grid"}));
 }
 
 TEST(Blocks, EncoderParametersShareAFreezablePrefix) {
@@ -403,7 +406,7 @@ TEST(BuildModel, UnknownNameListsTheZoo) {
   } catch (const ConfigError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("bad"), std::string::npos) << what;
-    for (const char* name : {"unet", "vit", "gnn", "fourcastnet"}) EXPECT_NE(what.find(name), std::string::npos) << what;
+    for (const char* name : {"unet", "vit", "gnn", "fourcastnet", "graphcast"}) EXPECT_NE(what.find(name), std::string::npos) << what;
   }
 }
 
@@ -420,11 +423,14 @@ TEST(BuildModel, InconsistentSettingsAreConfigErrors) {
   ModelConfig fourcastnet = named("fourcastnet");
   fourcastnet.afno_blocks = 5;  // does not divide 128
   EXPECT_THROW(build_model(fourcastnet, storm_shape()), ConfigError);
+  ModelConfig graphcast = named("graphcast");
+  graphcast.mesh_refinement = 8;
+  EXPECT_THROW(build_model(graphcast, storm_shape()), ConfigError);
 }
 
 TEST(BuildModel, DefaultParameterCounts) {
   // Reported in the docs; printed so a change in the architectures is visible in the test log.
-  for (const char* name : {"unet", "vit", "gnn", "fourcastnet"}) {
+  for (const char* name : {"unet", "vit", "gnn", "fourcastnet", "graphcast"}) {
     WeatherModel m = build_model(named(name), storm_shape());
     std::cout << "[ " << name << " ] default config, 12 -> 6 channels on 33 x 36: " << count_parameters(*m)
               << " parameters\n";
