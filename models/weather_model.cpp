@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "models/fourcastnet.h"
 #include "models/gnn.h"
+#include "models/pangu.h"
 #include "models/unet.h"
 #include "models/vit.h"
 
@@ -12,6 +13,9 @@ ModelShape model_shape(const RunConfig& config) {
   ModelShape s;
   s.out_channels = config.out_channels();  // prognostic + diagnostic
   s.in_channels = config.in_channels();    // prognostic x history + forcings + static fields
+  const ChannelLayout layout = config.channels();
+  s.state_channels = static_cast<int64_t>(layout.prognostic.size());
+  s.history = layout.history;
   s.lat = config.data.lat;
   s.lon = config.data.lon;
   if (s.lat <= 0 || s.lon <= 0)
@@ -48,7 +52,8 @@ WeatherModel build_model(const ModelConfig& config, const ModelShape& shape) {
   if (config.name == "vit") return std::make_shared<ViTImpl>(config, shape);
   if (config.name == "gnn") return std::make_shared<GraphNetImpl>(config, shape);
   if (config.name == "fourcastnet") return std::make_shared<FourCastNetImpl>(config, shape);
-  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit, gnn or fourcastnet");
+  if (config.name == "pangu") return std::make_shared<PanguImpl>(config, shape);
+  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit, gnn, fourcastnet or pangu");
 }
 
 }  // namespace wxtrain::models

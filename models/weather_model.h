@@ -19,6 +19,12 @@ struct ModelShape {
   int64_t out_channels = 0;  // variables
   int64_t lat = 0;
   int64_t lon = 0;
+  // How the input's channels group (model_shape() fills these from the run's ChannelLayout): the
+  // first history x state_channels are `history` prognostic states, oldest first, the rest forcings
+  // and static fields. state_channels = 0: not known (a bare shape built in code); a model that
+  // needs it reads the input as one state of in_channels.
+  int64_t state_channels = 0;
+  int64_t history = 1;
 };
 
 ModelShape model_shape(const RunConfig& config);  // from [data] (sources or variables/grid)
