@@ -29,7 +29,9 @@
 // volume zero-padded to whole windows; every second block of a stage shifts the windows by half a
 // window: the volume is rolled, and the tokens a roll carries across the level and latitude edges
 // are masked from the rest of their window (they are not neighbours); longitude wraps around the
-// globe, so what crosses the date line stays a neighbour and is not masked.
+// globe, so what crosses the date line stays a neighbour and is not masked. As in the pseudocode,
+// the zero tokens padded in are attended to like any other (every query always sees itself, so a
+// mask of -inf, where the pseudocode suggests -100 or -1000, never empties a row).
 //
 // Departures, each for a reason: no drop path (the trainer has no stochastic regularisation,
 // and a checkpointed block's replay would have to replay its random draws too); a window larger
