@@ -351,6 +351,34 @@ TEST(Pangu, ParameterCountMatchesTheArchitecture) {
   EXPECT_EQ(n, embed + 2 * fine + down + 4 * coarse + up + 2 * fine + head);
 }
 
+TEST(Pangu, PublishedConfigurationHas64MillionParameters) {
+  // Bi et al. 2023's model built for real (no forward): 5 upper-air variables x 13 levels, 4
+  // surface variables and 3 constant masks on 721 x 1440, the pseudocode's sizes. The authors give
+  // "about 256 million parameters in total" for four such models (arXiv:2211.02556, abstract).
+  ModelConfig c;
+  c.name = "pangu";
+  c.upper_variables = 5;
+  c.levels = 13;
+  c.level_patch = 2;
+  c.patch_size = 4;
+  c.embed_dim = 192;
+  c.window = {2, 6, 12};
+  c.stage_depths = {2, 6, 6, 2};
+  c.stage_heads = {6, 12, 12, 6};
+  ModelShape s{5 * 13 + 4 + 3, 5 * 13 + 4, 721, 1440};
+  s.state_channels = 5 * 13 + 4;
+  auto model = std::dynamic_pointer_cast<PanguImpl>(build_model(c, s));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->tokens(), (Extent3{8, 181, 360}));
+  EXPECT_EQ(model->coarse_tokens(), (Extent3{8, 91, 180}));
+  // Window types: 4 level windows x 31 (181 -> 186) latitude windows; 4 x 16 (91 -> 96).
+  EXPECT_EQ(model->blocks().front()->attn->earth_bias.size(1), 124);
+  EXPECT_EQ(model->blocks()[2]->attn->earth_bias.size(1), 64);
+  int64_t n = 0;
+  for (const auto& t : model->parameters()) n += t.numel();
+  EXPECT_EQ(n, 64'220'169);
+}
+
 TEST(Pangu, BlockNamesInForwardOrder) {
   const ModelConfig c = small_pangu();
   EXPECT_EQ(build_model(c, small_shape())->block_names(),
