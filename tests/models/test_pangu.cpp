@@ -13,6 +13,7 @@
 #include "core/autocast.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/memory_meter.h"
 #include "models/pangu.h"
 #include "models/weather_model.h"
 
@@ -166,6 +167,29 @@ TEST(PanguAttention, BiasIsSharedAlongLongitudeOnly) {
   EXPECT_EQ(index.max().item<int64_t>(), 2 * 2 * 3 * 3 * 7 - 1);
   // Every (level pair, lat pair, lon offset) row is used.
   EXPECT_EQ(std::get<0>(at::_unique(index.flatten())).numel(), 2 * 2 * 3 * 3 * 7);
+}
+
+TEST(PanguAttention, WindowAttentionNeverHoldsTheVolumesScores) {
+  // 2 x 24 x 96 = 4608 tokens: full attention's scores would be heads x 4608^2 floats (340 MB);
+  // the windows' are heads x 4608 x 144 (10.6 MB). The block's forward peak stays near the latter.
+  MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
+  const Extent3 grid{2, 24, 96}, window{2, 6, 12};
+  const int64_t heads = 4, L = grid[0] * grid[1] * grid[2], N = window[0] * window[1] * window[2];
+  EarthSpecificBlock block(EarthBlockOptions(32, heads, grid, window).shifted(true));
+  const torch::Tensor x = torch::randn({1, grid[0], grid[1], grid[2], 32});
+  torch::NoGradGuard no_grad;
+  int64_t peak = 0;
+  {
+    PeakScope scope(meter);
+    const torch::Tensor y = block->forward(x);
+    peak = scope.peak_increase();
+  }
+  const double windows = 4.0 * heads * L * N, full = 4.0 * heads * L * L;
+  std::cout << "[ pangu ] block forward on " << L << " tokens: peak " << peak << " bytes; window scores "
+            << windows << ", full scores " << full << "\n";
+  EXPECT_GT(peak, windows);  // the scores are there (the meter counts this process's tensors)
+  EXPECT_LT(peak, 5 * windows);  // scores, their softmax, the windows and their copies
+  EXPECT_LT(peak, full / 8);
 }
 
 // ---- padding, windows and patches invert ----
