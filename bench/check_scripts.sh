@@ -206,6 +206,10 @@ case $mode in
     grep -q 'ECCODES_DEFINITION_PATH="$WXTRAIN_BUNDLE/share/eccodes/definitions"' "$b/env.sh" || fail "env.sh sets no ECCODES_DEFINITION_PATH"
     grep -q 'ECCODES_SAMPLES_PATH="$WXTRAIN_BUNDLE/share/eccodes/samples"' "$b/env.sh" || fail "env.sh sets no ECCODES_SAMPLES_PATH"
     for v in P T U V U500 V500; do [[ -s $b/share/ncarg/data/cdf/${v}storm.cdf ]] || fail "no ${v}storm.cdf"; done
+    [[ -s $b/share/ncarg/data/cdf/landsea.nc ]] || fail "no landsea.nc (storm_unet's static field)"
+    grep -q 'PMIX_MCA_mca_base_component_path="$WXTRAIN_BUNDLE/lib/'"$MA"'/pmix2/lib/pmix"' "$b/env.sh" ||
+      fail "env.sh does not point PMIx at the bundled plugins"
+    ls "$b/lib/$MA/pmix2/lib/pmix/"*.so >/dev/null || fail "no PMIx plugins"
     ls "$b/lib/$MA/openmpi/lib/openmpi"*/mca_btl_vader.so >/dev/null || fail "no OpenMPI plugins"
     # Nothing from the documentation, no other static library, no glibc, no link pointing outside.
     [[ -z $(find "$b" -path '*/doc/*' -o -path '*/man/*' -o -name '*.pc') ]] || fail "docs or pkg-config files bundled"

@@ -261,7 +261,7 @@ estimator::GpuSpec this_gpu() {
 }
 
 json breakdown_json(const estimator::Estimate& e, const estimator::Breakdown& b, const estimator::GpuSpec& gpu) {
-  const estimator::GpuOverhead o = estimator::gpu_overhead(b.allocated(), e.uses_convolutions, gpu);
+  const estimator::GpuOverhead o = estimator::gpu_overhead(b.allocated(), e.libraries, gpu);
   return {{"params", b.params},
           {"grads", b.grads},
           {"optimizer", b.optimizer},
@@ -270,7 +270,6 @@ json breakdown_json(const estimator::Estimate& e, const estimator::Breakdown& b,
           {"overhead", {{"cuda_context", o.cuda_context},
                         {"cublas_workspace", o.cublas_workspace},
                         {"cublaslt_workspace", o.cublaslt_workspace},
-                        {"cudnn_workspace", o.cudnn_workspace},
                         {"allocator_reserve", o.allocator_reserve},
                         {"total", b.overhead}}},
           {"total", b.total()}};

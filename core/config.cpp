@@ -14,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/model_presets.h"
 #include "core/units.h"
 
 namespace wxtrain {
@@ -462,6 +463,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     SectionReader r(root.get_as<toml::table>("model"), file, "model");
     auto& m = c.model;
     r.get_choice("name", m.name, {"unet", "vit", "gnn", "fourcastnet", "pangu"});
+    r.get("preset", m.preset);  // already merged into the tables (apply_model_preset)
     r.get("channels", m.channels, 1);
     r.get("groups", m.groups, 1, 1024);
     r.get("patch_size", m.patch_size, 1, 64);
@@ -734,6 +736,31 @@ toml::table parse_toml(const std::string& text, const std::string& source_name) 
   }
 }
 
+// model.preset: the preset's [model] keys under the run file's own, which win; its [data] shape
+// (variables, grid, history, ...) only for a run file without [[data.sources]], whose data is its own.
+void apply_model_preset(toml::table& root, const std::string& file) {
+  toml::table* model = root.get_as<toml::table>("model");
+  const toml::node* node = model ? model->get("preset") : nullptr;
+  if (!node) return;
+  const std::string where =
+      node->source().begin.line ? file + ":" + std::to_string(node->source().begin.line) : file + " (--set)";
+  const std::vector<std::string> names = model_preset_names();
+  const std::optional<std::string> name = node->value<std::string>();
+  if (!name) throw ConfigError(where + ": model.preset must be a string, one of " + join(names));
+  const ModelPreset* preset = find_model_preset(*name);
+  if (!preset)
+    throw ConfigError(where + ": model.preset = \"" + *name + "\" is not a preset" + did_you_mean(*name, names) +
+                      "; expected one of " + join(names));
+  auto merge_under = [](toml::table& into, const toml::table& from) {
+    for (auto&& [k, v] : from)
+      if (!into.contains(k.str())) v.visit([&, key = std::string(k.str())](auto&& n) { into.insert(key, n); });
+  };
+  merge_under(*model, parse_toml(preset->model_toml, "preset " + preset->name));
+  if (!root.contains("data")) root.insert("data", toml::table{});
+  toml::table* data = root.get_as<toml::table>("data");
+  if (!data->contains("sources")) merge_under(*data, parse_toml(preset->data_toml, "preset " + preset->name));
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open the run file (does it exist?)");
@@ -748,6 +775,7 @@ RunConfig parse_config(const std::string& toml_text, const std::string& source_n
                        const std::vector<std::string>& overrides) {
   toml::table root = parse_toml(toml_text, source_name);
   for (const auto& o : overrides) apply_override(root, o);
+  apply_model_preset(root, source_name);
   return build(root, source_name);
 }
 
@@ -840,6 +868,8 @@ namespace {
 const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
   static const std::map<std::string, std::pair<std::string, std::string>> docs = {
       {"model.name", {"", "architecture from the zoo"}},
+      {"model.preset", {"", "a published configuration (docs/estimator.md): its [model] keys, and for a run file "
+                            "without sources its [data] shape; keys set here win"}},
       {"model.channels", {"", "unet: width per level"}},
       {"model.groups", {"", "unet: GroupNorm groups (each width a multiple)"}},
       {"model.patch_size", {"", "vit, fourcastnet, pangu: patch edge in grid points"}},

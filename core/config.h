@@ -18,6 +18,7 @@ Precision parse_precision(const std::string& text);  // throws ConfigError namin
 
 struct ModelConfig {
   std::string name = "unet";  // model.name: unet | vit | gnn | fourcastnet | pangu
+  std::string preset;         // model.preset: the published configuration it started from (core/model_presets.h)
   // unet
   std::vector<int64_t> channels = {32, 64, 128};  // model.channels: width per level
   int64_t groups = 8;                             // model.groups: GroupNorm groups

@@ -342,8 +342,17 @@ ModelMemory vit_memory(const ModelConfig& c, const models::ModelShape& s, const 
     b.layers.push_back({"norm", 8 * N, ND * stream, ND * stream});
     b.layers.push_back(conv_or_linear(w, ND, 3 * ND));                   // qkv
     b.layers.push_back({"matmul q k", 2 * ND * w.low, 3 * ND * w.low, scores * w.low});  // contiguous q, k copies
-    b.layers.push_back(softmax(scores, w.low));
-    b.layers.push_back({"matmul attn v", ND * w.low, scores * w.low, ND * w.low});  // the v copy
+    if (w.low < w.high) {
+      // Under autocast the GPU step takes the softmax in fp32, as CUDA's autocast does
+      // (models::cuda_autocast_fp32): the bf16 scores cast up (a temporary), the fp32 output saved,
+      // and its bf16 copy saved again by the attn x v matmul; backward holds the fp32 gradient and
+      // its bf16 cast for the scores' matmul. Within 2.3% of the trace (tests/estimator).
+      b.layers.push_back({"softmax", scores * w.high, scores * (w.high + w.low), scores * (w.high + w.high)});
+      b.layers.push_back({"matmul attn v", ND * w.low + scores * w.low, scores * w.low, ND * w.low + scores * w.low});
+    } else {
+      b.layers.push_back(softmax(scores, w.low));
+      b.layers.push_back({"matmul attn v", ND * w.low, scores * w.low, ND * w.low});  // the v copy
+    }
     b.layers.push_back(conv_or_linear(w, ND, ND));                        // proj on the merged heads (a copy)
     add_mlp_half(b, w, N, ND, NH, stream);  // norm2 keeps the first residual sum
     b.inputs = ND * stream;

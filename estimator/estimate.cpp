@@ -17,7 +17,7 @@ Breakdown Estimate::breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) 
     b.optimizer = states.optimizer;
   }
   b.activations = std::max(0.0, activations.at(static_cast<double>(batch)));
-  if (gpu) b.overhead = gpu_overhead(b.allocated(), uses_convolutions, *gpu).total();
+  if (gpu) b.overhead = gpu_overhead(b.allocated(), libraries, *gpu).total();
   return b;
 }
 
@@ -82,7 +82,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   e.config = config;
   e.shape = shape;
   e.options = options;
-  e.uses_convolutions = config.model.name != "gnn";
+  e.libraries = library_use(config.model.name);
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
   if (options.analytic) {
     e.activations = analytic_activations(config, shape, options.mode);

@@ -51,7 +51,7 @@ struct Estimate {
   RunConfig config;
   models::ModelShape shape;
   EstimateOptions options;
-  bool uses_convolutions = false;
+  LibraryUse libraries;  // which of cuBLAS and cuDNN the step calls (gpu_overhead.h)
   std::string method;      // how activations were obtained, for the report
   ModelStates states;      // per rank, with ZeRO over options.world_size
   ActivationFit activations;

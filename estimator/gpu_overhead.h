@@ -1,8 +1,8 @@
 #pragma once
 // What a CUDA process holds beyond the tensors the counting allocator sees, for LibTorch 2.11 on
-// CUDA 12.x/13.x (and ROCm). No GPU is needed to apply it, and none was used to build it: each
-// term comes from PyTorch's source, NVIDIA's documentation or a public measurement, cited in
-// gpu_overhead.cpp and docs/estimator.md.
+// CUDA 12.x/13.x (and ROCm). No GPU is needed to apply it. Each term comes from PyTorch's source,
+// NVIDIA's documentation or a public measurement, cited in gpu_overhead.cpp and docs/estimator.md,
+// and the H100 measurements of scripts/gpu_check.sh (docs/benchmarks.md) corrected two of them.
 #include <optional>
 #include <string>
 
@@ -14,10 +14,9 @@ struct GpuOverhead {
   double cuda_context = 0;        // driver context + lazily loaded kernels, per process
   double cublas_workspace = 0;    // cuBLAS workspaces, one per (handle, stream)
   double cublaslt_workspace = 0;  // cuBLASLt workspaces, when not shared with cuBLAS's
-  double cudnn_workspace = 0;     // convolution engine workspace (conv models)
   double allocator_reserve = 0;   // caching allocator rounding and fragmentation above peak allocated
   double total() const {
-    return cuda_context + cublas_workspace + cublaslt_workspace + cudnn_workspace + allocator_reserve;
+    return cuda_context + cublas_workspace + cublaslt_workspace + allocator_reserve;
   }
 };
 
@@ -36,13 +35,25 @@ struct OverheadEnv {
 // PyTorch 2.11's cuBLAS / cuBLASLt workspace per (handle, stream) for this GPU and environment.
 double cublas_workspace_bytes(const GpuSpec& gpu, const OverheadEnv& env = {});
 double cublaslt_workspace_bytes(const GpuSpec& gpu, const OverheadEnv& env = {});
-// Driver context and the kernels a training step loads lazily, by architecture.
-double cuda_context_bytes(const GpuSpec& gpu);
 
-// `peak_allocated`: the peak tensor bytes of the run; `uses_convolutions`: the model runs cuDNN
-// convolutions (unet, the vit's patch embedding); `gpu`: its compute capability (0: unknown, the
-// largest figures) and whether it is ROCm.
-GpuOverhead gpu_overhead(double peak_allocated, bool uses_convolutions, const GpuSpec& gpu,
+// The GPU libraries a model's step calls. cuBLAS creates its handles, workspaces and kernels only
+// when the step runs a GEMM (Linear, matmul): a convolution-only U-Net has none of them (measured
+// on an H100: docs/benchmarks.md, "The first GPU check").
+struct LibraryUse {
+  bool gemms = true;
+  bool convolutions = true;
+};
+// The zoo's models by name: unet convolutions only; gnn and graphcast GEMMs only; vit, fourcastnet
+// and pangu both (patch embedding convolutions). An unknown name gets both, the larger overhead.
+LibraryUse library_use(const std::string& model_name);
+
+// Driver context and the kernels a training step loads lazily, by architecture; without GEMMs,
+// less cuBLAS's kernels.
+double cuda_context_bytes(const GpuSpec& gpu, bool gemms = true);
+
+// `peak_allocated`: the peak tensor bytes of the run; `use`: the libraries its step calls; `gpu`:
+// its compute capability (0: unknown, the largest figures) and whether it is ROCm.
+GpuOverhead gpu_overhead(double peak_allocated, const LibraryUse& use, const GpuSpec& gpu,
                          const OverheadEnv& env = OverheadEnv::process());
 
 }  // namespace wxtrain::estimator

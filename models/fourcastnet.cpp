@@ -4,6 +4,7 @@
 
 #include "core/autocast.h"
 #include "core/error.h"
+#include "models/cpu_fusion.h"
 #include "models/linear.h"
 
 namespace wxtrain::models {
@@ -135,8 +136,8 @@ AFNOBlockImpl::AFNOBlockImpl(const AFNOBlockOptions& options_) : options(options
 
 torch::Tensor AFNOBlockImpl::forward(torch::Tensor x) {
   // Double skip (FourCastNet's double_skip = True): the filter's sum is itself a residual step.
-  x = filter(norm1(x)) + x;
-  return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(x))));
+  x = filter(norm1(cuda_autocast_fp32(x))) + x;
+  return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(cuda_autocast_fp32(x)))));
 }
 
 FourCastNetImpl::FourCastNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/cpu_fusion.h"
 #include "models/linear.h"
 
 namespace wxtrain::models {
@@ -40,7 +41,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const torch::Tensor& k = qkv_split[1];
   const torch::Tensor& v = qkv_split[2];
   torch::Tensor scores = scaled_matmul(q, k.transpose(-2, -1), 1.0 / std::sqrt(static_cast<double>(hd)));
-  torch::Tensor attn = torch::softmax(scores, -1);
+  torch::Tensor attn = torch::softmax(cuda_autocast_fp32(scores), -1);
   torch::Tensor out = scaled_matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
   return apply_linear(proj, out.transpose(1, 2).reshape({B, N, D}));
 }
@@ -57,8 +58,8 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockOptions& option
 }
 
 torch::Tensor TransformerBlockImpl::forward(torch::Tensor x) {
-  x = x + attn(norm1(x));
-  return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(x))));
+  x = x + attn(norm1(cuda_autocast_fp32(x)));
+  return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(cuda_autocast_fp32(x)))));
 }
 
 PatchEmbedImpl::PatchEmbedImpl(int64_t in_channels, int64_t embed_dim, int64_t patch_size, int64_t num_patches) {
@@ -79,7 +80,7 @@ PatchHeadImpl::PatchHeadImpl(int64_t embed_dim, int64_t patch_size, int64_t out_
   proj = register_module("proj", torch::nn::Linear(embed_dim, patch_size * patch_size * out_channels));
 }
 
-torch::Tensor PatchHeadImpl::forward(const torch::Tensor& x) { return apply_linear(proj, norm(x)); }
+torch::Tensor PatchHeadImpl::forward(const torch::Tensor& x) { return apply_linear(proj, norm(cuda_autocast_fp32(x))); }
 
 torch::Tensor patches_to_grid(const torch::Tensor& tokens, int64_t nh, int64_t nw, int64_t p, int64_t channels,
                               int64_t lat, int64_t lon) {

@@ -6,7 +6,7 @@
 #   scripts/bundle_deps.sh [--archive] [DIR]   (default deps-bundle/; run scripts/install_deps.sh first)
 #       --archive   also write DIR.tar.gz (about 30% of the folder's size) for machines you copy it to
 #   . DIR/env.sh     PATH, LD_LIBRARY_PATH, CMAKE_PREFIX_PATH, MPI_HOME, OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_PREFIX,
-#                    ECCODES_DEFINITION_PATH, ECCODES_SAMPLES_PATH
+#                    PMIX_MCA_mca_base_component_path, ECCODES_DEFINITION_PATH, ECCODES_SAMPLES_PATH
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH="<torch.utils.cmake_prefix_path>;$WXTRAIN_BUNDLE"
 #   scripts/gpu_check.sh --bundle DIR[.tar.gz]  (does that itself)
 #
@@ -186,6 +186,7 @@ wrapper() {
 b=\$(cd "\$(dirname "\$(readlink -f "\${BASH_SOURCE[0]}")")/.." && pwd)
 export LD_LIBRARY_PATH="\$b/lib/$MA\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export OPAL_PREFIX="\$b" OPAL_SYSCONFDIR="\$b/etc/openmpi" PMIX_PREFIX="\$b/lib/$MA/pmix2"
+export PMIX_MCA_mca_base_component_path="\$b/lib/$MA/pmix2/lib/pmix"
 export ECCODES_DEFINITION_PATH="\$b/share/eccodes/definitions" ECCODES_SAMPLES_PATH="\$b/share/eccodes/samples"
 exec -a "$1" "\$b/libexec/wxtrain-bundle/$2" "\$@"
 EOF
@@ -273,6 +274,7 @@ fi
 real_program ncdump
 wrapper ncdump ncdump
 for f in /usr/share/ncarg/data/cdf/*storm*.cdf; do put "$f"; done
+put /usr/share/ncarg/data/cdf/landsea.nc  # storm_unet's static land-sea mask ([[data.static]])
 
 # --- the Zarr codecs and ecCodes (data/readers): headers, libraries, ecCodes' data and GRIB tools.
 # ecCodes' own CMake config and eccodes.pc point at /usr/lib/include and are not bundled (nor its
@@ -396,6 +398,10 @@ export MPI_HOME="\$WXTRAIN_BUNDLE"                    # FindMPI finds bin/mpicc 
 export OPAL_PREFIX="\$WXTRAIN_BUNDLE"                 # OpenMPI's plugins, help and wrapper data
 export OPAL_SYSCONFDIR="\$WXTRAIN_BUNDLE/etc/openmpi" # not the host's /etc/openmpi
 export PMIX_PREFIX="\$WXTRAIN_BUNDLE/lib/$MA/pmix2"   # PMIx's plugins and help
+# PMIX_PREFIX relocates PMIx's help files but not, on a host with its own PMIx, the plugin search:
+# the bundled libpmix then opened the host's /usr/lib/x86_64-linux-gnu/pmix2 plugins (built for
+# another PMIx: "undefined symbol pmix_output_info", seen on the GPU machine). Named explicitly.
+export PMIX_MCA_mca_base_component_path="\$WXTRAIN_BUNDLE/lib/$MA/pmix2/lib/pmix"
 # ecCodes looks in /usr/share/eccodes otherwise; its definitions must match the library's version.
 export ECCODES_DEFINITION_PATH="\$WXTRAIN_BUNDLE/share/eccodes/definitions"
 export ECCODES_SAMPLES_PATH="\$WXTRAIN_BUNDLE/share/eccodes/samples"

@@ -58,6 +58,16 @@ TEST(CudaMeter, BudgetRaisesOutOfMemory) {
   EXPECT_EQ(meter.limit(), 0);
 }
 
+// The NCCL test brings MPI up (init_world under mpirun); MPI must also go down before the process
+// exits, or mpiexec reports the rank as ended "improperly" and fails the run although every test
+// passed (seen on the H100: docs/benchmarks.md, "The first GPU check"). finalize_world() is a no-op
+// when MPI never started.
+class FinalizeMpi : public ::testing::Environment {
+ public:
+  void TearDown() override { distributed::finalize_world(); }
+};
+const ::testing::Environment* const kFinalizeMpi = ::testing::AddGlobalTestEnvironment(new FinalizeMpi);
+
 // One rank under `mpirun -np 1` (CTest entry cuda.nccl_np1): each collective on the device is the
 // identity, and the Work makes the caller's stream wait.
 TEST(NcclOneRank, CollectivesOnTheDevice) {
