@@ -429,41 +429,49 @@ ModelMemory fourcastnet_memory(const ModelConfig& c, const models::ModelShape& s
 // Pangu (models/pangu.cpp). Per sample: a stage has n tokens of width C, P after padding to whole
 // windows, windows of N tokens and H heads. An Earth-specific block copies its input into the padded,
 // rolled windows (what qkv saves), splits q, k, v into contiguous copies, and its attention runs
-// ATen's math path (always on the CPU, which the trace measures): it keeps the scaled q and k, v,
-// and the softmax of the windows' scores, P x H x N, in fp32 when the step is fp32 and in bf16
-// under autocast (measured: the trace's slope). The gathered bias (+ mask), [types x H, N, N], is
-// saved by nothing (its gradient is the scores' own). Back on the grid, norm1 is post-norm on the cropped attention
-// output (a contiguous copy), norm2 on the MLP's output: both LayerNorms' inputs are Linear outputs,
-// which the CPU's autocast leaves in bf16, and so the residual stream after them (bf16 embedding
-// tokens plus bf16 norms) is bf16 too: the whole model runs in the low width. (CUDA's autocast runs
-// LayerNorm in fp32: there the norms' inputs and the stream would take 2 bytes more per element.)
+// ATen's math path spelled out (models/pangu.cpp window_attention_math, the CPU's always): it keeps
+// the scaled q and k, v, and the softmax of the windows' scores, P x H x N. Under autocast the GPU
+// step takes that softmax in fp32, as CUDA's autocast does (models::cuda_autocast_fp32): the
+// bf16 scores cast up (a temporary), the fp32 output saved and its bf16 copy saved again by the
+// attn x v matmul. The gathered bias (+ mask), [types x H, N, N], is saved by nothing (its
+// gradient is the scores' own). Back on the grid, norm1 is post-norm on the cropped attention
+// output, norm2 on the MLP's output: both are Linear outputs, which CUDA's autocast casts up to
+// fp32 for the LayerNorm (the fp32 copy is what it saves), and the norms' fp32 outputs make the
+// residual sums fp32: a block's output is fp32, its input too except for a stage's first block,
+// which reads the bf16 output of a Linear (the embedding, patch merging, up-sampling). On a GPU,
+// SDPA's memory-efficient kernels do not materialise the scores (docs/estimator.md, Limits).
 Block earth_block(const std::string& name, const ModelConfig& c, const Widths& w, int64_t dim, int64_t heads,
-                  const PanguStage& st) {
+                  const PanguStage& st, double input_width) {
   const double n = static_cast<double>(st.tokens), P = static_cast<double>(st.padded_tokens);
   const double C = static_cast<double>(dim), nC = n * C, PC = P * C;
   const double hidden = static_cast<double>(static_cast<int64_t>(static_cast<double>(dim) * c.mlp_ratio));
   const double scores = P * static_cast<double>(heads) * static_cast<double>(st.N);
-  const double stream = w.low, attention = w.low;
-  // A LayerNorm on a Linear's output: that input (low) and fp32 mean and rstd per token.
-  const Layer post_norm{"norm", nC * w.low + 8 * n, nC * w.low, nC * w.low};
+  const double stream = w.high, in = input_width;
   Block b;
   b.name = name;
-  // pad, roll and the windows' permute: copies of the stream; qkv saves the last (a bf16 copy under autocast).
-  b.layers.push_back({"pad/roll/windows", 0, nC * stream, 3 * PC * stream});
-  b.layers.push_back(conv_or_linear(w, PC, 3 * PC));                                               // qkv
-  b.layers.push_back({"q, k, v", 3 * PC * attention, 3 * PC * w.low, 3 * PC * (w.low + attention)});  // copies, fp32 casts
-  b.layers.push_back({"scores + bias", 0, scores * attention, scores * attention});
-  b.layers.push_back(softmax(scores, attention));
-  b.layers.push_back({"matmul attn v", 0, scores * attention, PC * (attention + w.low)});
+  // pad, roll and the windows' permute: copies of the input; qkv saves the last (a bf16 copy under autocast).
+  b.layers.push_back({"pad/roll/windows", 0, nC * in, 3 * PC * in});
+  b.layers.push_back(conv_or_linear(w, PC, 3 * PC));                                          // qkv
+  b.layers.push_back({"q, k, v", 3 * PC * w.low, 3 * PC * w.low, 6 * PC * w.low});  // copies, the scaled q and k
+  b.layers.push_back({"scores + bias", 0, scores * w.low, scores * w.low});
+  if (w.low < w.high) {
+    // fp32 softmax: its output saved, the bf16 copy the matmul saves; backward holds the fp32
+    // gradient and its bf16 cast for the scores' matmul (as the ViT's, vit_memory).
+    b.layers.push_back({"softmax", scores * w.high, scores * (w.high + w.low), scores * (w.high + w.high)});
+    b.layers.push_back({"matmul attn v", scores * w.low, scores * w.low, 2 * PC * w.low});
+  } else {
+    b.layers.push_back(softmax(scores, w.low));
+    b.layers.push_back({"matmul attn v", 0, scores * w.low, 2 * PC * w.low});
+  }
   b.layers.push_back(conv_or_linear(w, PC, PC));  // proj on the merged heads (a copy)
-  // Windows back, roll back, crop; norm1 on a contiguous copy, then the residual sum.
+  // Windows back, roll back, crop; norm1 on its (fp32) contiguous copy, then the residual sum.
   b.layers.push_back({"windows back", 0, PC * w.low, 2 * PC * w.low});
-  b.layers.push_back(post_norm);
+  b.layers.push_back(norm(w, nC, n));
   b.layers.push_back(conv_or_linear(w, nC, n * hidden));  // fc1 on the residual sum
   b.layers.push_back(activation(n * hidden, w.low));      // gelu
   b.layers.push_back(conv_or_linear(w, n * hidden, nC));  // fc2
-  b.layers.push_back(post_norm);                          // norm2
-  b.inputs = nC * stream;
+  b.layers.push_back(norm(w, nC, n));                     // norm2, on fc2's output cast up
+  b.inputs = nC * in;
   b.carry = nC * stream;  // the residual branch's gradient
   b.output_grad = nC * stream;
   b.output = nC * stream;
@@ -480,7 +488,7 @@ ModelMemory pangu_memory(const ModelConfig& c, const models::ModelShape& s, cons
   const PanguStage fine = pangu_stage(c, g.levels, g.h, g.w), coarse = pangu_stage(c, g.levels, g.h2, g.w2);
   const double n1 = static_cast<double>(fine.tokens), n2 = static_cast<double>(coarse.tokens);
   const double hw = static_cast<double>(g.h * g.w), zu = static_cast<double>(g.levels - 1);
-  const double D_ = static_cast<double>(D), stream = w.low;  // see earth_block
+  const double D_ = static_cast<double>(D), stream = w.high;  // see earth_block
 
   // The embedding: the surface-like channels' concatenation (fp32), each half's patches (copies the
   // Linears save), the tokens' concatenation.
@@ -499,7 +507,7 @@ ModelMemory pangu_memory(const ModelConfig& c, const models::ModelShape& s, cons
   auto stage = [&](int number, int64_t dim, const PanguStage& st) {
     for (int64_t i = 0; i < c.stage_depths[static_cast<size_t>(number - 1)]; ++i)
       m.blocks.push_back(earth_block("layer" + std::to_string(number) + "_block" + std::to_string(i), c, w, dim,
-                                     c.stage_heads[static_cast<size_t>(number - 1)], st));
+                                     c.stage_heads[static_cast<size_t>(number - 1)], st, i == 0 ? w.low : stream));
   };
   stage(1, D, fine);
 

@@ -1,9 +1,11 @@
 #include "models/pangu.h"
 
+#include <cmath>
 #include <limits>
 #include <string>
 
 #include "core/error.h"
+#include "models/cpu_fusion.h"
 #include "models/linear.h"
 
 namespace wxtrain::models {
@@ -68,6 +70,18 @@ Extent3 fit_window(const std::vector<int64_t>& window, const Extent3& grid) {
 }
 
 }  // namespace
+
+// The attn x v matmul takes the fp32 softmax's bf16 copy. Elsewhere it computes what
+// at::_scaled_dot_product_attention_math computes (whose _safe_softmax zeroes rows that are all
+// -inf: none here, a token always sees its own label's tokens).
+torch::Tensor window_attention_math(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const torch::Tensor& additive) {
+  const double s = std::sqrt(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  torch::Tensor scores = torch::matmul(q * s, k.transpose(-2, -1) * s);
+  scores.add_(additive);  // matmul's backward needs its operands, not its output
+  torch::Tensor attn = torch::softmax(cuda_autocast_fp32(scores), -1);
+  return torch::matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
+}
 
 torch::Tensor pad_volume(const torch::Tensor& x, const Extent3& multiple) {
   TORCH_CHECK(x.dim() == 5, "pad_volume: expected [B, Z, H, W, C], got ", x.sizes());
@@ -167,10 +181,12 @@ torch::Tensor EarthAttention3DImpl::forward(const torch::Tensor& windows, const 
   // Scale 1/sqrt(hd), the pseudocode's. Only the windows' [N, N] scores exist, never the volume's.
   // On the CPU, ATen picks its flash kernel when the bias needs no gradient (no grad mode: a
   // checkpointed block's first forward) and the math path when it does (the replay), which round
-  // differently; the math path always, so that a checkpointed step equals a plain one. CUDA's
-  // memory-efficient kernel takes the bias and its gradient in both modes.
+  // differently; the math path always, so that a checkpointed step equals a plain one, and ours
+  // (window_attention_math) so that a GPU-standing step takes the softmax in fp32. CUDA's
+  // memory-efficient kernel takes the bias and its gradient in both modes; autocast runs it in
+  // bf16 and it never materialises the scores.
   torch::Tensor out = q.is_cuda() ? at::scaled_dot_product_attention(q, k, v, additive)
-                                  : std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, additive));
+                                  : window_attention_math(q, k, v, additive);
   out = out.view({B, T, heads, N, hd}).permute({0, 1, 3, 2, 4}).reshape({B, T, N, C});
   return apply_linear(proj, out);
 }
@@ -212,8 +228,10 @@ torch::Tensor EarthSpecificBlockImpl::attention(const torch::Tensor& x) {
 
 torch::Tensor EarthSpecificBlockImpl::forward(const torch::Tensor& x) {
   // Post-norm residuals, the pseudocode's: the branch's output is normalised, not its input.
-  torch::Tensor y = x + norm1(attention(x));
-  return y + norm2(apply_linear(fc2, torch::gelu(apply_linear(fc1, y))));
+  // The norms' inputs as CUDA's autocast hands them over (fp32, in a GPU-standing step): their fp32
+  // outputs make the residual stream fp32 from the first sum on.
+  torch::Tensor y = x + norm1(cuda_autocast_fp32(attention(x)));
+  return y + norm2(cuda_autocast_fp32(apply_linear(fc2, torch::gelu(apply_linear(fc1, y)))));
 }
 
 PanguEmbedImpl::PanguEmbedImpl(int64_t upper_variables, int64_t surface_channels, int64_t dim, int64_t level_patch_,
@@ -264,7 +282,7 @@ torch::Tensor PanguDownSampleImpl::forward(const torch::Tensor& x) {
                              .reshape({B, Z, h, 2, w, 2, C})
                              .permute({0, 1, 2, 4, 3, 5, 6})
                              .reshape({B, Z, h, w, 4 * C});
-  return apply_linear(reduce, norm(merged));
+  return apply_linear(reduce, norm(cuda_autocast_fp32(merged)));
 }
 
 PanguUpSampleImpl::PanguUpSampleImpl(int64_t in_dim, int64_t out_dim) {
@@ -280,7 +298,7 @@ torch::Tensor PanguUpSampleImpl::forward(const torch::Tensor& x, int64_t lat, in
   // [B, Z, h, w, (2, 2, C)] -> [B, Z, 2h, 2w, C], cropped to the fine grid.
   y = y.view({B, Z, h, w, 2, 2, C}).permute({0, 1, 2, 4, 3, 5, 6}).reshape({B, Z, 2 * h, 2 * w, C});
   y = crop_volume(y, {Z, lat, lon});
-  return apply_linear(mix, norm(y));
+  return apply_linear(mix, norm(cuda_autocast_fp32(y)));
 }
 
 PanguHeadImpl::PanguHeadImpl(int64_t dim, int64_t upper_variables_, int64_t levels_, int64_t surface_channels_,

@@ -72,9 +72,18 @@ torch::Tensor earth_position_index(const Extent3& window);
 // -inf where not. Longitude is never masked: it is periodic.
 torch::Tensor shifted_window_mask(const Extent3& extent, const Extent3& window, const Extent3& shift);
 
+// Attention on the CPU: ATen's math path (at::_scaled_dot_product_attention_math) spelled out,
+// q [.., N, hd] scaled by sqrt(1/sqrt(hd)) and k too, the additive bias [.., N, N] added to the
+// scores in place, softmax, attn x v, so that the softmax's input can pass through
+// cuda_autocast_fp32 (models/cpu_fusion.h): in a GPU-standing step under autocast it runs in
+// fp32 and hands on its fp32 output, as CUDA's autocast would on this path.
+torch::Tensor window_attention_math(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const torch::Tensor& additive);
+
 // 3-D window attention with the Earth-specific bias: one qkv Linear, heads of dim / heads, the
 // bias table [wz^2 wh^2 (2 ww - 1), types, heads] (types = level windows x latitude windows),
-// scaled_dot_product_attention with bias (+ mask) as the additive mask, an output Linear.
+// attention with bias (+ mask) as the additive mask (CUDA: scaled_dot_product_attention; CPU:
+// window_attention_math), an output Linear.
 class EarthAttention3DImpl : public torch::nn::Module {
  public:
   EarthAttention3DImpl(int64_t dim, int64_t heads, const Extent3& window, int64_t types);

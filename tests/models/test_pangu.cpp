@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
+#include "models/cpu_fusion.h"
 #include "models/pangu.h"
 #include "models/weather_model.h"
 
@@ -190,6 +191,50 @@ TEST(PanguAttention, WindowAttentionNeverHoldsTheVolumesScores) {
   EXPECT_GT(peak, windows);  // the scores are there (the meter counts this process's tensors)
   EXPECT_LT(peak, 5 * windows);  // scores, their softmax, the windows and their copies
   EXPECT_LT(peak, full / 8);
+}
+
+// The CPU's attention is ATen's math path spelled out (window_attention_math). In a GPU-standing
+// step (CPU fusions off, estimator/activation_trace.cpp) under bf16 autocast it follows CUDA's
+// autocast policy: the softmax runs in fp32 and keeps its fp32 output, the LayerNorms hand on
+// fp32, so a block's output is fp32; the CPU's own step keeps the softmax and the stream in bf16.
+TEST(PanguAttention, MathPathIsATensAndFollowsCudasAutocastInAGpuStandingStep) {
+  torch::manual_seed(21);
+  const int64_t B = 2, heads = 6, N = 24, hd = 4;
+  const torch::Tensor q = torch::randn({B, heads, N, hd}), k = torch::randn({B, heads, N, hd}),
+                      v = torch::randn({B, heads, N, hd});
+  // A bias with -inf off the diagonal in places (never a whole row, as the shift mask).
+  torch::Tensor additive = torch::randn({1, heads, N, N});
+  additive = additive.masked_fill((torch::rand({1, heads, N, N}) < 0.3) & ~torch::eye(N, torch::kBool),
+                                  -std::numeric_limits<float>::infinity());
+  const torch::Tensor ours = window_attention_math(q, k, v, additive);
+  const torch::Tensor aten = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, additive));
+  EXPECT_TRUE(torch::allclose(ours, aten, 1e-6, 1e-6)) << "max difference " << (ours - aten).abs().max().item<double>();
+
+  // What the forward leaves alive: the GPU-standing step keeps the fp32 softmax and its bf16 copy
+  // where the CPU's keeps one bf16 softmax, 4 bytes more per score.
+  MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
+  auto kept = [&](bool fused) {
+    CpuFusionGuard fusion(fused);
+    AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
+    const torch::Tensor qb = q.to(torch::kBFloat16).requires_grad_(), kb = k.to(torch::kBFloat16).requires_grad_(),
+                        vb = v.to(torch::kBFloat16).requires_grad_(), ab = additive.to(torch::kBFloat16);
+    const int64_t before = meter.snapshot().allocated;
+    const torch::Tensor out = window_attention_math(qb, kb, vb, ab);
+    EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+    return meter.snapshot().allocated - before;
+  };
+  const double scores = static_cast<double>(B * heads * N * N);
+  EXPECT_NEAR(static_cast<double>(kept(false) - kept(true)), 4 * scores, 0.02 * 4 * scores);
+
+  // A block's output: fp32 in the GPU-standing step (its norms' fp32 outputs join the residual
+  // sums), bf16 in the CPU's step.
+  EarthSpecificBlock block(EarthBlockOptions(8, 2, {3, 5, 10}, {2, 3, 4}).shifted(true));
+  const torch::Tensor x = torch::randn({1, 3, 5, 10, 8}).to(torch::kBFloat16);
+  for (const bool fused : {false, true}) {
+    CpuFusionGuard fusion(fused);
+    AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
+    EXPECT_EQ(block->forward(x).scalar_type(), fused ? torch::kBFloat16 : torch::kFloat) << "fused " << fused;
+  }
 }
 
 // ---- padding, windows and patches invert ----
