@@ -462,7 +462,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
   {  // [model]
     SectionReader r(root.get_as<toml::table>("model"), file, "model");
     auto& m = c.model;
-    r.get_choice("name", m.name, {"unet", "vit", "gnn", "fourcastnet", "graphcast"});
+    r.get_choice("name", m.name, {"unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu"});
     r.get("preset", m.preset);  // already merged into the tables (apply_model_preset)
     r.get("channels", m.channels, 1);
     r.get("groups", m.groups, 1, 1024);
@@ -479,6 +479,12 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("sparsity_threshold", m.sparsity_threshold, 0.0, 1e9);
     r.get("hard_thresholding_fraction", m.hard_thresholding_fraction, 0.0, 1.0, Lower::kExclusive);
     r.get("mesh_refinement", m.mesh_refinement, 0, 7);  // M7: 163,842 nodes, beyond any published GraphCast
+    r.get("upper_variables", m.upper_variables, 0, 1 << 16);
+    r.get("levels", m.levels, 0, 1 << 16);
+    r.get("level_patch", m.level_patch, 1, 64);
+    r.get("window", m.window, 1);
+    r.get("stage_depths", m.stage_depths, 1);
+    r.get("stage_heads", m.stage_heads, 1);
     r.finish();
     if (m.channels.empty()) r.fail("channels", "must list at least one level, e.g. [32, 64, 128]");
     for (int64_t ch : m.channels)
@@ -493,6 +499,24 @@ RunConfig build(const toml::table& root, const std::string& file) {
     if (m.name == "fourcastnet" && m.embed_dim % m.afno_blocks != 0)
       r.fail("embed_dim", "= " + std::to_string(m.embed_dim) + " must be divisible by model.afno_blocks = " +
                               std::to_string(m.afno_blocks));
+    if (m.name == "pangu") {
+      // The shapes alone; whether upper_variables x levels fits the data's channels is checked
+      // where the channels are known (models/pangu.cpp).
+      if (m.window.size() != 3) r.fail("window", "must hold 3 entries (levels, lat, lon), e.g. [2, 6, 12]");
+      if (m.stage_depths.size() != 4) r.fail("stage_depths", "must hold 4 entries, e.g. [2, 6, 6, 2]");
+      if (m.stage_heads.size() != 4) r.fail("stage_heads", "must hold 4 entries, e.g. [6, 12, 12, 6]");
+      if ((m.upper_variables == 0) != (m.levels == 0))
+        r.fail(m.levels == 0 ? "levels" : "upper_variables",
+               "must be set with model." + std::string(m.levels == 0 ? "upper_variables" : "levels") +
+                   " (both 0: no upper-air volume)");
+      for (size_t i = 0; i < m.stage_heads.size(); ++i) {
+        const int64_t width = (i == 1 || i == 2 ? 2 : 1) * m.embed_dim;  // stages 2 and 3 run at 2 x embed_dim
+        if (width % m.stage_heads[i] != 0)
+          r.fail("stage_heads", "entry " + std::to_string(i) + " = " + std::to_string(m.stage_heads[i]) +
+                                    " must divide that stage's width " + std::to_string(width) +
+                                    " (model.embed_dim, doubled in stages 2 and 3)");
+      }
+    }
   }
 
   {  // [data]
@@ -849,11 +873,11 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
                             "without sources its [data] shape; keys set here win"}},
       {"model.channels", {"", "unet: width per level"}},
       {"model.groups", {"", "unet: GroupNorm groups (each width a multiple)"}},
-      {"model.patch_size", {"", "vit, fourcastnet: patch edge in grid points"}},
-      {"model.embed_dim", {"", "vit, fourcastnet: token width (a multiple of heads, of afno_blocks)"}},
+      {"model.patch_size", {"", "vit, fourcastnet, pangu: patch edge in grid points"}},
+      {"model.embed_dim", {"", "vit, fourcastnet, pangu: token width (a multiple of heads, of afno_blocks)"}},
       {"model.depth", {"", "vit: transformer blocks; fourcastnet: AFNO blocks"}},
       {"model.heads", {"", "vit: attention heads"}},
-      {"model.mlp_ratio", {"", "vit, fourcastnet: MLP width / embed_dim"}},
+      {"model.mlp_ratio", {"", "vit, fourcastnet, pangu: MLP width / embed_dim"}},
       {"model.latent", {"", "gnn, graphcast: node and edge latent width"}},
       {"model.processor_layers", {"", "gnn, graphcast: message-passing rounds"}},
       {"model.neighbourhood", {"", "gnn: grid radius of each node's edges (1 = 8 neighbours)"}},
@@ -862,6 +886,12 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"model.sparsity_threshold", {"", "fourcastnet: soft-shrinkage lambda on the filtered Fourier modes"}},
       {"model.hard_thresholding_fraction", {"", "fourcastnet: share of the lowest Fourier modes filtered (1 = all)"}},
       {"model.mesh_refinement", {"", "graphcast: icosahedron refinements of the multi-mesh (10 x 4^r + 2 nodes; GraphCast 0.25: 6)"}},
+      {"model.upper_variables", {"", "pangu: upper-air variables V; the first V x levels channels of each state, variable-major"}},
+      {"model.levels", {"", "pangu: pressure levels of each upper-air variable (0 with upper_variables = 0)"}},
+      {"model.level_patch", {"", "pangu: levels per patch of the 3-D embedding (patch_size is its lat/lon edge)"}},
+      {"model.window", {"", "pangu: attention window [levels, lat, lon] in tokens"}},
+      {"model.stage_depths", {"", "pangu: transformer blocks of the four stages"}},
+      {"model.stage_heads", {"", "pangu: attention heads of the four stages (stages 2 and 3 are 2 x embed_dim wide)"}},
       {"data.sources", {"array of tables", "[[data.sources]]: one variable from one file each (keys below)"}},
       {"data.sources.file", {"", "NetCDF file, Zarr store or GRIB file (required)"}},
       {"data.sources.variable", {"", "the variable's name in the file (required)"}},

@@ -17,7 +17,7 @@ std::string to_string(Precision p);
 Precision parse_precision(const std::string& text);  // throws ConfigError naming the accepted values
 
 struct ModelConfig {
-  std::string name = "unet";  // model.name: unet | vit | gnn | fourcastnet | graphcast
+  std::string name = "unet";  // model.name: unet | vit | gnn | fourcastnet | graphcast | pangu
   std::string preset;         // model.preset: the published configuration it started from (core/model_presets.h)
   // unet
   std::vector<int64_t> channels = {32, 64, 128};  // model.channels: width per level
@@ -39,6 +39,14 @@ struct ModelConfig {
   int64_t mlp_layers = 2;         // model.mlp_layers: depth of every GNN MLP
   // graphcast (and latent, processor_layers, mlp_layers above)
   int64_t mesh_refinement = 5;    // model.mesh_refinement: icosahedron refinements of the multi-mesh (GraphCast 0.25: 6)
+  // pangu (and patch_size, embed_dim, mlp_ratio): the first upper_variables x levels channels of
+  // each state are upper air, variable-major (v0 at every level, then v1, ...); the rest is 2-D.
+  int64_t upper_variables = 0;                       // model.upper_variables: V (0 = no upper-air volume)
+  int64_t levels = 0;                                // model.levels: Z, pressure levels per upper-air variable
+  int64_t level_patch = 2;                           // model.level_patch: levels per 3-D patch
+  std::vector<int64_t> window = {2, 6, 12};          // model.window: attention window (levels, lat, lon) in tokens
+  std::vector<int64_t> stage_depths = {2, 6, 6, 2};  // model.stage_depths: blocks of the four stages
+  std::vector<int64_t> stage_heads = {4, 8, 8, 4};   // model.stage_heads: attention heads of the four stages
 };
 
 // One variable taken from one file (NetCDF, a Zarr store's directory, GRIB); `name` is how wxtrain

@@ -80,10 +80,31 @@ ModelPreset graphcast_1() {
                    "google-deepmind/graphcast (now weathernext) README: GraphCast_small; Lam et al. 2023");
 }
 
+// Pangu-Weather (Bi et al. 2023, Nature 619:533; arXiv:2211.02556, Methods, and the pseudocode of
+// 198808xc/Pangu-Weather): Z, Q, T, U, V on 13 levels form the upper-air volume, MSLP, U10, V10,
+// T2M the surface, plus 3 constant masks (land-sea, soil type, topography) as input-only channels;
+// one input state on the 721 x 1440 grid; patches (2, 4, 4), width 192, window (2, 6, 12), depths
+// (2, 6, 6, 2), heads (6, 12, 12, 6). The authors trained one such model per lead time (1, 3, 6,
+// 24 h), "about 256 million parameters in total".
+ModelPreset pangu_025() {
+  const std::vector<std::string> variables =
+      concat(level_channel_names({"z", "q", "t", "u", "v"},
+                                 {50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 850, 925, 1000}),
+             {"msl", "u10", "v10", "t2m"});
+  return {"pangu-0.25",
+          "Pangu-Weather, 0.25 degree (721 x 1440), 5 variables x 13 levels + 4 surface + 3 masks, one input state",
+          "Bi et al. 2023, Nature 619:533, Methods; arXiv:2211.02556; 198808xc/Pangu-Weather pseudocode",
+          "name = \"pangu\"\nupper_variables = 5\nlevels = 13\nlevel_patch = 2\npatch_size = 4\nembed_dim = 192\n"
+          "mlp_ratio = 4.0\nwindow = [2, 6, 12]\nstage_depths = [2, 6, 6, 2]\nstage_heads = [6, 12, 12, 6]\n",
+          "variables = " + toml_list(variables) +
+              "\nforcing_variables = [\"land_sea_mask\", \"soil_type\", \"topography\"]\ngrid = [721, 1440]\n"
+              "history = 1\n"};
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
-  static const std::vector<ModelPreset> presets = {graphcast_025(), graphcast_1(), fourcastnet_025()};
+  static const std::vector<ModelPreset> presets = {graphcast_025(), graphcast_1(), pangu_025(), fourcastnet_025()};
   return presets;
 }
 

@@ -4,6 +4,7 @@
 #include "models/fourcastnet.h"
 #include "models/gnn.h"
 #include "models/graphcast.h"
+#include "models/pangu.h"
 #include "models/unet.h"
 #include "models/vit.h"
 
@@ -13,6 +14,9 @@ ModelShape model_shape(const RunConfig& config) {
   ModelShape s;
   s.out_channels = config.out_channels();  // prognostic + diagnostic
   s.in_channels = config.in_channels();    // prognostic x history + forcings + static fields
+  const ChannelLayout layout = config.channels();
+  s.state_channels = static_cast<int64_t>(layout.prognostic.size());
+  s.history = layout.history;
   s.lat = config.data.lat;
   s.lon = config.data.lon;
   if (s.lat <= 0 || s.lon <= 0)
@@ -55,7 +59,8 @@ WeatherModel build_model(const ModelConfig& config, const ModelShape& shape) {
   if (config.name == "gnn") return std::make_shared<GraphNetImpl>(config, shape);
   if (config.name == "fourcastnet") return std::make_shared<FourCastNetImpl>(config, shape);
   if (config.name == "graphcast") return std::make_shared<GraphCastImpl>(config, shape);
-  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit, gnn, fourcastnet or graphcast");
+  if (config.name == "pangu") return std::make_shared<PanguImpl>(config, shape);
+  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit, gnn, fourcastnet, graphcast or pangu");
 }
 
 }  // namespace wxtrain::models

@@ -23,6 +23,12 @@ struct ModelShape {
   // otherwise. Only models that place the grid on the sphere read them (graphcast; without them it
   // assumes a regular global grid of lat x lon).
   std::vector<double> latitudes, longitudes;
+  // How the input's channels group (model_shape() fills these from the run's ChannelLayout): the
+  // first history x state_channels are `history` prognostic states, oldest first, the rest forcings
+  // and static fields. state_channels = 0: not known (a bare shape built in code); a model that
+  // needs it reads the input as one state of in_channels.
+  int64_t state_channels = 0;
+  int64_t history = 1;
 };
 
 ModelShape model_shape(const RunConfig& config);  // from [data] (sources or variables/grid)

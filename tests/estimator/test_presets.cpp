@@ -73,6 +73,19 @@ TEST(ModelPresets, AnUnknownPresetIsNamedWithTheChoices) {
   EXPECT_THROW(parse("[model]\npreset = 3\n"), ConfigError);
 }
 
+TEST(ModelPresets, PanguHasTheVolumeFirstAndTheMasksAsInputs) {
+  const RunConfig c = parse("[model]\npreset = \"pangu-0.25\"\n");
+  EXPECT_EQ(c.model.name, "pangu");
+  EXPECT_EQ(c.model.upper_variables, 5);
+  EXPECT_EQ(c.model.levels, 13);
+  EXPECT_EQ(c.model.stage_heads, (std::vector<int64_t>{6, 12, 12, 6}));
+  const models::ModelShape s = models::model_shape(c);
+  EXPECT_EQ(s.out_channels, 5 * 13 + 4);
+  EXPECT_EQ(s.in_channels, 5 * 13 + 4 + 3);
+  EXPECT_EQ(s.state_channels, 5 * 13 + 4);
+  EXPECT_EQ(c.data.variables.front(), "z_50");  // variable-major: the volume's first variable, lowest pressure first
+}
+
 TEST(ModelPresets, LevelChannelNamesAreVariableMajor) {
   EXPECT_EQ(level_channel_names({"z", "t"}, {500, 850}),
             (std::vector<std::string>{"z_500", "z_850", "t_500", "t_850"}));
@@ -90,6 +103,9 @@ TEST(ModelPresets, ParameterCountsMatchThePublishedFigures) {
       // NVlabs/FourCastNet's released backbone checkpoint: 74,691,840, which includes a final
       // LayerNorm the reference builds and never applies (2 x 768); the paper gives no count.
       {"fourcastnet-0.25", 74'691'840, "NVlabs/FourCastNet backbone.ckpt"},
+      // "about 256 million parameters in total" for the four lead-time models (arXiv:2211.02556,
+      // abstract): 64 M each.
+      {"pangu-0.25", 64e6, "Bi et al. 2023: 256 M / 4 models"},
   };
   for (const auto& p : published) {
     const RunConfig c = parse(std::string("[model]\npreset = \"") + p.preset + "\"\n");

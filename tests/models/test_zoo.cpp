@@ -46,6 +46,9 @@ ModelConfig small(const std::string& name) {
   c.neighbourhood = 1;
   c.afno_blocks = 4;
   c.mesh_refinement = 2;
+  c.window = {2, 3, 4};
+  c.stage_depths = {2, 2, 2, 2};
+  c.stage_heads = {2, 4, 4, 2};
   return c;
 }
 
@@ -258,7 +261,7 @@ TEST_P(ZooTest, Bf16AutocastForwardAndBackward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn", "fourcastnet", "graphcast"),
+INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu"),
                          [](const auto& info) { return info.param; });
 
 // ---- parameter counts from the architectures' formulas ----
@@ -406,7 +409,7 @@ TEST(BuildModel, UnknownNameListsTheZoo) {
   } catch (const ConfigError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("bad"), std::string::npos) << what;
-    for (const char* name : {"unet", "vit", "gnn", "fourcastnet", "graphcast"}) EXPECT_NE(what.find(name), std::string::npos) << what;
+    for (const char* name : {"unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu"}) EXPECT_NE(what.find(name), std::string::npos) << what;
   }
 }
 
@@ -426,11 +429,14 @@ TEST(BuildModel, InconsistentSettingsAreConfigErrors) {
   ModelConfig graphcast = named("graphcast");
   graphcast.mesh_refinement = 8;
   EXPECT_THROW(build_model(graphcast, storm_shape()), ConfigError);
+  ModelConfig pangu = named("pangu");
+  pangu.stage_heads = {4, 8, 8, 5};  // 5 does not divide 128
+  EXPECT_THROW(build_model(pangu, storm_shape()), ConfigError);
 }
 
 TEST(BuildModel, DefaultParameterCounts) {
   // Reported in the docs; printed so a change in the architectures is visible in the test log.
-  for (const char* name : {"unet", "vit", "gnn", "fourcastnet", "graphcast"}) {
+  for (const char* name : {"unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu"}) {
     WeatherModel m = build_model(named(name), storm_shape());
     std::cout << "[ " << name << " ] default config, 12 -> 6 channels on 33 x 36: " << count_parameters(*m)
               << " parameters\n";

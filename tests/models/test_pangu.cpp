@@ -1,0 +1,506 @@
+// Pangu-Weather's 3D Earth-specific transformer: window attention (windows, the shifted windows'
+// roll and mask, the Earth-specific bias) equals full attention over the whole volume under an
+// explicit mask built here from coordinates alone; the padding, windowing and patch layouts invert
+// exactly; the input's upper-air volume is the newest state's first V x Z channels; checkpointing
+// changes nothing; bf16 autocast runs; the parameter count follows the architecture. The zoo-wide
+// checks (channel axes, blocks, pure bf16, memory) run for it in test_zoo.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/autocast.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/memory_meter.h"
+#include "models/cpu_fusion.h"
+#include "models/pangu.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::models {
+namespace {
+
+ModelConfig small_pangu() {
+  ModelConfig c;
+  c.name = "pangu";
+  c.patch_size = 2;
+  c.level_patch = 2;
+  c.embed_dim = 12;
+  c.mlp_ratio = 2.0;
+  c.window = {2, 3, 4};
+  c.stage_depths = {2, 2, 2, 2};
+  c.stage_heads = {2, 4, 4, 2};
+  c.upper_variables = 2;
+  c.levels = 3;  // odd: the level patch pads
+  return c;
+}
+
+// Two states of 8 prognostic channels (2 upper-air variables x 3 levels, then 2 surface), one
+// forcing: 17 inputs, 8 outputs, on a grid no patch or window divides.
+ModelShape small_shape() {
+  ModelShape s{2 * 8 + 1, 8, 13, 19};
+  s.state_channels = 8;
+  s.history = 2;
+  return s;
+}
+
+// ---- the structural test ----
+
+// Full attention over every token of the padded volume at once: softmax(q k^T / sqrt(d) + M) v with
+// the block's own weights, M built token pair by token pair from coordinates. A pair may attend
+// when both tokens fall into the same window of the rolled volume and, for a shifted block, on the
+// same side of every level and latitude edge the roll wrapped around (longitude is periodic); its
+// bias is the table entry of (query level, key level, query lat, key lat, lon offset) for the
+// query's window type. Everything else is -inf.
+torch::Tensor full_attention_reference(EarthSpecificBlockImpl& block, const torch::Tensor& x) {
+  const Extent3 grid = block.options.grid(), win = block.options.window(), pad = block.padded, s = block.shift;
+  const int64_t B = x.size(0), C = x.size(4), heads = block.options.heads(), hd = C / heads;
+  const int64_t L = pad[0] * pad[1] * pad[2];
+  const torch::Tensor volume =
+      torch::constant_pad_nd(x, {0, 0, 0, pad[2] - grid[2], 0, pad[1] - grid[1], 0, pad[0] - grid[0]});
+  const torch::Tensor tokens = volume.reshape({B, L, C});
+  const torch::Tensor qkv = torch::nn::functional::linear(tokens, block.attn->qkv->weight, block.attn->qkv->bias)
+                                .view({B, L, 3, heads, hd})
+                                .permute({2, 0, 3, 1, 4});  // [3, B, heads, L, hd]
+  const torch::Tensor table = block.attn->earth_bias.detach();  // [rows, types, heads]
+  const int64_t n_lat_windows = pad[1] / win[1];
+
+  struct Where {
+    int64_t window[3], offset[3], side[2], type;
+  };
+  std::vector<Where> where(static_cast<size_t>(L));
+  for (int64_t z = 0; z < pad[0]; ++z)
+    for (int64_t h = 0; h < pad[1]; ++h)
+      for (int64_t w = 0; w < pad[2]; ++w) {
+        Where& t = where[static_cast<size_t>((z * pad[1] + h) * pad[2] + w)];
+        const int64_t p[3] = {z, h, w};
+        for (int d = 0; d < 3; ++d) {
+          const int64_t rolled = ((p[d] - s[d]) % pad[d] + pad[d]) % pad[d];  // torch::roll by -shift
+          t.window[d] = rolled / win[d];
+          t.offset[d] = rolled % win[d];
+          if (d < 2) t.side[d] = s[d] > 0 && rolled >= pad[d] - s[d];
+        }
+        t.type = t.window[0] * n_lat_windows + t.window[1];
+      }
+  torch::Tensor mask = torch::full({heads, L, L}, -std::numeric_limits<float>::infinity());
+  auto m = mask.accessor<float, 3>();
+  auto bias = table.accessor<float, 3>();
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = 0; j < L; ++j) {
+      const Where &a = where[static_cast<size_t>(i)], &b = where[static_cast<size_t>(j)];
+      bool together = a.side[0] == b.side[0] && a.side[1] == b.side[1];
+      for (int d = 0; d < 3; ++d) together = together && a.window[d] == b.window[d];
+      if (!together) continue;
+      const int64_t level = a.offset[0] + b.offset[0] * win[0];
+      const int64_t lat = a.offset[1] + b.offset[1] * win[1];
+      const int64_t lon = a.offset[2] - b.offset[2] + win[2] - 1;
+      const int64_t row = (level * win[1] * win[1] + lat) * (2 * win[2] - 1) + lon;
+      for (int64_t k = 0; k < heads; ++k) m[k][i][j] = bias[row][a.type][k];
+    }
+  const torch::Tensor scores = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(hd)) + mask;
+  const torch::Tensor out = torch::matmul(torch::softmax(scores, -1), qkv[2]).transpose(1, 2).reshape({B, L, C});
+  const torch::Tensor projected = torch::nn::functional::linear(out, block.attn->proj->weight, block.attn->proj->bias);
+  return projected.view({B, pad[0], pad[1], pad[2], C})
+      .slice(1, 0, grid[0])
+      .slice(2, 0, grid[1])
+      .slice(3, 0, grid[2]);
+}
+
+TEST(PanguAttention, WindowAttentionEqualsFullAttentionWithAnExplicitMask) {
+  torch::NoGradGuard no_grad;
+  struct Case {
+    Extent3 grid, window;
+  };
+  // Padding in every dimension (3 -> 4 levels, 5 -> 6 lat, 10 -> 12 lon), and a grid a window
+  // divides with a single level window (no shift along levels).
+  for (const Case& k : {Case{{3, 5, 10}, {2, 3, 4}}, Case{{2, 6, 8}, {2, 3, 4}}}) {
+    for (bool shifted : {false, true}) {
+      torch::manual_seed(11);
+      EarthSpecificBlock block(EarthBlockOptions(8, 2, k.grid, k.window).shifted(shifted));
+      block->attn->earth_bias.normal_(0, 1.0);  // a bias large enough to move the result
+      const torch::Tensor x = torch::randn({2, k.grid[0], k.grid[1], k.grid[2], 8});
+      const torch::Tensor windowed = block->attention(x);
+      const torch::Tensor full = full_attention_reference(*block, x);
+      const std::string what = "grid (" + std::to_string(k.grid[0]) + ", " + std::to_string(k.grid[1]) + ", " +
+                               std::to_string(k.grid[2]) + ") shifted " + std::to_string(shifted);
+      ASSERT_EQ(windowed.sizes(), x.sizes()) << what;
+      EXPECT_TRUE(torch::allclose(windowed, full, 1e-5, 1e-5))
+          << what << ": max difference " << (windowed - full).abs().max().item<double>();
+      if (shifted) {
+        // The shift is real: every dimension with more than one window moves by half a window, and
+        // the mask cuts pairs apart (one wrapped lat edge at least).
+        EXPECT_EQ(block->shift[1], 1) << what;
+        EXPECT_EQ(block->shift[2], 2) << what;
+        EXPECT_EQ(block->shift[0], k.grid[0] > k.window[0] ? 1 : 0) << what;
+        ASSERT_TRUE(block->shift_mask.defined()) << what;
+        EXPECT_GT(torch::isinf(block->shift_mask).sum().item<int64_t>(), 0) << what;
+      }
+    }
+  }
+}
+
+TEST(PanguAttention, ShiftingChangesTheResultAndTheBiasMatters) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(12);
+  EarthSpecificBlock plain(EarthBlockOptions(8, 2, {3, 5, 10}, {2, 3, 4}));
+  torch::manual_seed(12);
+  EarthSpecificBlock shifted(EarthBlockOptions(8, 2, {3, 5, 10}, {2, 3, 4}).shifted(true));
+  const torch::Tensor x = torch::randn({1, 3, 5, 10, 8});
+  EXPECT_GT((plain->attention(x) - shifted->attention(x)).abs().max().item<double>(), 1e-3);
+  const torch::Tensor before = plain->attention(x);
+  plain->attn->earth_bias.add_(torch::randn_like(plain->attn->earth_bias));
+  EXPECT_GT((plain->attention(x) - before).abs().max().item<double>(), 1e-3);
+}
+
+TEST(PanguAttention, BiasIsSharedAlongLongitudeOnly) {
+  // Two windows of the same type (same level and latitude window, different longitude) get the
+  // same bias; the table index depends on the longitude offset alone, on levels and latitudes by
+  // their absolute positions.
+  const Extent3 window{2, 3, 4};
+  const torch::Tensor index = earth_position_index(window).view({24, 24});
+  auto at = [&](int64_t z, int64_t h, int64_t w) { return (z * 3 + h) * 4 + w; };
+  // Same longitude offset, same level/lat positions: same entry.
+  EXPECT_EQ(index[at(1, 2, 0)][at(0, 1, 1)].item<int64_t>(), index[at(1, 2, 2)][at(0, 1, 3)].item<int64_t>());
+  // Shifting both in latitude changes it (absolute, not relative, in latitude).
+  EXPECT_NE(index[at(0, 0, 0)][at(0, 1, 0)].item<int64_t>(), index[at(0, 1, 0)][at(0, 2, 0)].item<int64_t>());
+  EXPECT_EQ(index.min().item<int64_t>(), 0);
+  EXPECT_EQ(index.max().item<int64_t>(), 2 * 2 * 3 * 3 * 7 - 1);
+  // Every (level pair, lat pair, lon offset) row is used.
+  EXPECT_EQ(std::get<0>(at::_unique(index.flatten())).numel(), 2 * 2 * 3 * 3 * 7);
+}
+
+TEST(PanguAttention, WindowAttentionNeverHoldsTheVolumesScores) {
+  // 2 x 24 x 96 = 4608 tokens: full attention's scores would be heads x 4608^2 floats (340 MB);
+  // the windows' are heads x 4608 x 144 (10.6 MB). The block's forward peak stays near the latter.
+  MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
+  const Extent3 grid{2, 24, 96}, window{2, 6, 12};
+  const int64_t heads = 4, L = grid[0] * grid[1] * grid[2], N = window[0] * window[1] * window[2];
+  EarthSpecificBlock block(EarthBlockOptions(32, heads, grid, window).shifted(true));
+  const torch::Tensor x = torch::randn({1, grid[0], grid[1], grid[2], 32});
+  torch::NoGradGuard no_grad;
+  int64_t peak = 0;
+  {
+    PeakScope scope(meter);
+    const torch::Tensor y = block->forward(x);
+    peak = scope.peak_increase();
+  }
+  const double windows = 4.0 * heads * L * N, full = 4.0 * heads * L * L;
+  std::cout << "[ pangu ] block forward on " << L << " tokens: peak " << peak << " bytes; window scores "
+            << windows << ", full scores " << full << "\n";
+  EXPECT_GT(peak, windows);  // the scores are there (the meter counts this process's tensors)
+  EXPECT_LT(peak, 5 * windows);  // scores, their softmax, the windows and their copies
+  EXPECT_LT(peak, full / 8);
+}
+
+// The CPU's attention is ATen's math path spelled out (window_attention_math). In a GPU-standing
+// step (CPU fusions off, estimator/activation_trace.cpp) under bf16 autocast it follows CUDA's
+// autocast policy: the softmax runs in fp32 and keeps its fp32 output, the LayerNorms hand on
+// fp32, so a block's output is fp32; the CPU's own step keeps the softmax and the stream in bf16.
+TEST(PanguAttention, MathPathIsATensAndFollowsCudasAutocastInAGpuStandingStep) {
+  torch::manual_seed(21);
+  const int64_t B = 2, heads = 6, N = 24, hd = 4;
+  const torch::Tensor q = torch::randn({B, heads, N, hd}), k = torch::randn({B, heads, N, hd}),
+                      v = torch::randn({B, heads, N, hd});
+  // A bias with -inf off the diagonal in places (never a whole row, as the shift mask).
+  torch::Tensor additive = torch::randn({1, heads, N, N});
+  additive = additive.masked_fill((torch::rand({1, heads, N, N}) < 0.3) & ~torch::eye(N, torch::kBool),
+                                  -std::numeric_limits<float>::infinity());
+  const torch::Tensor ours = window_attention_math(q, k, v, additive);
+  const torch::Tensor aten = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, additive));
+  EXPECT_TRUE(torch::allclose(ours, aten, 1e-6, 1e-6)) << "max difference " << (ours - aten).abs().max().item<double>();
+
+  // What the forward leaves alive: the GPU-standing step keeps the fp32 softmax and its bf16 copy
+  // where the CPU's keeps one bf16 softmax, 4 bytes more per score.
+  MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
+  auto kept = [&](bool fused) {
+    CpuFusionGuard fusion(fused);
+    AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
+    const torch::Tensor qb = q.to(torch::kBFloat16).requires_grad_(), kb = k.to(torch::kBFloat16).requires_grad_(),
+                        vb = v.to(torch::kBFloat16).requires_grad_(), ab = additive.to(torch::kBFloat16);
+    const int64_t before = meter.snapshot().allocated;
+    const torch::Tensor out = window_attention_math(qb, kb, vb, ab);
+    EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+    return meter.snapshot().allocated - before;
+  };
+  const double scores = static_cast<double>(B * heads * N * N);
+  EXPECT_NEAR(static_cast<double>(kept(false) - kept(true)), 4 * scores, 0.02 * 4 * scores);
+
+  // A block's output: fp32 in the GPU-standing step (its norms' fp32 outputs join the residual
+  // sums), bf16 in the CPU's step.
+  EarthSpecificBlock block(EarthBlockOptions(8, 2, {3, 5, 10}, {2, 3, 4}).shifted(true));
+  const torch::Tensor x = torch::randn({1, 3, 5, 10, 8}).to(torch::kBFloat16);
+  for (const bool fused : {false, true}) {
+    CpuFusionGuard fusion(fused);
+    AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
+    EXPECT_EQ(block->forward(x).scalar_type(), fused ? torch::kBFloat16 : torch::kFloat) << "fused " << fused;
+  }
+}
+
+// ---- padding, windows and patches invert ----
+
+TEST(PanguLayout, PaddingAndWindowsRoundTrip) {
+  torch::manual_seed(13);
+  const torch::Tensor x = torch::randn({2, 3, 5, 10, 4});
+  const torch::Tensor padded = pad_volume(x, {2, 3, 4});
+  EXPECT_EQ(padded.sizes(), (std::vector<int64_t>{2, 4, 6, 12, 4}));
+  EXPECT_TRUE(torch::equal(crop_volume(padded, {3, 5, 10}), x));
+  EXPECT_EQ(padded.slice(1, 3).abs().sum().item<double>(), 0.0);  // zeros, not copies
+  EXPECT_EQ(padded.slice(3, 10).abs().sum().item<double>(), 0.0);
+  const torch::Tensor windows = window_partition(padded, {2, 3, 4});
+  EXPECT_EQ(windows.sizes(), (std::vector<int64_t>{2 * 3, 2 * 2, 24, 4}));
+  // Window (b=1, lon window 2, level window 1, lat window 0), token (1, 2, 3) is volume (3, 2, 11).
+  EXPECT_TRUE(torch::equal(windows[1 * 3 + 2][1 * 2 + 0][(1 * 3 + 2) * 4 + 3], padded[1][3][2][11]));
+  EXPECT_TRUE(torch::equal(window_reverse(windows, {2, 3, 4}, 2, {4, 6, 12}), padded));
+}
+
+TEST(PanguLayout, EmbeddingAndRecoveryInvertOnAnOddGrid) {
+  // With identity weights the patch embedding and the head's patch recovery are each other's
+  // inverse: every grid value comes back in its own channel, level and point after the padding
+  // to whole (level, lat, lon) patches and the crop.
+  torch::NoGradGuard no_grad;
+  const int64_t V = 2, Z = 3, Cs = 3, pz = 2, p = 2, lat = 5, lon = 7;
+  const int64_t upper_width = V * pz * p * p, surface_width = Cs * p * p, D = upper_width;  // 16 >= 12
+  PanguEmbed embed(V, Cs, D, pz, p);
+  embed->upper->weight.copy_(torch::eye(D));
+  embed->upper->bias.zero_();
+  embed->surface->weight.copy_(torch::eye(D, surface_width));
+  embed->surface->bias.zero_();
+  PanguHead head(2 * D, V, Z, Cs, pz, p, lat, lon);
+  // The head reads [skip, x]: recover from the skip half.
+  head->upper->weight.copy_(torch::eye(upper_width, 2 * D));
+  head->surface->weight.copy_(torch::eye(surface_width, 2 * D));
+  torch::manual_seed(14);
+  const torch::Tensor upper = torch::randn({2, V, Z, lat, lon}), surface = torch::randn({2, Cs, lat, lon});
+  const torch::Tensor tokens = embed(upper, surface);
+  EXPECT_EQ(tokens.sizes(), (std::vector<int64_t>{2, 1 + 2, 3, 4, D}));  // surface level + ceil(3/2) levels
+  const torch::Tensor out = head(torch::zeros_like(tokens), tokens);
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{2, V * Z + Cs, lat, lon}));
+  EXPECT_TRUE(torch::allclose(out.slice(1, 0, V * Z), upper.reshape({2, V * Z, lat, lon})));
+  EXPECT_TRUE(torch::allclose(out.slice(1, V * Z), surface));
+}
+
+TEST(PanguLayout, DownAndUpSamplingKeepOddGrids) {
+  torch::NoGradGuard no_grad;
+  PanguDownSample down(6);
+  PanguUpSample up(12, 6);
+  const torch::Tensor x = torch::randn({2, 3, 7, 9, 6});
+  const torch::Tensor coarse = down(x);
+  EXPECT_EQ(coarse.sizes(), (std::vector<int64_t>{2, 3, 4, 5, 12}));
+  EXPECT_EQ(up(coarse, 7, 9).sizes(), x.sizes());
+}
+
+TEST(PanguLayout, TheNewestStatesUpperAirFormsTheVolume) {
+  torch::manual_seed(0);
+  auto model = std::dynamic_pointer_cast<PanguImpl>(build_model(small_pangu(), small_shape()));
+  ASSERT_TRUE(model);
+  // Channel c holds the value c everywhere.
+  const torch::Tensor x = torch::arange(17, torch::kFloat).view({1, 17, 1, 1}).expand({1, 17, 13, 19});
+  const auto parts = model->split_input(x);
+  ASSERT_EQ(parts[0].sizes(), (std::vector<int64_t>{1, 2, 3, 13, 19}));
+  for (int64_t v = 0; v < 2; ++v)
+    for (int64_t z = 0; z < 3; ++z)  // the newest state starts at channel 8; variable-major
+      EXPECT_EQ(parts[0][0][v][z][0][0].item<float>(), 8 + v * 3 + z) << v << ", " << z;
+  // The surface-like rest, in input order: the older state whole, the newest's surface, the forcing.
+  ASSERT_EQ(parts[1].size(1), 17 - 6);
+  const std::vector<float> rest{0, 1, 2, 3, 4, 5, 6, 7, 14, 15, 16};
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(parts[1][0][static_cast<int64_t>(i)][0][0].item<float>(), rest[i]);
+  EXPECT_EQ(model->tokens(), (Extent3{1 + 2, 7, 10}));
+  EXPECT_EQ(model->coarse_tokens(), (Extent3{1 + 2, 4, 5}));
+}
+
+// ---- the model ----
+
+TEST(Pangu, ForwardShapesWithAndWithoutUpperAir) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(1);
+  WeatherModel model = build_model(small_pangu(), small_shape());
+  const torch::Tensor y = model->forward(torch::randn({2, 17, 13, 19}));
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 8, 13, 19}));
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+  ModelConfig flat = small_pangu();
+  flat.upper_variables = flat.levels = 0;  // surface only: the volume is one level
+  const torch::Tensor y2 = build_model(flat, small_shape())->forward(torch::randn({2, 17, 13, 19}));
+  EXPECT_EQ(y2.sizes(), (std::vector<int64_t>{2, 8, 13, 19}));
+  // Every output an upper-air variable: no surface head.
+  ModelShape all_upper = small_shape();
+  all_upper.out_channels = 6;
+  all_upper.state_channels = 6;
+  all_upper.in_channels = 2 * 6 + 1;
+  EXPECT_EQ(build_model(small_pangu(), all_upper)->forward(torch::randn({1, 13, 13, 19})).sizes(),
+            (std::vector<int64_t>{1, 6, 13, 19}));
+}
+
+TEST(Pangu, CheckpointedEqualsPlainOutputsAndGradients) {
+  torch::manual_seed(8);
+  WeatherModel model = build_model(small_pangu(), small_shape());
+  const torch::Tensor x = torch::randn({2, 17, 13, 19});
+  auto run = [&](bool checkpointing) {
+    model->set_checkpointing(checkpointing);
+    model->zero_grad();
+    torch::Tensor input = x.clone().requires_grad_(true);
+    torch::Tensor y = model->forward(input);
+    y.square().sum().backward();
+    std::vector<torch::Tensor> out{y.detach().clone(), input.grad().clone()};
+    for (const auto& p : model->parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  const auto plain = run(false), recomputed = run(true);
+  ASSERT_EQ(plain.size(), recomputed.size());
+  const auto names = model->named_parameters().keys();
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const std::string what = i == 0 ? "output" : i == 1 ? "input grad" : names[i - 2];
+    EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << what;
+    EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-4, 1e-5))
+        << what << ": max difference " << (plain[i] - recomputed[i]).abs().max().item<double>();
+  }
+  // The input gradient reaches the upper-air volume through the checkpointed embedding.
+  EXPECT_GT(plain[1].narrow(1, 8, 6).abs().sum().item<double>(), 0.0);
+  EXPECT_TRUE(torch::allclose(plain[1].narrow(1, 8, 6), recomputed[1].narrow(1, 8, 6), 1e-4, 1e-5));
+}
+
+TEST(Pangu, Bf16MixedForwardAndBackward) {
+  torch::manual_seed(9);
+  WeatherModel model = build_model(small_pangu(), small_shape());
+  const torch::Tensor x = torch::randn({2, 17, 13, 19});
+  torch::Tensor reference;
+  {
+    torch::NoGradGuard no_grad;
+    reference = model->forward(x);
+  }
+  torch::Tensor y;
+  {
+    AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
+    y = model->forward(x);
+  }
+  ASSERT_TRUE(torch::isfinite(y).all().item<bool>());
+  EXPECT_LT((y.to(torch::kFloat) - reference).abs().max().item<double>(), 0.1 * reference.abs().max().item<double>() + 0.05);
+  y.to(torch::kFloat).square().mean().backward();
+  for (const auto& item : model->named_parameters()) {
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_EQ(item.value().grad().scalar_type(), torch::kFloat) << item.key();
+    EXPECT_TRUE(torch::isfinite(item.value().grad()).all().item<bool>()) << item.key();
+  }
+}
+
+TEST(Pangu, PositionIndicesStayInt64WhenTheModelIsCast) {
+  torch::manual_seed(2);
+  WeatherModel model = build_model(small_pangu(), small_shape());
+  auto block = std::dynamic_pointer_cast<PanguImpl>(model)->blocks()[1];
+  const torch::Tensor index = block->attn->position_index.clone();
+  model->to(torch::kBFloat16);
+  EXPECT_EQ(block->attn->position_index.scalar_type(), torch::kLong);
+  EXPECT_TRUE(torch::equal(block->attn->position_index, index));
+  EXPECT_EQ(block->shift_mask.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(block->attn->earth_bias.scalar_type(), torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(model->forward(torch::randn({1, 17, 13, 19}, torch::kBFloat16)).scalar_type(), torch::kBFloat16);
+  model->to(torch::Device(torch::kCPU), torch::kFloat);
+  EXPECT_EQ(block->attn->position_index.scalar_type(), torch::kLong);
+}
+
+TEST(Pangu, ParameterCountMatchesTheArchitecture) {
+  const ModelConfig c = small_pangu();  // D 12, patch (2, 2, 2), window (2, 3, 4), depths 2 x 4
+  const int64_t D = 12, V = 2, Cs = 17 - 6, Cso = 8 - 6, p = 2, pz = 2;
+  auto block = [](int64_t dim, int64_t heads, int64_t types, const Extent3& w) {
+    const int64_t hidden = 2 * dim;
+    const int64_t table = w[0] * w[0] * w[1] * w[1] * (2 * w[2] - 1) * types * heads;
+    return (dim * 3 * dim + 3 * dim) + (dim * dim + dim) + table + 2 * dim + (dim * hidden + hidden) +
+           (hidden * dim + dim) + 2 * dim;
+  };
+  // Tokens: 3 levels (surface + ceil(3/2)), 7 x 10; coarse 4 x 5. Windows (2, 3, 4) fit both.
+  // Types: level windows x lat windows = ceil(3/2) x ceil(7/3) = 2 x 3 fine, 2 x ceil(4/3) = 2 x 2 coarse.
+  const int64_t fine = block(D, 2, 6, {2, 3, 4}), coarse = block(2 * D, 4, 4, {2, 3, 4});
+  const int64_t embed = (V * pz * p * p * D + D) + (Cs * p * p * D + D);
+  const int64_t down = 2 * 4 * D + 4 * D * 2 * D;
+  const int64_t up = 2 * D * 4 * D + 2 * D + D * D;
+  const int64_t head = 2 * D * V * pz * p * p + V + 2 * D * Cso * p * p + Cso;
+  int64_t n = 0;
+  for (const auto& t : build_model(c, small_shape())->parameters()) n += t.numel();
+  EXPECT_EQ(n, embed + 2 * fine + down + 4 * coarse + up + 2 * fine + head);
+}
+
+TEST(Pangu, PublishedConfigurationHas64MillionParameters) {
+  // Bi et al. 2023's model built for real (no forward): 5 upper-air variables x 13 levels, 4
+  // surface variables and 3 constant masks on 721 x 1440, the pseudocode's sizes. The authors give
+  // "about 256 million parameters in total" for four such models (arXiv:2211.02556, abstract).
+  ModelConfig c;
+  c.name = "pangu";
+  c.upper_variables = 5;
+  c.levels = 13;
+  c.level_patch = 2;
+  c.patch_size = 4;
+  c.embed_dim = 192;
+  c.window = {2, 6, 12};
+  c.stage_depths = {2, 6, 6, 2};
+  c.stage_heads = {6, 12, 12, 6};
+  ModelShape s{5 * 13 + 4 + 3, 5 * 13 + 4, 721, 1440};
+  s.state_channels = 5 * 13 + 4;
+  auto model = std::dynamic_pointer_cast<PanguImpl>(build_model(c, s));
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->tokens(), (Extent3{8, 181, 360}));
+  EXPECT_EQ(model->coarse_tokens(), (Extent3{8, 91, 180}));
+  // Window types: 4 level windows x 31 (181 -> 186) latitude windows; 4 x 16 (91 -> 96).
+  EXPECT_EQ(model->blocks().front()->attn->earth_bias.size(1), 124);
+  EXPECT_EQ(model->blocks()[2]->attn->earth_bias.size(1), 64);
+  int64_t n = 0;
+  for (const auto& t : model->parameters()) n += t.numel();
+  EXPECT_EQ(n, 64'220'169);
+}
+
+TEST(Pangu, BlockNamesInForwardOrder) {
+  const ModelConfig c = small_pangu();
+  EXPECT_EQ(build_model(c, small_shape())->block_names(),
+            (std::vector<std::string>{"embed", "layer1_block0", "layer1_block1", "downsample", "layer2_block0",
+                                      "layer2_block1", "layer3_block0", "layer3_block1", "upsample", "layer4_block0",
+                                      "layer4_block1", "head"}));
+}
+
+// ---- configuration ----
+
+TEST(Pangu, ConfigKeysAndErrors) {
+  const RunConfig r = parse_config(
+      "[model]\nname = \"pangu\"\nembed_dim = 24\nupper_variables = 2\nlevels = 2\nlevel_patch = 1\n"
+      "window = [1, 4, 8]\nstage_depths = [2, 4, 4, 2]\nstage_heads = [3, 6, 6, 3]\n"
+      "[data]\ngrid = [17, 23]\nvariables = [\"u_500\", \"u_850\", \"v_500\", \"v_850\", \"p\"]\n",
+      "pangu.toml");
+  EXPECT_EQ(r.model.upper_variables, 2);
+  EXPECT_EQ(r.model.levels, 2);
+  EXPECT_EQ(r.model.level_patch, 1);
+  EXPECT_EQ(r.model.window, (std::vector<int64_t>{1, 4, 8}));
+  EXPECT_EQ(r.model.stage_depths, (std::vector<int64_t>{2, 4, 4, 2}));
+  EXPECT_EQ(r.model.stage_heads, (std::vector<int64_t>{3, 6, 6, 3}));
+  const ModelShape shape = model_shape(r);
+  EXPECT_EQ(shape.state_channels, 5);
+  EXPECT_EQ(shape.history, 2);
+  EXPECT_NO_THROW(build_model(r.model, shape));
+
+  auto error = [](const std::string& model, const std::string& variables = "[\"a\", \"b\", \"c\"]") {
+    try {
+      const RunConfig bad = parse_config("[model]\nname = \"pangu\"\n" + model + "[data]\ngrid = [17, 23]\nvariables = " +
+                                             variables + "\n",
+                                         "pangu.toml");
+      build_model(bad.model, model_shape(bad));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto expect_error = [&](const std::string& model, const std::string& needle) {
+    const std::string what = error(model);
+    EXPECT_NE(what.find(needle), std::string::npos) << model << " -> " << what;
+  };
+  expect_error("window = [2, 6]\n", "model.window");
+  expect_error("stage_depths = [2, 6, 2]\n", "model.stage_depths");
+  expect_error("stage_heads = [5, 8, 8, 4]\n", "model.stage_heads");
+  expect_error("upper_variables = 2\n", "model.levels");
+  expect_error("window = [2, 0, 12]\n", "model.window");
+  // The layout must fit the data: 2 x 2 upper-air channels in a 3-channel state.
+  expect_error("upper_variables = 2\nlevels = 2\n", "model.upper_variables x model.levels");
+  ModelConfig c = small_pangu();
+  c.stage_heads = {5, 4, 4, 2};
+  EXPECT_THROW(build_model(c, small_shape()), ConfigError);
+}
+
+}  // namespace
+}  // namespace wxtrain::models
