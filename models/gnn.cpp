@@ -134,12 +134,20 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
   // E is ~(2r+1)^2 times N. e is [E, L] in the first layer: it broadcasts over the batch.
   torch::Tensor pre = gather_edges(edge_mlp->project(1, h), edge_mlp->project(2, h), edge_mlp->project(0, e), senders,
                                    receivers);
-  torch::Tensor update = edge_mlp->finish(pre);
-  torch::Tensor e_new = e + update;
-
-  // Sum the updated edges (or their updates) into their receivers.
-  const torch::Tensor& sent = aggregate_residual ? e_new : update;
-  torch::Tensor agg = torch::zeros({h.size(0), h.size(1), sent.size(-1)}, sent.options()).index_add_(1, receivers, sent);
+  // Sum the updated edges (or only their updates) into their receivers. Scoped so that no
+  // edge-sized temporary outlives the aggregation into the node MLP below.
+  torch::Tensor e_new, agg;
+  auto aggregate = [&](const torch::Tensor& sent) {
+    return torch::zeros({h.size(0), h.size(1), sent.size(-1)}, sent.options()).index_add_(1, receivers, sent);
+  };
+  if (aggregate_residual) {
+    e_new = e + edge_mlp->finish(pre);
+    agg = aggregate(e_new);
+  } else {
+    torch::Tensor update = edge_mlp->finish(pre);
+    agg = aggregate(update);
+    e_new = e + update;
+  }
 
   torch::Tensor h_new = h + node_mlp->finish(node_mlp->project(0, h) + node_mlp->project(1, agg));
   return {h_new, e_new};

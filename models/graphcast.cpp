@@ -388,11 +388,15 @@ std::vector<torch::Tensor> Grid2MeshImpl::forward(const torch::Tensor& grid, con
 
   // Edge update. The edge's and the receiving mesh node's shares of the first layer are the same
   // for every sample: summed once per edge, then the sending grid node's share added per sample.
-  torch::Tensor shared = edge_mlp->project(0, e) + edge_mlp->project(2, h_mesh).index_select(0, g.g2m_receivers);
-  torch::Tensor update = edge_mlp->finish(edge_mlp->project(1, h_grid).index_select(1, g.g2m_senders) + shared);
-  // The encoder's edges are not used again: only their updates, summed into the mesh nodes.
-  torch::Tensor agg = torch::zeros({update.size(0), g.mesh_nodes, update.size(2)}, update.options())
-                          .index_add_(1, g.g2m_receivers, update);
+  // The encoder's edges are not used again: only their updates, summed into the mesh nodes (scoped:
+  // no edge-sized temporary outlives the sum).
+  torch::Tensor agg;
+  {
+    torch::Tensor shared = edge_mlp->project(0, e) + edge_mlp->project(2, h_mesh).index_select(0, g.g2m_receivers);
+    torch::Tensor update = edge_mlp->finish(edge_mlp->project(1, h_grid).index_select(1, g.g2m_senders) + shared);
+    agg = torch::zeros({update.size(0), g.mesh_nodes, update.size(2)}, update.options())
+              .index_add_(1, g.g2m_receivers, update);
+  }
   torch::Tensor mesh = h_mesh + mesh_node_mlp->finish(mesh_node_mlp->project(0, h_mesh) + mesh_node_mlp->project(1, agg));
   torch::Tensor grid_out = h_grid + grid_node_mlp->forward({h_grid});
   return {grid_out, mesh, e_mesh};
@@ -407,11 +411,14 @@ Mesh2GridImpl::Mesh2GridImpl(int64_t latent, int64_t out_channels, int64_t mlp_l
 }
 
 torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Tensor& grid, const GraphCastGraph& g) {
-  torch::Tensor e = m2g_edge_embed->forward({g.m2g_features});  // [3 Ng, L], batch-independent
-  torch::Tensor update = edge_mlp->finish(gather_edges(edge_mlp->project(1, mesh), edge_mlp->project(2, grid),
-                                                       edge_mlp->project(0, e), g.m2g_senders, g.m2g_receivers));
-  torch::Tensor agg = torch::zeros({update.size(0), g.grid_nodes, update.size(2)}, update.options())
-                          .index_add_(1, g.m2g_receivers, update);
+  torch::Tensor agg;
+  {  // scoped: no edge-sized temporary outlives the sum into the grid nodes
+    torch::Tensor e = m2g_edge_embed->forward({g.m2g_features});  // [3 Ng, L], batch-independent
+    torch::Tensor update = edge_mlp->finish(gather_edges(edge_mlp->project(1, mesh), edge_mlp->project(2, grid),
+                                                         edge_mlp->project(0, e), g.m2g_senders, g.m2g_receivers));
+    agg = torch::zeros({update.size(0), g.grid_nodes, update.size(2)}, update.options())
+              .index_add_(1, g.m2g_receivers, update);
+  }
   torch::Tensor h = grid + grid_node_mlp->finish(grid_node_mlp->project(0, grid) + grid_node_mlp->project(1, agg));
   return output_mlp->forward({h});
 }
