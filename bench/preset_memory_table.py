@@ -13,6 +13,7 @@ answers, which docs/estimator.md sets beside what the papers report.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,13 +36,21 @@ def estimate(wxtrain, preset, mode, precision, checkpointing, rollout):
             cmd += ["--set", f"data.rollout_steps={rollout}"]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if out.returncode != 0:
-            sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr}")
+            # A run that fits no GPU in the catalog is an error with the size it needs.
+            need = re.search(r"needs ([0-9.]+) GiB per rank and fits no GPU", out.stderr)
+            if not need:
+                sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr}")
+            return {"fits_none": float(need.group(1))}
         return json.loads(out.stdout)
     finally:
         os.unlink(path)
 
 
 def row(preset, mode, precision, ckpt, rollout, d):
+    ck = ("on" if ckpt else "off") if mode == "train" else "-"
+    ro = str(rollout) if mode == "train" else "-"
+    if "fits_none" in d:
+        return f"| {preset} | {mode} | {precision} | {ck} | {ro} | | | {d['fits_none']:.2f} (largest GPU's total) | none | 0 | 0 |"
     gpus = {g["name"]: g for g in d["gpus"]}
     h100 = gpus["H100"]
     fitting = sorted((g for g in d["gpus"] if g["fits"]), key=lambda g: g["memory_bytes"])
@@ -49,8 +58,6 @@ def row(preset, mode, precision, ckpt, rollout, d):
     total = h100["at_batch"]["total_bytes"] / GiB
     states = (h100["at_batch"]["params_bytes"] + h100["at_batch"]["grads_bytes"] + h100["at_batch"]["optimizer_bytes"]) / GiB
     act = h100["at_batch"]["activations_bytes"] / GiB
-    ck = ("on" if ckpt else "off") if mode == "train" else "-"
-    ro = str(rollout) if mode == "train" else "-"
     return (f"| {preset} | {mode} | {precision} | {ck} | {ro} | {states:.2f} | {act:.2f} | {total:.2f} | {smallest} | "
             f"{gpus['A100-80']['max_batch']} | {h100['max_batch']} |")
 
@@ -69,12 +76,13 @@ def main():
             for ckpt in [False, True]:
                 for rollout in [1, 12]:
                     d = estimate(args.wxtrain, preset, "train", precision, ckpt, rollout)
-                    first = first or d
+                    first = first or (d if "parameters" in d else None)
                     print(row(preset, "train", precision, ckpt, rollout, d), flush=True)
         for precision in ["fp32", "bf16-mixed", "fp16-mixed"]:
             d = estimate(args.wxtrain, preset, "inference", precision, False, 1)
             print(row(preset, "inference", precision, False, 1, d), flush=True)
-        print(f"<!-- {preset}: {first['parameters']} parameters, {first['method']} -->", flush=True)
+        if first:
+            print(f"<!-- {preset}: {first['parameters']} parameters, {first['method']} -->", flush=True)
 
 
 if __name__ == "__main__":
