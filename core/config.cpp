@@ -748,6 +748,7 @@ void apply_model_preset(toml::table& root, const std::string& file) {
   const std::vector<std::string> names = model_preset_names();
   const std::optional<std::string> name = node->value<std::string>();
   if (!name) throw ConfigError(where + ": model.preset must be a string, one of " + join(names));
+  if (name->empty()) return;  // the default: no preset
   const ModelPreset* preset = find_model_preset(*name);
   if (!preset)
     throw ConfigError(where + ": model.preset = \"" + *name + "\" is not a preset" + did_you_mean(*name, names) +

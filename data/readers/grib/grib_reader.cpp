@@ -959,6 +959,15 @@ class GribReader final : public Reader {
     if (size != expected) {
       throw DataError(place + ": key 'values' has " + std::to_string(size) + " values for a grid of " + std::to_string(expected) + " points");
     }
+    // ecCodes sizes its unpacking buffers from the message's own counts, and a corrupt count made
+    // it ask for 12 GB before noticing (found by grib_reader_fuzz). The coded values can be no
+    // more than the grid's points (fewer with a bitmap): checked before decoding.
+    long coded = 0;
+    if (codes_get_long(handle.get(), "numberOfCodedValues", &coded) == CODES_SUCCESS &&
+        (coded < 0 || static_cast<size_t>(coded) > expected)) {
+      throw DataError(place + ": key 'numberOfCodedValues' is " + std::to_string(coded) + " for a grid of " +
+                      std::to_string(expected) + " points (a corrupt message?)");
+    }
     std::vector<double> values(size);
     status = codes_get_double_array(handle.get(), "values", values.data(), &size);
     if (status != CODES_SUCCESS) throw DataError(place + ": key 'values' ('" + message.short_name + "'): " + codes_get_error_message(status) + EcCodesLog::said());
