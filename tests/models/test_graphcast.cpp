@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "models/graphcast.h"
 #include "models/weather_model.h"
+#include "tests/models/step_gradients.h"
 
 namespace wxtrain::models {
 namespace {
@@ -272,21 +273,11 @@ TEST(GraphCast, CheckpointedEqualsPlainOutputsAndGradients) {
   torch::manual_seed(8);
   WeatherModel model = build_model(small_graphcast(), storm_shape_with_coordinates());
   const torch::Tensor x = torch::randn({2, 12, 33, 36});
-  auto run = [&](bool checkpointing) {
-    model->set_checkpointing(checkpointing);
-    model->zero_grad();
-    torch::Tensor input = x.clone().requires_grad_(true);
-    torch::Tensor y = model->forward(input);
-    y.square().sum().backward();
-    std::vector<torch::Tensor> out{y.detach().clone(), input.grad().clone()};
-    for (const auto& p : model->parameters()) out.push_back(p.grad().clone());
-    return out;
-  };
-  const auto plain = run(false), recomputed = run(true);
+  const auto plain = testing::output_and_gradients(*model, x, false);
+  const auto recomputed = testing::output_and_gradients(*model, x, true);
   ASSERT_EQ(plain.size(), recomputed.size());
-  const auto names = model->named_parameters().keys();
   for (size_t i = 0; i < plain.size(); ++i) {
-    const std::string what = i == 0 ? "output" : i == 1 ? "input grad" : names[i - 2];
+    const std::string what = testing::output_and_gradients_name(*model, i);
     EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << what;
     EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-5, 1e-6))
         << what << ": max difference " << (plain[i] - recomputed[i]).abs().max().item<double>();
