@@ -158,8 +158,8 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
 GraphNetImpl::GraphNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
   validate(config, shape);
   GridGraph g = build_grid_graph(shape.lat, shape.lon, config.neighbourhood);
-  senders_ = register_buffer("senders", g.senders);
-  receivers_ = register_buffer("receivers", g.receivers);
+  senders_ = register_index_buffer("senders", g.senders);
+  receivers_ = register_index_buffer("receivers", g.receivers);
   edge_features_ = register_buffer("edge_features", g.edge_features);
   node_positions_ = register_buffer("node_positions", g.node_positions);
 
@@ -181,30 +181,6 @@ std::vector<ChannelAxis> GraphNetImpl::channel_axes() const {
   return {{"encoder.node_mlp.first.0.weight", 1, true},
           {last + ".weight", 0, false},
           {last + ".bias", 0, false}};
-}
-
-template <typename Move>
-void GraphNetImpl::move_keeping_indices(const Move& move, const std::optional<torch::Device>& device,
-                                        bool non_blocking) {
-  // detach(): a handle of its own, untouched by the set_data that Module::to does on the buffers.
-  const torch::Device target = device.value_or(senders_.device());
-  const torch::Tensor senders = senders_.detach().to(target, non_blocking);
-  const torch::Tensor receivers = receivers_.detach().to(target, non_blocking);
-  move();
-  senders_.set_data(senders);
-  receivers_.set_data(receivers);
-}
-
-void GraphNetImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
-  move_keeping_indices([&] { WeatherModelImpl::to(device, dtype, non_blocking); }, device, non_blocking);
-}
-
-void GraphNetImpl::to(torch::Dtype dtype, bool non_blocking) {
-  move_keeping_indices([&] { WeatherModelImpl::to(dtype, non_blocking); }, std::nullopt, non_blocking);
-}
-
-void GraphNetImpl::to(torch::Device device, bool non_blocking) {
-  move_keeping_indices([&] { WeatherModelImpl::to(device, non_blocking); }, device, non_blocking);
 }
 
 torch::Tensor GraphNetImpl::forward(torch::Tensor x) {

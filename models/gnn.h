@@ -95,16 +95,7 @@ class GraphNetImpl : public WeatherModelImpl {
   int64_t num_nodes() const { return node_positions_.size(0); }
   int64_t num_edges() const { return senders_.size(0); }
 
-  // Module::to(dtype) converts every buffer; the edge indices must stay int64 (bf16 cannot even
-  // hold them exactly), so these move them by device only.
-  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
-  void to(torch::Dtype dtype, bool non_blocking = false) override;
-  void to(torch::Device device, bool non_blocking = false) override;
-
  private:
-  template <typename Move>
-  void move_keeping_indices(const Move& move, const std::optional<torch::Device>& device, bool non_blocking);
-
   // Buffers, so that they move with the model.
   torch::Tensor senders_, receivers_, edge_features_, node_positions_;
   GraphEncoder encoder_{nullptr};

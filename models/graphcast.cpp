@@ -433,14 +433,14 @@ GraphCastImpl::GraphCastImpl(const ModelConfig& config, const ModelShape& shape)
   // it into a model built on another grid fails on the shapes.
   graph_.grid_features = register_buffer("grid_features", graph_.grid_features);
   graph_.mesh_features = register_buffer("mesh_features", graph_.mesh_features);
-  graph_.g2m_senders = register_buffer("g2m_senders", graph_.g2m_senders);
-  graph_.g2m_receivers = register_buffer("g2m_receivers", graph_.g2m_receivers);
+  graph_.g2m_senders = register_index_buffer("g2m_senders", graph_.g2m_senders);
+  graph_.g2m_receivers = register_index_buffer("g2m_receivers", graph_.g2m_receivers);
   graph_.g2m_features = register_buffer("g2m_features", graph_.g2m_features);
-  graph_.mesh_senders = register_buffer("mesh_senders", graph_.mesh_senders);
-  graph_.mesh_receivers = register_buffer("mesh_receivers", graph_.mesh_receivers);
+  graph_.mesh_senders = register_index_buffer("mesh_senders", graph_.mesh_senders);
+  graph_.mesh_receivers = register_index_buffer("mesh_receivers", graph_.mesh_receivers);
   graph_.mesh_edge_features = register_buffer("mesh_edge_features", graph_.mesh_edge_features);
-  graph_.m2g_senders = register_buffer("m2g_senders", graph_.m2g_senders);
-  graph_.m2g_receivers = register_buffer("m2g_receivers", graph_.m2g_receivers);
+  graph_.m2g_senders = register_index_buffer("m2g_senders", graph_.m2g_senders);
+  graph_.m2g_receivers = register_index_buffer("m2g_receivers", graph_.m2g_receivers);
   graph_.m2g_features = register_buffer("m2g_features", graph_.m2g_features);
 
   grid2mesh_ = register_block("grid2mesh", Grid2Mesh(shape.in_channels, config.latent, config.mlp_layers));
@@ -457,31 +457,6 @@ std::vector<ChannelAxis> GraphCastImpl::channel_axes() const {
   const std::string last =
       layers == 1 ? "mesh2grid.output_mlp.first.0" : "mesh2grid.output_mlp.layer" + std::to_string(layers - 1);
   return {{"grid2mesh.grid_embed.first.0.weight", 1, true}, {last + ".weight", 0, false}, {last + ".bias", 0, false}};
-}
-
-template <typename Move>
-void GraphCastImpl::move_keeping_indices(const Move& move, const std::optional<torch::Device>& device,
-                                         bool non_blocking) {
-  torch::Tensor* indices[] = {&graph_.g2m_senders,    &graph_.g2m_receivers, &graph_.mesh_senders,
-                              &graph_.mesh_receivers, &graph_.m2g_senders,   &graph_.m2g_receivers};
-  const torch::Device target = device.value_or(graph_.g2m_senders.device());
-  std::vector<torch::Tensor> moved;
-  // detach(): a handle of its own, untouched by the set_data that Module::to does on the buffers.
-  for (torch::Tensor* t : indices) moved.push_back(t->detach().to(target, non_blocking));
-  move();
-  for (size_t i = 0; i < moved.size(); ++i) indices[i]->set_data(moved[i]);
-}
-
-void GraphCastImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
-  move_keeping_indices([&] { WeatherModelImpl::to(device, dtype, non_blocking); }, device, non_blocking);
-}
-
-void GraphCastImpl::to(torch::Dtype dtype, bool non_blocking) {
-  move_keeping_indices([&] { WeatherModelImpl::to(dtype, non_blocking); }, std::nullopt, non_blocking);
-}
-
-void GraphCastImpl::to(torch::Device device, bool non_blocking) {
-  move_keeping_indices([&] { WeatherModelImpl::to(device, non_blocking); }, device, non_blocking);
 }
 
 torch::Tensor GraphCastImpl::forward(torch::Tensor x) {

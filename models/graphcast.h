@@ -141,14 +141,7 @@ class GraphCastImpl : public WeatherModelImpl {
 
   const GraphCastGraph& graph() const { return graph_; }
 
-  // As the gnn: Module::to(dtype) would convert the edge indices too; these keep them int64.
-  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
-  void to(torch::Dtype dtype, bool non_blocking = false) override;
-  void to(torch::Device device, bool non_blocking = false) override;
-
  private:
-  template <typename Move>
-  void move_keeping_indices(const Move& move, const std::optional<torch::Device>& device, bool non_blocking);
 
   // Sizes, and handles of the registered buffers (Module::to moves those in place, set_data, so
   // the handles follow); kept_mesh_nodes is not a buffer (informational, stays on the CPU).

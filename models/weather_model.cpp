@@ -35,6 +35,34 @@ WeatherModelImpl::WeatherModelImpl(const ModelShape& shape) : shape_(shape) {
               shape.lat, " x ", shape.lon);
 }
 
+torch::Tensor WeatherModelImpl::register_index_buffer(const std::string& name, torch::Tensor indices) {
+  torch::Tensor b = register_buffer(name, std::move(indices));
+  index_buffers_.push_back(b);
+  return b;
+}
+
+template <typename Move>
+void WeatherModelImpl::move_keeping_indices(const Move& move, const std::optional<torch::Device>& device,
+                                            bool non_blocking) {
+  std::vector<torch::Tensor> moved;
+  // detach(): a handle of its own, untouched by the set_data that Module::to does on the buffers.
+  for (const torch::Tensor& t : index_buffers_) moved.push_back(t.detach().to(device.value_or(t.device()), non_blocking));
+  move();
+  for (size_t i = 0; i < moved.size(); ++i) index_buffers_[i].set_data(moved[i]);
+}
+
+void WeatherModelImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  move_keeping_indices([&] { torch::nn::Module::to(device, dtype, non_blocking); }, device, non_blocking);
+}
+
+void WeatherModelImpl::to(torch::Dtype dtype, bool non_blocking) {
+  move_keeping_indices([&] { torch::nn::Module::to(dtype, non_blocking); }, std::nullopt, non_blocking);
+}
+
+void WeatherModelImpl::to(torch::Device device, bool non_blocking) {
+  move_keeping_indices([&] { torch::nn::Module::to(device, non_blocking); }, device, non_blocking);
+}
+
 void require_positive(int64_t value, const char* key) {
   if (value <= 0) throw ConfigError(std::string(key) + " must be positive (got " + std::to_string(value) + ")");
 }

@@ -4,6 +4,7 @@
 // (submodules registered with register_block); each runs through run_block, which checkpoints it
 // when checkpointing is on. The block list is what the estimator and the docs talk about.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,12 @@ class WeatherModelImpl : public torch::nn::Module {
   void set_checkpointing(bool on) { checkpointing_ = on; }
   bool checkpointing() const { return checkpointing_; }
 
+  // Module::to(dtype) converts every buffer; index buffers (register_index_buffer) must stay int64
+  // (bf16 cannot even hold the indices), so these move them by device only.
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
+
  protected:
   // Checks the shape every zoo model needs (channels and a grid) once, for all of them.
   explicit WeatherModelImpl(const ModelShape& shape);
@@ -72,6 +79,10 @@ class WeatherModelImpl : public torch::nn::Module {
     block_names_.push_back(name);
     return register_module(name, module);
   }
+
+  // Registers an int64 index buffer (graph edges): it moves with the model's device and keeps its
+  // dtype through to(dtype).
+  torch::Tensor register_index_buffer(const std::string& name, torch::Tensor indices);
 
   // Runs fn(inputs) as the block `block`: plain, or through checkpoint() with the block's
   // parameters when checkpointing is on. fn is kept until backward when checkpointed: capture
@@ -84,7 +95,11 @@ class WeatherModelImpl : public torch::nn::Module {
 
  private:
   ModelShape shape_;
+  template <typename Move>
+  void move_keeping_indices(const Move& move, const std::optional<torch::Device>& device, bool non_blocking);
+
   std::vector<std::string> block_names_;
+  std::vector<torch::Tensor> index_buffers_;  // handles sharing the registered buffers' storage
   bool checkpointing_ = false;
 };
 
