@@ -23,7 +23,8 @@ BATCH=${BATCH:-8}
 export OMP_NUM_THREADS=${THREADS:-1}
 PY=${PY:-.venv/bin/python}  # the torch wheel wxtrain builds against
 COMPILE=${COMPILE:-1}
-MODELS=(unet vit gnn vit_base)  # configs/storm_$m.toml
+# configs/storm_$m.toml; MODELS="fourcastnet pangu graphcast" picks others.
+read -r -a MODELS <<<"${MODELS:-unet vit gnn vit_base}"
 PRECISIONS=(fp32 bf16-mixed)
 
 # Steps per repetition, so that one repetition takes roughly a second or more on this CPU.
@@ -36,7 +37,8 @@ ninja -C "$BUILD" -j2 train_throughput >/dev/null
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 for m in "${MODELS[@]}"; do
-  "$BUILD/bench/train_throughput" --config "configs/storm_$m.toml" --describe >"$OUT/$m.json"
+  mkdir -p "$OUT/$m"
+  "$BUILD/bench/train_throughput" --config "configs/storm_$m.toml" --describe --buffers "$OUT/$m" >"$OUT/$m.json"
 done
 
 run_cpp() {
@@ -50,14 +52,14 @@ run_unfused() {
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS" --unfused
 }
 run_py() {
-  "$PY" bench/peer/train_peer.py --config "configs/storm_$1.toml" --shape "$OUT/$1.json" --precision "$2" \
-    --batch "$BATCH" --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
+  "$PY" bench/peer/train_peer.py --config "configs/storm_$1.toml" --shape "$OUT/$1.json" --buffers "$OUT/$1" \
+    --precision "$2" --batch "$BATCH" --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
 
 # torch.compile'd peer: the first warm-up step compiles (inductor's cache makes later rounds quick).
 run_py_compile() {
-  "$PY" bench/peer/train_peer.py --config "configs/storm_$1.toml" --shape "$OUT/$1.json" --precision "$2" \
-    --batch "$BATCH" --warmup 3 --steps "$(steps_for "$1")" --reps "$REPS" --compile
+  "$PY" bench/peer/train_peer.py --config "configs/storm_$1.toml" --shape "$OUT/$1.json" --buffers "$OUT/$1" \
+    --precision "$2" --batch "$BATCH" --warmup 3 --steps "$(steps_for "$1")" --reps "$REPS" --compile
 }
 
 RESULTS="$OUT/results.txt"

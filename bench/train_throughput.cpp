@@ -5,6 +5,8 @@
 //   train_throughput --config configs/storm_unet.toml --precision bf16-mixed
 //       [--batch 8] [--warmup 3] [--steps 10] [--reps 5]
 //   train_throughput --config configs/storm_unet.toml --describe   # shape + parameter count, JSON
+//   train_throughput --config configs/storm_graphcast.toml --describe --buffers DIR
+//       # ... and the model's buffers (graphs, masks, index tables) as DIR/<name>.npy
 //   train_throughput --config ... --precision ... --profile trace.json  # op trace of `steps` steps
 //
 // Timing: after `warmup` steps, `reps` repetitions of `steps` consecutive steps each; a
@@ -39,6 +41,7 @@ using namespace wxtrain;
 
 struct Args : bench::StepBenchArgs {
   std::string profile;  // chrome trace of `steps` steps after warm-up, instead of the timing
+  std::string buffers;  // with --describe: the model's buffers as .npy files in this directory
   bool unfused = false;  // the models' unfused paths (models/group_norm_silu.h), for A/B runs
 };
 
@@ -47,10 +50,14 @@ Args parse_args(int argc, char** argv) {
   static_cast<bench::StepBenchArgs&>(a) = bench::parse_step_bench_args(
       argc, argv,
       "train_throughput --config FILE [--precision fp32|bf16-mixed] [--batch N] [--warmup N] [--steps N] "
-      "[--reps N] [--describe] [--profile TRACE.json] [--unfused]",
+      "[--reps N] [--describe [--buffers DIR]] [--profile TRACE.json] [--unfused]",
       [&](const std::string& arg, const std::function<std::string()>& value) {
         if (arg == "--unfused") {
           a.unfused = true;
+          return true;
+        }
+        if (arg == "--buffers") {
+          a.buffers = value();
           return true;
         }
         if (arg != "--profile") return false;
@@ -61,6 +68,40 @@ Args parse_args(int argc, char** argv) {
 }
 
 using bench::median;
+
+// One tensor as a NumPy .npy file (format 1.0, C order, little-endian), which the Python peer loads
+// with numpy.load: the peer then runs on the very graph or table the C++ model built, rather than a
+// second implementation of its construction (the step, not the set-up, is what is compared).
+void write_npy(const std::string& path, const torch::Tensor& tensor) {
+  const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
+  std::string descr;
+  switch (t.scalar_type()) {
+    case torch::kFloat: descr = "<f4"; break;
+    case torch::kDouble: descr = "<f8"; break;
+    case torch::kLong: descr = "<i8"; break;
+    case torch::kInt: descr = "<i4"; break;
+    case torch::kBool: descr = "|b1"; break;
+    default: throw Error("train_throughput: buffer " + path + " has a dtype .npy writing does not cover");
+  }
+  std::string shape = "(";
+  for (int64_t d = 0; d < t.dim(); ++d) shape += std::to_string(t.size(d)) + (t.dim() == 1 || d + 1 < t.dim() ? "," : "");
+  shape += ")";
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // Magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64 and
+  // ended by a newline.
+  header.append(63 - (10 + header.size()) % 64, ' ');
+  header += '\n';
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error("train_throughput: cannot write " + path);
+  const unsigned char preamble[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  const uint16_t length = static_cast<uint16_t>(header.size());
+  const unsigned char length_le[2] = {static_cast<unsigned char>(length & 0xff), static_cast<unsigned char>(length >> 8)};
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  const bool ok = std::fwrite(preamble, 1, 8, f) == 8 && std::fwrite(length_le, 1, 2, f) == 2 &&
+                  std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
+                  std::fwrite(t.data_ptr(), 1, bytes, f) == bytes;
+  if (std::fclose(f) != 0 || !ok) throw Error("train_throughput: writing " + path + " failed");
+}
 
 int run(const Args& args) {
   RunConfig config = load_config(args.config, {"train.precision=" + args.precision,
@@ -84,12 +125,21 @@ int run(const Args& args) {
   if (args.describe) {
     // What the Python peer needs to build the same model on the same grid.
     std::printf("{\"model\": \"%s\", \"params\": %lld, \"threads\": %d, \"in_channels\": %lld, "
-                "\"out_channels\": %lld, \"lat\": %lld, \"lon\": %lld, \"rollout_steps\": %lld, \"latitudes\": [",
+                "\"out_channels\": %lld, \"lat\": %lld, \"lon\": %lld, \"rollout_steps\": %lld, "
+                "\"state_channels\": %lld, \"history\": %lld, \"latitudes\": [",
                 config.model.name.c_str(), static_cast<long long>(params), at::get_num_threads(),
                 static_cast<long long>(shape.in_channels), static_cast<long long>(shape.out_channels),
                 static_cast<long long>(shape.lat), static_cast<long long>(shape.lon),
-                static_cast<long long>(config.data.rollout_steps));
+                static_cast<long long>(config.data.rollout_steps), static_cast<long long>(shape.state_channels),
+                static_cast<long long>(shape.history));
     for (size_t i = 0; i < latitudes.size(); ++i) std::printf("%s%.17g", i ? ", " : "", latitudes[i]);
+    std::printf("], \"buffers\": [");
+    bool first = true;
+    for (const auto& b : state->model->named_buffers()) {
+      std::printf("%s\"%s\"", first ? "" : ", ", b.key().c_str());
+      first = false;
+      if (!args.buffers.empty()) write_npy(args.buffers + "/" + b.key() + ".npy", b.value());
+    }
     std::printf("]}\n");
     return 0;
   }

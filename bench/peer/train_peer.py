@@ -11,7 +11,9 @@ after `warmup` steps, `reps` repetitions of `steps` steps; the median repetition
       --shape shape.json --precision bf16-mixed [--batch 8 --warmup 3 --steps 10 --reps 5]
 
 shape.json is `train_throughput --config ... --describe`: grid, channels, latitudes, parameter
-count and LibTorch's default thread count (the peer uses the same).
+count and LibTorch's default thread count (the peer uses the same). The models of issue 14 are in
+fourcastnet_peer.py, pangu_peer.py and graphcast_peer.py; those that run on a graph or a table the
+C++ model built take it from `--buffers DIR` (`train_throughput --describe --buffers DIR`).
 
 --device cuda runs the same step on the GPU (the peer of `gpu_check throughput`, which prints the
 same line; scripts/gpu_check.sh runs both): model, batches and latitude weights on cuda:0, autocast
@@ -34,6 +36,23 @@ def norm_in_param_dtype(norm, x):
     # CPU autocast in 1.13 hands GroupNorm/LayerNorm the bf16 output of a conv/linear, and they
     # need input and affine parameters of one dtype: normalise in fp32, as models/*.cpp do.
     return norm(x if x.dtype == norm.weight.dtype else x.to(norm.weight.dtype))
+
+
+def load_npy(path):
+    """A .npy file written by `train_throughput --describe --buffers DIR` as a tensor (the wheel's
+    environment has no NumPy; the format is a short Python-literal header and the raw data)."""
+    import ast
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:6] != b"\x93NUMPY" or data[6] != 1:
+        sys.exit(f"train_peer: {path} is not a version-1 .npy file")
+    length = int.from_bytes(data[8:10], "little")
+    header = ast.literal_eval(data[10:10 + length].decode("latin1"))
+    dtype = {"<f4": torch.float32, "<f8": torch.float64, "<i8": torch.int64, "<i4": torch.int32,
+             "|b1": torch.bool}[header["descr"]]
+    flat = torch.frombuffer(bytearray(data[10 + length:]), dtype=dtype) if len(data) > 10 + length \
+        else torch.empty(0, dtype=dtype)
+    return flat.reshape(header["shape"]).clone()
 
 
 # ---- U-Net (models/unet.cpp) ----
@@ -244,6 +263,19 @@ class GraphNet(nn.Module):
 
 
 MODELS = {"unet": UNet, "vit": ViT, "gnn": GraphNet}
+# The published architectures of issue 14, each in its own file beside this one, whose class
+# `Model(m, shape)` is built like the three above; a model that runs on a graph or table the C++ model
+# built reads it from shape["buffers_dir"] (--buffers) with load_npy.
+PEER_MODULES = {"fourcastnet": "fourcastnet_peer", "pangu": "pangu_peer", "graphcast": "graphcast_peer"}
+
+
+def model_class(name):
+    if name in MODELS:
+        return MODELS[name]
+    if name in PEER_MODULES:
+        import importlib
+        return importlib.import_module(PEER_MODULES[name]).Model
+    sys.exit(f"train_peer: no peer for model '{name}'")
 
 
 # ---- the step (trainer/training_step.cpp) ----
@@ -269,6 +301,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--shape", required=True, help="JSON from train_throughput --describe")
+    ap.add_argument("--buffers", help="directory of the model's buffers (train_throughput --describe --buffers DIR)")
     ap.add_argument("--precision", choices=["fp32", "bf16-mixed"], default="fp32")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
@@ -286,10 +319,11 @@ def main():
     with open(args.shape) as f:
         shape = json.load(f)
     m, t = cfg["model"], cfg["train"]
+    shape["buffers_dir"] = args.buffers
     torch.set_num_threads(shape["threads"])
     torch.manual_seed(t.get("seed", 0))
 
-    model = MODELS[m["name"]](m, shape)
+    model = model_class(m["name"])(m, shape)
     params = sum(p.numel() for p in model.parameters())
     if params != shape["params"]:
         sys.exit(f"train_peer: {m['name']} has {params} parameters, wxtrain's has {shape['params']}: "
