@@ -116,6 +116,10 @@ int run(const Args& args) {
     return c;
   }());
   const std::vector<double> latitudes = dataset.has_coordinates() ? dataset.lat() : std::vector<double>{};
+  if (dataset.has_coordinates()) {  // where the grid lies, as trainer.cpp sets it: graphcast's mesh covers it
+    shape.latitudes = dataset.lat();
+    shape.longitudes = dataset.lon();
+  }
 
   auto comm = distributed::make_communicator(distributed::World{}, config.distributed, torch::kCPU);
   auto state = trainer::build_training_state(config, shape, comm, torch::kCPU, latitudes);
