@@ -1,11 +1,17 @@
 #include "models/pangu.h"
 
+#include <ATen/Parallel.h>
+#include <c10/util/accumulate.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "core/error.h"
+#include "models/bf16_data.h"
 #include "models/cpu_fusion.h"
+#include "models/cpu_gemm.h"
+#include "models/kernels/fused_kernels.h"
 #include "models/linear.h"
 
 namespace wxtrain::models {
@@ -71,12 +77,106 @@ Extent3 fit_window(const std::vector<int64_t>& window, const Extent3& grid) {
 
 }  // namespace
 
-// The attn x v matmul takes the fp32 softmax's bf16 copy. Elsewhere it computes what
-// at::_scaled_dot_product_attention_math computes (whose _safe_softmax zeroes rows that are all
-// -inf: none here, a token always sees its own label's tokens).
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Each of the bias's `rows` rows is shared by `batch` rows of the scores (row r of sample i at
+// (i * rows + r) * n). A task takes a range of bias rows and walks the samples outermost, so that
+// it streams through contiguous memory (bias row outermost, striding across the samples, took
+// half again as long); its bias rows' gradients are its own, so tasks never write the same one.
+class ScaledBiasedSoftmax : public torch::autograd::Function<ScaledBiasedSoftmax> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& scores, const torch::Tensor& bias,
+                               double scale) {
+    const torch::Tensor s = scores.contiguous(), b = bias.contiguous();
+    torch::Tensor y = torch::empty_like(s, at::MemoryFormat::Contiguous);
+    const int64_t n = s.size(-1), rows = b.numel() / n, batch = s.numel() / b.numel();
+    const auto f = static_cast<float>(scale);
+    const bool bf16 = s.scalar_type() == torch::kBFloat16;
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      std::vector<float> scratch(n);
+      for (int64_t i = 0; i < batch; ++i)
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t at = (i * rows + r) * n;
+          if (bf16) {
+            kernels::scaled_biased_softmax_bf16(bf16_data(s) + at, bf16_data(b) + r * n, f, bf16_data(y) + at,
+                                                scratch.data(), n);
+          } else {
+            kernels::scaled_biased_softmax(s.data_ptr<float>() + at, b.data_ptr<float>() + r * n, f,
+                                           y.data_ptr<float>() + at, n);
+          }
+        }
+    });
+    ctx->save_for_backward({y});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["bias_sizes"] = b.sizes().vec();
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    if (!grad_outputs[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const torch::Tensor y = ctx->get_saved_variables()[0];
+    const torch::Tensor dy = grad_outputs[0].to(y.scalar_type()).contiguous();
+    const std::vector<int64_t> bias_sizes = ctx->saved_data["bias_sizes"].toIntVector();
+    const auto f = static_cast<float>(ctx->saved_data["scale"].toDouble());
+    const int64_t n = y.size(-1), rows = c10::multiply_integers(bias_sizes) / n, batch = y.numel() / (rows * n);
+    torch::Tensor dscores = torch::empty_like(y, at::MemoryFormat::Contiguous);
+    // fp32 sums over the batch.
+    torch::Tensor dbias = torch::zeros({rows, n}, y.options().dtype(torch::kFloat));
+    const bool bf16 = y.scalar_type() == torch::kBFloat16;
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      std::vector<float> scratch(n);
+      for (int64_t i = 0; i < batch; ++i)
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t at = (i * rows + r) * n;
+          float* dbias_row = dbias.data_ptr<float>() + r * n;
+          if (bf16) {
+            kernels::scaled_biased_softmax_backward_bf16(bf16_data(y) + at, bf16_data(dy) + at, f,
+                                                         bf16_data(dscores) + at, dbias_row, scratch.data(), n);
+          } else {
+            kernels::scaled_biased_softmax_backward(y.data_ptr<float>() + at, dy.data_ptr<float>() + at, f,
+                                                    dscores.data_ptr<float>() + at, dbias_row, n);
+          }
+        }
+    });
+    torch::Tensor dbias_out;
+    if (ctx->needs_input_grad(1)) dbias_out = dbias.view(bias_sizes).to(y.scalar_type());
+    return {dscores, dbias_out, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool scaled_biased_softmax_applies(const torch::Tensor& scores, const torch::Tensor& bias) {
+  const auto t = scores.scalar_type();
+  return cpu_fusion_enabled() && scores.device().is_cpu() && bias.device().is_cpu() &&
+         (t == torch::kFloat || t == torch::kBFloat16) && bias.scalar_type() == t && scores.dim() >= 2 &&
+         bias.dim() == scores.dim() && bias.size(0) == 1 && bias.sizes().slice(1) == scores.sizes().slice(1) &&
+         scores.numel() > 0;
+}
+
+torch::Tensor scaled_biased_softmax(const torch::Tensor& scores, const torch::Tensor& bias, double scale) {
+  TORCH_CHECK(scaled_biased_softmax_applies(scores, bias), "scaled_biased_softmax: expected fp32 or bf16 CPU scores "
+              "[B, .., N] and a bias [1, .., N] of their dtype, with the CPU fusions on; got ", scores.sizes(), " ",
+              scores.scalar_type(), " and ", bias.sizes(), " ", bias.scalar_type());
+  return ScaledBiasedSoftmax::apply(scores, bias, scale);
+}
+
 torch::Tensor window_attention_math(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& additive) {
-  const double s = std::sqrt(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  if (cpu_fusion_enabled()) {
+    // Under autocast the scores come out bf16, the bias was cast to q's dtype: both match.
+    torch::Tensor scores = scaled_matmul(q, k.transpose(-2, -1));
+    if (scaled_biased_softmax_applies(scores, additive))
+      return scaled_matmul(scaled_biased_softmax(scores, additive, scale), v);
+  }
+  // ATen's math path; the attn x v matmul takes the fp32 softmax's bf16 copy. It computes what
+  // at::_scaled_dot_product_attention_math computes (whose _safe_softmax zeroes rows that are all
+  // -inf: none here, a token always sees its own label's tokens).
+  const double s = std::sqrt(scale);
   torch::Tensor scores = torch::matmul(q * s, k.transpose(-2, -1) * s);
   scores.add_(additive);  // matmul's backward needs its operands, not its output
   torch::Tensor attn = torch::softmax(cuda_autocast_fp32(scores), -1);
@@ -169,24 +269,30 @@ torch::Tensor EarthAttention3DImpl::forward(const torch::Tensor& windows, const 
   const int64_t B = windows.size(0), T = windows.size(1), N = windows.size(2), C = windows.size(3), hd = C / heads;
   TORCH_CHECK(T == earth_bias.size(1) && N == window[0] * window[1] * window[2], "EarthAttention3D: expected [B, ",
               earth_bias.size(1), ", ", window[0] * window[1] * window[2], ", C] windows, got ", windows.sizes());
-  // [B, T, N, 3C] -> 3 x [B, T * heads, N, hd]: the window types join the heads, so that one
-  // [1, T * heads, N, N] bias broadcasts over every batch entry and longitude window without copies.
-  torch::Tensor qkv_all = apply_linear(qkv, windows).view({B, T, N, 3, heads, hd}).permute({3, 0, 1, 4, 2, 5});
-  torch::Tensor q = qkv_all[0].reshape({B, T * heads, N, hd});
-  torch::Tensor k = qkv_all[1].reshape({B, T * heads, N, hd});
-  torch::Tensor v = qkv_all[2].reshape({B, T * heads, N, hd});
+  // [B, T, N, 3C] -> 3 x [B, T, heads, N, hd], views of the projection. The window types sit
+  // beside the heads, so that one [1, T, heads, N, N] bias broadcasts over every batch entry and
+  // longitude window without copies.
+  const std::vector<torch::Tensor> qkv_split =
+      apply_linear(qkv, windows).view({B, T, N, 3, heads, hd}).permute({3, 0, 1, 4, 2, 5}).unbind(0);
+  const torch::Tensor &q = qkv_split[0], &k = qkv_split[1], &v = qkv_split[2];
   torch::Tensor additive = bias();  // [T, heads, N, N]
   if (mask.defined()) additive = additive + mask.unsqueeze(1).to(additive.scalar_type());
-  additive = additive.reshape({1, T * heads, N, N}).to(q.scalar_type());
+  additive = additive.unsqueeze(0).to(q.scalar_type());
   // Scale 1/sqrt(hd), the pseudocode's. Only the windows' [N, N] scores exist, never the volume's.
   // On the CPU, ATen picks its flash kernel when the bias needs no gradient (no grad mode: a
   // checkpointed block's first forward) and the math path when it does (the replay), which round
-  // differently; the math path always, so that a checkpointed step equals a plain one, and ours
-  // (window_attention_math) so that a GPU-standing step takes the softmax in fp32. CUDA's
-  // memory-efficient kernel takes the bias and its gradient in both modes; autocast runs it in
-  // bf16 and it never materialises the scores.
-  torch::Tensor out = q.is_cuda() ? at::scaled_dot_product_attention(q, k, v, additive)
-                                  : window_attention_math(q, k, v, additive);
+  // differently; ours always (window_attention_math), so that a checkpointed step equals a plain
+  // one, and so that a GPU-standing step takes the softmax in fp32. CUDA's memory-efficient kernel
+  // takes the bias and its gradient in both modes; autocast runs it in bf16 and it never
+  // materialises the scores.
+  torch::Tensor out;
+  if (q.is_cuda()) {
+    auto heads_of_all_types = [&](const torch::Tensor& t) { return t.reshape({B, T * heads, N, t.size(-1)}); };
+    out = at::scaled_dot_product_attention(heads_of_all_types(q), heads_of_all_types(k), heads_of_all_types(v),
+                                           additive.reshape({1, T * heads, N, N}));
+  } else {
+    out = window_attention_math(q, k, v, additive);  // [B, T, heads, N, hd]
+  }
   out = out.view({B, T, heads, N, hd}).permute({0, 1, 3, 2, 4}).reshape({B, T, N, C});
   return apply_linear(proj, out);
 }

@@ -72,13 +72,24 @@ torch::Tensor earth_position_index(const Extent3& window);
 // -inf where not. Longitude is never masked: it is periodic.
 torch::Tensor shifted_window_mask(const Extent3& extent, const Extent3& window, const Extent3& shift);
 
-// Attention on the CPU: ATen's math path (at::_scaled_dot_product_attention_math) spelled out,
-// q [.., N, hd] scaled by sqrt(1/sqrt(hd)) and k too, the additive bias [.., N, N] added to the
-// scores in place, softmax, attn x v, so that the softmax's input can pass through
-// cuda_autocast_fp32 (models/cpu_fusion.h): in a GPU-standing step under autocast it runs in
-// fp32 and hands on its fp32 output, as CUDA's autocast would on this path.
+// Attention on the CPU, q, k, v [B, .., N, hd] (any strides), the additive bias [1, .., N, N]:
+// softmax(q k^T / sqrt(hd) + bias) v. With the CPU fusions on (models/cpu_fusion.h), q k^T and
+// attn x v are scaled_matmul's (oneDNN in fp32, reading q, k, v in place) and the scale, the bias
+// and the softmax one pass over the scores (scaled_biased_softmax). With them off (a GPU-standing
+// step) it is ATen's math path (at::_scaled_dot_product_attention_math) spelled out: q and k
+// scaled by sqrt(1/sqrt(hd)), the bias added in place, softmax, attn x v, the softmax's input
+// through cuda_autocast_fp32, so that under autocast it runs in fp32 and hands on its fp32 output,
+// as CUDA's autocast would on this path.
 torch::Tensor window_attention_math(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& additive);
+
+// softmax(scale * scores + bias, -1) for contiguous fp32 or bf16 CPU scores [B, .., N] and a bias
+// [1, .., N] of the same dtype (shared by the batch), in one pass: the sum, the scale and the
+// softmax of ATen's path (scores.mul_, add_, softmax) in fp32, rounded once in bf16; the backward
+// is one pass too, with the bias gradient summed over the batch in fp32. A row must hold a finite
+// value (-inf elsewhere gives exact zeros). Whether it applies: scaled_biased_softmax_applies.
+torch::Tensor scaled_biased_softmax(const torch::Tensor& scores, const torch::Tensor& bias, double scale);
+bool scaled_biased_softmax_applies(const torch::Tensor& scores, const torch::Tensor& bias);
 
 // 3-D window attention with the Earth-specific bias: one qkv Linear, heads of dim / heads, the
 // bias table [wz^2 wh^2 (2 ww - 1), types, heads] (types = level windows x latitude windows),

@@ -160,6 +160,90 @@ void float_to_bf16(const float* in, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits(in[i]);
 }
 
+namespace {
+
+// e^x for a softmax's x - max <= 0: exactly 0 below exp_approx's range, so that a masked (-inf)
+// score gives a zero probability as std::exp does.
+inline float softmax_exp(float x) { return x < -87.0f ? 0.0f : exp_approx(x); }
+
+}  // namespace
+
+WXTRAIN_CLONES
+void scaled_biased_softmax(const float* scores, const float* bias, float scale, float* y, int64_t n) {
+  float top = -INFINITY;
+#pragma omp simd reduction(max : top)
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = scores[i] * scale + bias[i];
+    y[i] = z;
+    top = z > top ? z : top;
+  }
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = softmax_exp(y[i] - top);
+    y[i] = e;
+    sum += e;
+  }
+  const float inverse = 1.0f / sum;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] *= inverse;
+}
+
+WXTRAIN_CLONES
+void scaled_biased_softmax_bf16(const uint16_t* scores, const uint16_t* bias, float scale, uint16_t* y,
+                                float* scratch, int64_t n) {
+  float top = -INFINITY;
+#pragma omp simd reduction(max : top)
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = bf16_value(scores[i]) * scale + bf16_value(bias[i]);
+    scratch[i] = z;
+    top = z > top ? z : top;
+  }
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = softmax_exp(scratch[i] - top);
+    scratch[i] = e;
+    sum += e;
+  }
+  const float inverse = 1.0f / sum;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_bits(scratch[i] * inverse);
+}
+
+WXTRAIN_CLONES
+void scaled_biased_softmax_backward(const float* y, const float* dy, float scale, float* dscores, float* dbias,
+                                    int64_t n) {
+  float dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t i = 0; i < n; ++i) dot += y[i] * dy[i];
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = y[i] * (dy[i] - dot);
+    dbias[i] += g;
+    dscores[i] = g * scale;
+  }
+}
+
+WXTRAIN_CLONES
+void scaled_biased_softmax_backward_bf16(const uint16_t* y, const uint16_t* dy, float scale, uint16_t* dscores,
+                                         float* dbias, float* scratch, int64_t n) {
+  float dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t i = 0; i < n; ++i) {
+    const float yi = bf16_value(y[i]), dyi = bf16_value(dy[i]);
+    scratch[i] = yi * dyi;
+    dot += scratch[i];
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    // y (dy - dot) as y dy - y dot: y dy is in scratch already.
+    const float g = scratch[i] - bf16_value(y[i]) * dot;
+    dbias[i] += g;
+    dscores[i] = bf16_bits(g * scale);
+  }
+}
+
 WXTRAIN_CLONES
 void edge_gather_sum(const float* a, const float* b, const float* c, const int64_t* senders,
                      const int64_t* receivers, float* out, int64_t edges, int64_t width) {

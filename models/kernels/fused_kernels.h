@@ -1,6 +1,6 @@
 #pragma once
 // The loops of the fused CPU ops (models/group_norm_silu.h, models/bf16_silu.h,
-// models/edge_gather.h, models/resample.h), free of torch so
+// models/edge_gather.h, models/resample.h, pangu's attention softmax), free of torch so
 // that this one translation unit can be built for several instruction sets (target_clones) with
 // -O3 and OpenMP SIMD reductions, without the torch precompiled header.
 //
@@ -31,6 +31,19 @@ void edge_gather_sum(const float* a, const float* b, const float* c, const int64
                      const int64_t* receivers, float* out, int64_t edges, int64_t width);
 void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* c, const int64_t* senders,
                           const int64_t* receivers, uint16_t* out, int64_t edges, int64_t width);
+
+// One row of attention probabilities: y = softmax(scale * scores + bias) over n values, in fp32
+// (the bf16 form reads and writes bf16, computes in fp32 in `scratch`, n floats, and rounds once).
+// A -inf bias gives exactly 0; a row must hold at least one finite value.
+void scaled_biased_softmax(const float* scores, const float* bias, float scale, float* y, int64_t n);
+void scaled_biased_softmax_bf16(const uint16_t* scores, const uint16_t* bias, float scale, uint16_t* y,
+                                float* scratch, int64_t n);
+// Its backward: with g = dy - sum(dy y), d scores = scale y g (written) and d bias = y g, added to
+// dbias (fp32; the bias row is shared by the batch's rows, whose gradients sum there).
+void scaled_biased_softmax_backward(const float* y, const float* dy, float scale, float* dscores, float* dbias,
+                                    int64_t n);
+void scaled_biased_softmax_backward_bf16(const uint16_t* y, const uint16_t* dy, float scale, uint16_t* dscores,
+                                         float* dbias, float* scratch, int64_t n);
 
 // bf16 <-> fp32 (bf16 as its 16 raw bits; round to nearest even, NaN kept NaN).
 void bf16_to_float(const uint16_t* in, float* out, int64_t n);

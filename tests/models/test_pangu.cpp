@@ -207,12 +207,19 @@ TEST(PanguAttention, MathPathIsATensAndFollowsCudasAutocastInAGpuStandingStep) {
   torch::Tensor additive = torch::randn({1, heads, N, N});
   additive = additive.masked_fill((torch::rand({1, heads, N, N}) < 0.3) & ~torch::eye(N, torch::kBool),
                                   -std::numeric_limits<float>::infinity());
-  const torch::Tensor ours = window_attention_math(q, k, v, additive);
   const torch::Tensor aten = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, additive));
-  EXPECT_TRUE(torch::allclose(ours, aten, 1e-6, 1e-6)) << "max difference " << (ours - aten).abs().max().item<double>();
+  for (const bool fused : {false, true}) {
+    CpuFusionGuard fusion(fused);
+    const torch::Tensor ours = window_attention_math(q, k, v, additive);
+    // Unfused it is ATen's path; fused (oneDNN's products, one softmax pass) it rounds differently.
+    const double tolerance = fused ? 1e-5 : 1e-6;
+    EXPECT_TRUE(torch::allclose(ours, aten, tolerance, tolerance))
+        << "fused " << fused << ": max difference " << (ours - aten).abs().max().item<double>();
+  }
 
   // What the forward leaves alive: the GPU-standing step keeps the fp32 softmax and its bf16 copy
-  // where the CPU's keeps one bf16 softmax, 4 bytes more per score.
+  // where the CPU's keeps one bf16 softmax, 4 bytes more per score, and the scaled copies of q and
+  // k its product saves, where the CPU's product saves q and k themselves (alive anyway).
   MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
   auto kept = [&](bool fused) {
     CpuFusionGuard fusion(fused);
@@ -225,7 +232,8 @@ TEST(PanguAttention, MathPathIsATensAndFollowsCudasAutocastInAGpuStandingStep) {
     return meter.snapshot().allocated - before;
   };
   const double scores = static_cast<double>(B * heads * N * N);
-  EXPECT_NEAR(static_cast<double>(kept(false) - kept(true)), 4 * scores, 0.02 * 4 * scores);
+  const double scaled_q_and_k = 2.0 * 2 * static_cast<double>(q.numel());  // bf16
+  EXPECT_NEAR(static_cast<double>(kept(false) - kept(true)), 4 * scores + scaled_q_and_k, 0.02 * 4 * scores);
 
   // A block's output: fp32 in the GPU-standing step (its norms' fp32 outputs join the residual
   // sums), bf16 in the CPU's step.
@@ -235,6 +243,45 @@ TEST(PanguAttention, MathPathIsATensAndFollowsCudasAutocastInAGpuStandingStep) {
     CpuFusionGuard fusion(fused);
     AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
     EXPECT_EQ(block->forward(x).scalar_type(), fused ? torch::kBFloat16 : torch::kFloat) << "fused " << fused;
+  }
+}
+
+// The fused softmax (the CPU fusions' path) against ATen's scores * scale + bias and softmax:
+// values and both gradients, in fp32 and in bf16 (against the fp32 reference: it rounds once,
+// where ATen's bf16 path rounds the sum and then the softmax), -inf entries giving exact zeros,
+// the bias's gradient summed over the batch.
+TEST(PanguAttention, FusedSoftmaxEqualsATensPath) {
+  torch::manual_seed(23);
+  const int64_t B = 3, T = 2, heads = 2, N = 37;  // N not a multiple of any vector width
+  const double scale = 0.3;
+  const torch::Tensor scores = torch::randn({B, T, heads, N, N}) * 3;
+  torch::Tensor bias = torch::randn({1, T, heads, N, N});
+  bias = bias.masked_fill((torch::rand({1, T, heads, N, N}) < 0.3) & ~torch::eye(N, torch::kBool),
+                          -std::numeric_limits<float>::infinity());
+  const torch::Tensor upstream = torch::randn({B, T, heads, N, N});
+  auto run = [&](bool fused, torch::Dtype dtype) {
+    auto leaf = [&](const torch::Tensor& t) { return t.to(dtype, false, /*copy=*/true).requires_grad_(); };
+    const torch::Tensor s = leaf(scores), b = leaf(bias);
+    const torch::Tensor y = fused ? scaled_biased_softmax(s, b, scale) : torch::softmax(s * scale + b, -1);
+    EXPECT_EQ(y.scalar_type(), dtype);
+    (y.to(torch::kFloat) * upstream).sum().backward();
+    EXPECT_EQ(b.grad().sizes(), b.sizes());
+    return std::vector<torch::Tensor>{y.to(torch::kFloat), s.grad().to(torch::kFloat), b.grad().to(torch::kFloat)};
+  };
+  const auto reference = run(false, torch::kFloat);
+  const char* names[] = {"softmax", "scores' gradient", "bias's gradient"};
+  for (const torch::Dtype dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto fused = run(true, dtype);
+    for (size_t i = 0; i < 3; ++i) {
+      const double scale_of = reference[i].abs().max().item<double>();
+      const double tolerance = dtype == torch::kFloat ? 1e-5 : 1e-2 * scale_of;
+      EXPECT_TRUE(torch::allclose(fused[i], reference[i], dtype == torch::kFloat ? 1e-5 : 1e-2, tolerance))
+          << names[i] << " in " << dtype << ": max difference " << (fused[i] - reference[i]).abs().max().item<double>();
+    }
+    // Masked entries are exact zeros, and so are their gradients.
+    const torch::Tensor masked = torch::isinf(bias).expand_as(scores);
+    EXPECT_EQ(fused[0].masked_select(masked).abs().max().item<double>(), 0.0) << dtype;
+    EXPECT_EQ(fused[1].masked_select(masked).abs().max().item<double>(), 0.0) << dtype;
   }
 }
 
