@@ -28,7 +28,7 @@ read -r -a MODELS <<<"${MODELS:-unet vit gnn vit_base}"
 PRECISIONS=(fp32 bf16-mixed)
 
 # Steps per repetition, so that one repetition takes roughly a second or more on this CPU.
-steps_for() { case "$1" in gnn | vit_base) echo 3 ;; fourcastnet | graphcast) echo 15 ;; *) echo 10 ;; esac; }
+steps_for() { case "$1" in gnn | vit_base) echo 3 ;; fourcastnet | graphcast | pangu) echo 15 ;; *) echo 10 ;; esac; }
 
 # An existing build directory is used as configured (its test selection left alone).
 [[ -f "$BUILD/build.ninja" ]] || cmake -S . -B "$BUILD" -G Ninja -DWXTRAIN_TEST_COMPONENTS=models >/dev/null
