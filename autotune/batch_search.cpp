@@ -291,6 +291,11 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
       c.train.checkpointing = true;
       report.suggestions.push_back({"train.checkpointing = true", max_with(c)});
     }
+    if (config.max_rollout() > 1 && !config.train.rollout_checkpointing) {
+      RunConfig c = on_device;
+      c.train.rollout_checkpointing = true;
+      report.suggestions.push_back({"train.rollout_checkpointing = true", max_with(c)});
+    }
     if (config.train.precision != Precision::kBf16) {
       RunConfig c = on_device;
       c.train.precision = Precision::kBf16;
@@ -324,8 +329,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
                                  " is above the target " +
                                  format_bytes(static_cast<double>(report.target))) +
                 " (budget less " + std::to_string(static_cast<int>(std::lround(report.margin * 100))) +
-                "% margin); try train.checkpointing = true, train.precision = \"bf16\", distributed.zero_stage "
-                "with more ranks, or a larger memory.limit");
+                "% margin); try " + estimator::ways_to_save_memory(config, mem.multiple_of) + " (or a larger memory.limit)");
   }
   return report;
 }

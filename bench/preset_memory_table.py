@@ -4,7 +4,8 @@
     bench/preset_memory_table.py [--wxtrain build/cli/wxtrain] [PRESET ...]
 
 For every preset named (default: the four below), runs `wxtrain estimate --json` at micro-batch 1 for
-training (fp32, bf16-mixed, fp16-mixed; checkpointing off and on; rollout 1 and 12) and inference
+training (fp32, bf16-mixed, fp16-mixed; checkpointing off and per block, and at rollout 12 also per block
+and per rollout step (train.rollout_checkpointing); rollout 1 and 12) and inference
 (the three precisions), all by the analytic formulas, and prints a Markdown table: the per-rank total at batch 1 on an H100
 (model states, activations, GPU overhead), the smallest catalog GPU where batch 1 fits, and the
 largest batch on an A100 80GB and an H100. Nothing is measured here: these are the estimator's
@@ -22,9 +23,16 @@ PRESETS = ["graphcast-0.25", "graphcast-1.0", "pangu-0.25", "fourcastnet-0.25"]
 GiB = 1024.0**3
 
 
+# Checkpointing levels: off, per block (train.checkpointing), per block and per rollout step
+# (train.rollout_checkpointing as well; only meaningful with a rollout).
+CHECKPOINTING = {"off": (False, False), "blocks": (True, False), "blocks + steps": (True, True)}
+
+
 def estimate(wxtrain, preset, mode, precision, checkpointing, rollout):
+    blocks, steps = CHECKPOINTING[checkpointing]
     text = f'[model]\npreset = "{preset}"\n[train]\nbatch_size = 1\nprecision = "{precision}"\n'
-    text += f"checkpointing = {'true' if checkpointing else 'false'}\n"
+    text += f"checkpointing = {'true' if blocks else 'false'}\n"
+    text += f"rollout_checkpointing = {'true' if steps else 'false'}\n"
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(text)
         path = f.name
@@ -47,7 +55,7 @@ def estimate(wxtrain, preset, mode, precision, checkpointing, rollout):
 
 
 def row(preset, mode, precision, ckpt, rollout, d):
-    ck = ("on" if ckpt else "off") if mode == "train" else "-"
+    ck = ckpt if mode == "train" else "-"
     ro = str(rollout) if mode == "train" else "-"
     if "fits_none" in d:
         return f"| {preset} | {mode} | {precision} | {ck} | {ro} | | | {d['fits_none']:.2f} (largest GPU's total) | none | 0 | 0 |"
@@ -73,14 +81,13 @@ def main():
     for preset in args.presets:
         first = None
         for precision in ["fp32", "bf16-mixed", "fp16-mixed"]:
-            for ckpt in [False, True]:
-                for rollout in [1, 12]:
-                    d = estimate(args.wxtrain, preset, "train", precision, ckpt, rollout)
-                    first = first or (d if "parameters" in d else None)
-                    print(row(preset, "train", precision, ckpt, rollout, d), flush=True)
+            for ckpt, rollout in [("off", 1), ("off", 12), ("blocks", 1), ("blocks", 12), ("blocks + steps", 12)]:
+                d = estimate(args.wxtrain, preset, "train", precision, ckpt, rollout)
+                first = first or (d if "parameters" in d else None)
+                print(row(preset, "train", precision, ckpt, rollout, d), flush=True)
         for precision in ["fp32", "bf16-mixed", "fp16-mixed"]:
-            d = estimate(args.wxtrain, preset, "inference", precision, False, 1)
-            print(row(preset, "inference", precision, False, 1, d), flush=True)
+            d = estimate(args.wxtrain, preset, "inference", precision, "off", 1)
+            print(row(preset, "inference", precision, "off", 1, d), flush=True)
         if first:
             print(f"<!-- {preset}: {first['parameters']} parameters, {first['method']} -->", flush=True)
 

@@ -29,6 +29,11 @@ std::string to_string(Precision p) {
   return "?";
 }
 
+std::string describe_checkpointing(const TrainConfig& t) {
+  if (t.rollout_checkpointing) return t.checkpointing ? "per block and per rollout step" : "per rollout step";
+  return t.checkpointing ? "on" : "off";
+}
+
 Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "bf16-mixed") return Precision::kBf16Mixed;
@@ -649,6 +654,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get_choice("precision", precision, {"fp32", "bf16-mixed", "fp16-mixed", "bf16"});
     t.precision = parse_precision(precision);
     r.get("checkpointing", t.checkpointing);
+    r.get("rollout_checkpointing", t.rollout_checkpointing);
     r.get_choice("optimizer", t.optimizer, {"adamw", "adam", "sgd"});
     r.get("lr", t.lr, 0.0, 10.0);
     r.get("weight_decay", t.weight_decay, 0.0, 10.0);
@@ -927,6 +933,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"train.accumulation", {"", "micro-batches per optimizer step"}},
       {"train.precision", {"", "fp32, autocast mixed (bf16/fp16), or pure bf16 with fp32 master weights"}},
       {"train.checkpointing", {"", "recompute each block in backward (activation checkpointing)"}},
+      {"train.rollout_checkpointing",
+       {"", "keep only each rollout step's input and replay the step in backward (long rollouts)"}},
       {"train.optimizer", {"", "optimizer"}},
       {"train.lr", {"", "peak learning rate"}},
       {"train.weight_decay", {"", "decoupled (adamw) or L2 (adam, sgd) weight decay"}},

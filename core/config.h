@@ -130,6 +130,10 @@ struct TrainConfig {
   int64_t accumulation = 1;     // train.accumulation: micro-batches per optimizer step
   Precision precision = Precision::kFp32;  // train.precision: fp32 | bf16-mixed | fp16-mixed | bf16
   bool checkpointing = false;   // train.checkpointing: recompute each block in backward
+  // train.rollout_checkpointing: keep only each rollout step's input through the forward and
+  // replay the whole step in backward (block by block again when checkpointing is on as well):
+  // what lets a long rollout hold one step's activations instead of every step's.
+  bool rollout_checkpointing = false;
   std::string optimizer = "adamw";  // train.optimizer: adamw | adam | sgd
   double lr = 1e-3;             // train.lr: peak learning rate
   double weight_decay = 0.01;   // train.weight_decay
@@ -172,6 +176,10 @@ struct TrainConfig {
   std::vector<std::string> freeze;  // train.freeze: glob patterns of parameter names
   double frozen_lr_scale = 0.0;     // train.frozen_lr_scale: lr multiplier of frozen groups (0 = frozen)
 };
+
+// train.checkpointing and train.rollout_checkpointing in words, for the lines that describe a run:
+// "off", "on" (per block), "per rollout step", "per block and per rollout step".
+std::string describe_checkpointing(const TrainConfig& t);
 
 struct MemoryConfig {
   int64_t limit = 0;          // memory.limit: device budget ("24GiB"); 0 = the device's own size

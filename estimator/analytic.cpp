@@ -884,11 +884,19 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
 
   // The residual prediction and loss: the fp32 states, their stack, and the difference square() saves.
   const double loss_saved = rollout * m.output * 4;
+  // How many rollout steps' model activations the forward keeps: all of them, or with
+  // train.rollout_checkpointing only each step's input (the model's input tensor, forcings
+  // concatenated, in the input dtype) and one step's activations at a time, rebuilt by the replay of
+  // the step whose backward is running (last step first).
+  const bool steps_checkpointed = config.train.rollout_checkpointing;
+  const double kept_steps = steps_checkpointed ? 1 : rollout;
+  const double step_inputs =
+      steps_checkpointed ? (rollout - 1) * in_elems * (config.train.precision == Precision::kBf16 ? 2 : 4) : 0;
   double flowing = m.output * 4;  // the gradient of the last predicted state
   double peak = 0;
   if (config.train.checkpointing) {
-    // Forward keeps each block's inputs (every rollout step); backward replays one block at a time.
-    double below = rollout * inputs + loss_saved;
+    // Forward keeps each block's inputs (every kept rollout step); backward replays one block at a time.
+    double below = step_inputs + kept_steps * inputs + loss_saved;
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->inputs;
       // The replay's outputs and the gradients that arrived for them are held until it is done.
@@ -899,19 +907,24 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
       flowing = first;
     }
   } else {
-    // Forward keeps everything (every rollout step); backward frees block by block.
-    double below = rollout * saved + loss_saved;
+    // Forward keeps everything (every kept rollout step); backward frees block by block.
+    double below = step_inputs + kept_steps * saved + loss_saved;
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->saved();
       peak = std::max(peak, backward_peak(*b, below, flowing));
     }
   }
-  fit.forward_backward.per_sample = batch_tensors + peak;
+  // A replayed rollout step hands back the gradient of its whole input (fp32, on its way to the
+  // step before) and, in one piece, its parameters' gradients, before they are accumulated: one
+  // more set of gradients at the peak (measured on the trace, tests/estimator).
+  const double step_replay_grads = steps_checkpointed ? in_elems * 4 : 0;
+  fit.forward_backward.per_sample = batch_tensors + peak + step_replay_grads;
   // Autocast's bf16 weight copies: cached and saved for the whole step, or (checkpointed, cache
   // off) one block's at a time during its replay.
   const double cast_weights = w.autocast ? 2 : 0;
   fit.forward_backward.fixed = config.train.checkpointing ? fixed_kept + cast_weights * worst_weights
                                                           : fixed_saved + cast_weights * weights;
+  if (steps_checkpointed) fit.forward_backward.fixed += static_cast<double>(fit.num_params) * layout.param_bytes;
   // Optimizer phase: the batch tensors are still alive; pure bf16 updates an fp32 copy of the grads.
   fit.optimizer.per_sample = batch_tensors;
   fit.optimizer.fixed = config.train.precision == Precision::kBf16 ? 4.0 * static_cast<double>(fit.num_params) : 0.0;

@@ -126,4 +126,17 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   return e;
 }
 
+std::string ways_to_save_memory(const RunConfig& config, int64_t batch) {
+  std::vector<std::string> ways;
+  const TrainConfig& t = config.train;
+  if (!t.checkpointing) ways.push_back("train.checkpointing = true");
+  if (config.max_rollout() > 1 && !t.rollout_checkpointing) ways.push_back("train.rollout_checkpointing = true");
+  if (t.precision != Precision::kBf16) ways.push_back("train.precision = \"bf16\"");
+  if (batch > 1) ways.push_back("a smaller batch");
+  ways.push_back("distributed.zero_stage with more ranks");
+  std::string out;
+  for (size_t i = 0; i < ways.size(); ++i) out += (i == 0 ? "" : i + 1 == ways.size() ? ", or " : ", ") + ways[i];
+  return out;
+}
+
 }  // namespace wxtrain::estimator

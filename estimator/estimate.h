@@ -72,4 +72,8 @@ struct Estimate {
 
 Estimate estimate(const RunConfig& config, const models::ModelShape& shape, const EstimateOptions& options);
 
+// For a run that fits nowhere: the settings that would make it smaller ("train.checkpointing =
+// true, a smaller batch, or ..."), leaving out what it already does.
+std::string ways_to_save_memory(const RunConfig& config, int64_t batch);
+
 }  // namespace wxtrain::estimator

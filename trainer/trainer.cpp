@@ -482,7 +482,7 @@ TrainSummary train(const RunConfig& config, const RunSource& source, const Train
               << shape.lat << " x " << shape.lon << ", " << run.loader->batches_per_epoch() << " batches/epoch/rank\n"
               << "effective batch " << effective << " = micro-batch " << t.batch_size << " x accumulation "
               << t.accumulation << " x " << run.world.size << " rank(s); precision " << to_string(t.precision)
-              << ", checkpointing " << (t.checkpointing ? "on" : "off") << ", ZeRO-" << config.distributed.zero_stage
+              << ", checkpointing " << describe_checkpointing(t) << ", ZeRO-" << config.distributed.zero_stage
               << (resume_from ? ", resuming at step " + std::to_string(first_step) : "") << "\n"
               << describe_loss_weights(config) << "\n";
     if (!t.rollout_schedule.empty()) {

@@ -8,6 +8,7 @@
 
 #include "core/autocast.h"
 #include "core/error.h"
+#include "models/checkpoint.h"
 
 namespace wxtrain::trainer {
 
@@ -17,6 +18,18 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
   for (const auto& p : patterns)
     if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
   return false;
+}
+
+// One rollout step's model call as a checkpointed unit: its input is saved, nothing inside it. The
+// replay in backward runs the model's forward with gradients on, so with train.checkpointing its
+// blocks checkpoint themselves again (the replay of a step holds one block's activations at a
+// time, as the un-nested step does). The model outlives the step's backward (TrainingState owns
+// it), which is what the pointer captured here relies on.
+torch::Tensor checkpointed_forward(models::WeatherModelImpl& model, const torch::Tensor& x) {
+  models::WeatherModelImpl* m = &model;
+  return models::checkpoint(
+      [m](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{m->forward(in[0])}; }, {x},
+      model.parameters())[0];
 }
 
 }  // namespace
@@ -177,6 +190,7 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   const ChannelLayout layout = config.channels();
   state->rollout.prognostic = static_cast<int64_t>(layout.prognostic.size());
   state->rollout.diagnostic = static_cast<int64_t>(layout.diagnostic.size());
+  state->rollout.checkpoint_steps = t.rollout_checkpointing;
   if (layout.out_channels() != shape.out_channels) {
     // A bare model shape without named channels (estimator and tuner tests): all prognostic.
     state->rollout.prognostic = shape.out_channels;
@@ -227,7 +241,8 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
   std::vector<torch::Tensor> states;
   for (int64_t r = 0; r < steps; ++r) {
     const torch::Tensor x = has_forcings ? torch::cat({input, forcings.select(1, r).to(input.dtype())}, 1) : input;
-    const torch::Tensor out = model.forward(x).to(torch::kFloat32);
+    const bool checkpoint_step = setup.checkpoint_steps && torch::GradMode::is_enabled();
+    const torch::Tensor out = (checkpoint_step ? checkpointed_forward(model, x) : model.forward(x)).to(torch::kFloat32);
     // The model predicts the change from the newest state (as GraphCast does): persistence is the
     // starting point and the network learns the tendency, in units of typical tendencies.
     torch::Tensor newest = input.narrow(1, input.size(1) - P, P).to(torch::kFloat32);

@@ -44,7 +44,10 @@ nlohmann::json breakdown_json(const estimator::Breakdown& b) {
 void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFit>& targets, const std::string& path) {
   PlotSpec plot;
   plot.title = "wxtrain estimate: " + e.config.model.name + " (" + to_string(e.config.train.precision) +
-               (e.config.train.checkpointing ? ", checkpointing" : "") + ")";
+               (e.config.train.checkpointing || e.config.train.rollout_checkpointing
+                    ? ", checkpointing " + describe_checkpointing(e.config.train)
+                    : "") +
+               ")";
   plot.x_label = "micro-batch size";
   plot.y_label = "memory per rank (GiB)";
   int64_t top = std::max<int64_t>(e.batch() * 2, 8);
@@ -119,6 +122,7 @@ int run_estimate(const EstimateArgs& args) {
     j["method"] = e.method;
     j["precision"] = to_string(config.train.precision);
     j["checkpointing"] = config.train.checkpointing;
+    j["rollout_checkpointing"] = config.train.rollout_checkpointing;
     j["batch"] = batch;
     j["accumulation"] = config.train.accumulation;
     j["rollout_steps"] = config.max_rollout();
@@ -142,7 +146,7 @@ int run_estimate(const EstimateArgs& args) {
               << shape.lat << " x " << shape.lon << ", " << shape.in_channels << " -> " << shape.out_channels
               << " channels\n"
               << "run        " << args.mode << ", " << to_string(config.train.precision) << ", checkpointing "
-              << (config.train.checkpointing ? "on" : "off") << ", micro-batch " << batch << " x accumulation "
+              << describe_checkpointing(config.train) << ", micro-batch " << batch << " x accumulation "
               << config.train.accumulation << ", rollout " << config.max_rollout() << ", ZeRO-"
               << config.distributed.zero_stage << " over " << options.world_size << " rank(s)\n"
               << "method     " << e.method << ", " << std::fixed;
@@ -169,8 +173,7 @@ int run_estimate(const EstimateArgs& args) {
   if (!any_fits) {
     std::cerr << "error: at micro-batch " << batch << " this run needs " << gib(gpu.total())
               << " GiB per rank and fits " << (targets.empty() ? "no GPU in the catalog" : "none of the given targets")
-              << "; try train.checkpointing = true, train.precision = \"bf16\", a smaller batch, or "
-                 "distributed.zero_stage with more ranks\n";
+              << "; try " << estimator::ways_to_save_memory(config, batch) << "\n";
     return 1;
   }
   return 0;

@@ -109,7 +109,7 @@ int run_tune(const TuneArgs& args) {
     if (lead && !args.json)
       std::cout << "wxtrain tune-batch: " << config.path << " (" << config.model.name << ", "
                 << to_string(config.train.precision) << ", checkpointing "
-                << (config.train.checkpointing ? "on" : "off") << ", accumulation " << config.train.accumulation
+                << describe_checkpointing(config.train) << ", accumulation " << config.train.accumulation
                 << ", rollout " << config.max_rollout() << ", ZeRO-" << config.distributed.zero_stage << ") on "
                 << device.str() << (world.size > 1 ? " x " + std::to_string(world.size) + " ranks" : "") << "\n"
                 << std::flush;

@@ -54,4 +54,6 @@ run_file grid_mismatch "$dir/small_grid.cdf" t
 run_file unknown_model "$src/Tstorm.cdf" t
 sed -i 's/name = "unet"/name = "unte"/' unknown_model.toml
 printf '[model]\nname = "unet"\nchannels = [16, 32\n\n[train]\nbatch_size = 4\n' > malformed.toml
+# The published GraphCast fine-tuned over 12 steps: fits no GPU with per-block checkpointing alone.
+printf '[model]\npreset = "graphcast-0.25"\n[data]\nrollout_steps = 12\n[train]\nbatch_size = 1\nprecision = "bf16-mixed"\ncheckpointing = true\n' > graphcast_12_steps.toml
 echo "bad inputs in $dir"

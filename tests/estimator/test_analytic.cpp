@@ -420,6 +420,33 @@ TEST(AnalyticActivations, RolloutAndAccumulationScaleWhatTheyShould) {
             one.forward_backward.per_sample);
 }
 
+// train.rollout_checkpointing keeps one rollout step's activations instead of every step's: the
+// trainer's real step (traced) grows by a step's input per extra step, no longer by a step's
+// activations, and the formulas follow it, with and without block checkpointing.
+TEST(AnalyticActivations, RolloutCheckpointingKeepsOneStepsActivations) {
+  for (const char* model : {"unet", "graphcast"}) {
+    for (const bool blocks : {false, true}) {
+      RunConfig r;
+      r.model = small(model);
+      r.train.device = "cuda";  // the unfused path the formulas describe
+      r.train.checkpointing = blocks;
+      r.data.rollout_steps = 6;
+      RunConfig per_step = r;
+      per_step.train.rollout_checkpointing = true;
+      const ActivationFit traced_all = trace_activations(r, storm_shape(), Mode::kTrain, {1, 2});
+      const ActivationFit traced_one = trace_activations(per_step, storm_shape(), Mode::kTrain, {1, 2});
+      const ActivationFit analytic_one = analytic_activations(per_step, storm_shape(), Mode::kTrain);
+      const double all = traced_all.at(2), one = traced_one.at(2), predicted = analytic_one.at(2);
+      std::printf("[ analytic ] %-9s blocks=%d rollout 6 batch 2: every step kept %9.0f, one step %9.0f "
+                  "(analytic %9.0f, %+.1f%%)\n",
+                  model, blocks, all, one, predicted, 100 * (predicted / one - 1));
+      // Six steps' activations against one step's and six inputs: a real saving in every case.
+      EXPECT_LT(one, 0.75 * all) << model << " blocks " << blocks;
+      EXPECT_LT(std::abs(predicted / one - 1), 0.10) << model << " blocks " << blocks;
+    }
+  }
+}
+
 TEST(AnalyticActivations, ARolloutCurriculumIsSizedForItsLongestRollout) {
   RunConfig fixed;
   fixed.model = small("unet");

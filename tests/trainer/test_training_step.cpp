@@ -107,6 +107,33 @@ TEST(TrainingStep, CheckpointedStepEqualsPlainStep) {
   }
 }
 
+TEST(TrainingStep, RolloutCheckpointedStepEqualsPlainStep) {
+  // train.rollout_checkpointing replays each rollout step in backward, alone or around the blocks'
+  // own checkpoints (nested replays): the update must be the plain step's, for a model whose
+  // blocks take one tensor (unet) and one whose blocks carry several (graphcast: grid and mesh).
+  for (const char* model : {"unet", "graphcast"}) {
+    std::string m = std::string("name = \"") + model + "\"\nchannels = [8, 16]\ngroups = 4\n"
+                    "latent = 16\nprocessor_layers = 2\nmesh_refinement = 2\n";
+    RunConfig config = parse_config(testing_support::storm_run_text(::testing::TempDir(), "", m), "t.toml");
+    config.data.lat = 33;
+    config.data.lon = 36;
+    config.data.rollout_steps = 3;
+    auto batches = synthetic_micro_batches(config, models::model_shape(config), 2, 1, torch::kCPU);
+    auto plain = make_state(config);
+    const StepResult rp = TrainingStep(*plain).run(batches, 1e-3);
+    for (const bool blocks : {false, true}) {
+      RunConfig c = config;
+      c.train.checkpointing = blocks;
+      c.train.rollout_checkpointing = true;
+      auto s = make_state(c);
+      const StepResult r = TrainingStep(*s).run(batches, 1e-3);
+      EXPECT_NEAR(r.loss, rp.loss, 1e-6 * rp.loss) << model << " blocks " << blocks;
+      EXPECT_NEAR(r.grad_norm, rp.grad_norm, 1e-5 * rp.grad_norm) << model << " blocks " << blocks;
+      EXPECT_LT(max_abs_diff(params_of(*plain), params_of(*s)), 1e-6) << model << " blocks " << blocks;
+    }
+  }
+}
+
 TEST(TrainingStep, AccumulatingTwoBatchesOfFourEqualsOneBatchOfEight) {
   // SGD with momentum: its update is linear in the gradient. Adam divides by sqrt(v), which turns
   // float rounding (two half-batch sums vs one) in near-zero gradients into visible differences.
