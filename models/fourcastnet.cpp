@@ -117,8 +117,11 @@ torch::Tensor AFNO2DImpl::filter_modes(const torch::Tensor& modes) const {
 torch::Tensor AFNO2DImpl::forward(const torch::Tensor& x) {
   TORCH_CHECK(x.dim() == 4 && x.size(3) == options.hidden_size(), "AFNO2D: expected [batch, h, w, ",
               options.hidden_size(), "], got ", x.sizes());
-  // The filter's own skip (the reference's `bias`): what the spectral MLP drops still passes.
-  return spectral_apply(x, [this](const torch::Tensor& modes) { return filter_modes(modes); }) + x;
+  // The filter's own skip (the reference's `bias`): what the spectral MLP drops still passes. x
+  // first: a sum takes its layout from its first operand, and irfft2's output over dims (1, 2)
+  // is not channels-last contiguous, so the other order would hand every later op (the norms, the
+  // next FFT) a strided tensor to copy.
+  return x + spectral_apply(x, [this](const torch::Tensor& modes) { return filter_modes(modes); });
 }
 
 AFNOBlockImpl::AFNOBlockImpl(const AFNOBlockOptions& options_) : options(options_) {
@@ -136,7 +139,7 @@ AFNOBlockImpl::AFNOBlockImpl(const AFNOBlockOptions& options_) : options(options
 
 torch::Tensor AFNOBlockImpl::forward(torch::Tensor x) {
   // Double skip (FourCastNet's double_skip = True): the filter's sum is itself a residual step.
-  x = filter(norm1(cuda_autocast_fp32(x))) + x;
+  x = x + filter(norm1(cuda_autocast_fp32(x)));
   return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(cuda_autocast_fp32(x)))));
 }
 
@@ -179,8 +182,13 @@ torch::Tensor FourCastNetImpl::forward(torch::Tensor x) {
   x = run_block(
       *embed,
       [embed, pad_lat, pad_lon, nh, nw](const torch::Tensor& in) {
+        // The embedding's tokens are the conv output transposed, [B, N, D] with D-major strides, and
+        // the residual sums keep that layout through every block: then each LayerNorm copies its
+        // input to contiguous (forward and backward) and the FFTs reshape-copy theirs. One copy here,
+        // of the smallest activation, makes the whole trunk contiguous.
         torch::Tensor tokens =
-            embed->forward((pad_lat || pad_lon) ? torch::constant_pad_nd(in, {0, pad_lon, 0, pad_lat}) : in);
+            embed->forward((pad_lat || pad_lon) ? torch::constant_pad_nd(in, {0, pad_lon, 0, pad_lat}) : in)
+                .contiguous();
         return tokens.view({tokens.size(0), nh, nw, tokens.size(2)});  // the AFNO works on the patch grid
       },
       x);
