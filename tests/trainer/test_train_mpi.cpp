@@ -219,6 +219,23 @@ TEST(TrainMpi, Zero1AndZero2TrainLikeDdp) {
   }
 }
 
+TEST(TrainMpi, RolloutCheckpointingUnderDdpTrainsLikeOneProcessWithout) {
+  // Per-step (nested in per-block) replays hand the parameter gradients to DDP's bucket hooks from
+  // inside a backward: the two-rank run must still train as one plain process on the whole batch.
+  const std::string rollout = "--set data.rollout_steps=2";
+  const std::string single = trained("single_b8_rollout2", false, 8, rollout);
+  const std::string ddp = trained("ddp_b4_rollout2_ckpt", true, 4,
+                                  rollout + " --set train.rollout_checkpointing=true --set train.checkpointing=true");
+  const Checkpoint a = checkpoint_in(single), b = checkpoint_in(ddp);
+  EXPECT_EQ(b.step, 10);
+  EXPECT_EQ(b.world_size, 2);
+  std::string worst;
+  EXPECT_LE(max_difference(a.model, b.model, &worst), 3e-5) << "largest difference in " << worst;
+  const auto la = losses(single), lb = losses(ddp);
+  ASSERT_EQ(lb.size(), la.size());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-4 * std::abs(la[i])) << "step " << i + 1;
+}
+
 TEST(TrainMpi, TwoRankCheckpointResumesOnOneProcess) {
   // Stop the two-rank run after 5 steps, continue on one process with the same global batch: it
   // must land where the uninterrupted one-process run did.
