@@ -40,6 +40,8 @@ ModelConfig small(const std::string& variant) {
   c.latent = 16;
   c.processor_layers = 1;
   c.mlp_layers = variant == "gnn1" ? 1 : 2;
+  c.afno_blocks = 4;      // fourcastnet: 24 channels in blocks of 6
+  c.mesh_refinement = 2;  // graphcast: M2 over the 9 x 10 global grid
   return c;
 }
 
@@ -152,7 +154,8 @@ TEST_P(ChannelTransferTest, DroppedChannelsAreLeftOut) {
   EXPECT_TRUE(torch::allclose(b->forward(xa).select(1, 0), y.select(1, 1), 1e-4, 1e-5));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ChannelTransferTest, ::testing::Values("unet", "vit", "gnn", "gnn1"),
+INSTANTIATE_TEST_SUITE_P(Models, ChannelTransferTest,
+                         ::testing::Values("unet", "vit", "gnn", "gnn1", "fourcastnet", "graphcast"),
                          [](const auto& info) { return info.param; });
 
 // ---- identical lists: exactly load_weights ----
