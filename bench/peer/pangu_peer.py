@@ -8,11 +8,13 @@ attention computed per window ([B * lon windows, window types * heads, N, N] sco
 volume's), the shifted windows rolled around longitude and masked across level and latitude
 edges, patch merging, the upsampling and the patch recovery with the skip.
 
-Attention is spelled out as models/pangu.cpp's CPU path (window_attention_math) is: q and k scaled
-by sqrt(1/sqrt(hd)) each, q @ k^T, the Earth-specific bias (+ mask) added in place, softmax,
-@ v. That is ATen's math path of F.scaled_dot_product_attention, which is what SDPA runs on the
-CPU when the additive bias needs a gradient (always, in training), less its _safe_softmax's extra
-passes over the scores: spelled out, the peer does the C++ model's work and no more.
+Attention is ATen's math path spelled out, as models/pangu.cpp's unfused (--unfused) CPU path is:
+q and k scaled by sqrt(1/sqrt(hd)) each, q @ k^T, the Earth-specific bias (+ mask) added in
+place, softmax, @ v. That is what F.scaled_dot_product_attention runs on the CPU when the additive
+bias needs a gradient (always, in training), less its _safe_softmax's extra passes over the
+scores, so spelled out the peer does no more work than SDPA would. wxtrain's own (fused) step
+computes the same function with fewer passes: oneDNN's products reading q, k, v in place (fp32),
+and the scale, bias and softmax as one fused op (scaled_biased_softmax).
 
 The bf16 casts models/pangu.cpp makes through cuda_autocast_fp32 (LayerNorm and softmax inputs in
 fp32) happen only in its GPU-standing (--unfused) step; in the step train_throughput times they
