@@ -5,6 +5,7 @@
 #include "core/autocast.h"
 #include "core/error.h"
 #include "models/cpu_fusion.h"
+#include "models/cpu_gemm.h"
 #include "models/linear.h"
 
 namespace wxtrain::models {
@@ -36,13 +37,20 @@ void validate(const ModelConfig& config) {
                       std::to_string(config.hard_thresholding_fraction) + ")");
 }
 
-// The complex Linear of one MLP stage as one real block matmul: [re | im] rows times
-// [[w_re, w_im], [-w_im, w_re]] gives [re w_re - im w_im | re w_im + im w_re], the real and imaginary
-// parts of (re + i im)(w_re + i w_im). One einsum instead of the reference's four, and its saved
-// input is the one [re | im] tensor. w: [2, nb, in, out] -> [nb, 2 in, 2 out].
+// The complex Linear of one MLP stage as one real block matmul, on the modes' (re, im) pairs as
+// view_as_real lays them out: row 2i + p of a block's weight takes part p of input i, column 2j + q
+// gives part q of output j, so [re0, im0, re1, im1, ...] rows times it are the interleaved parts of
+// (re + i im)(w_re + i w_im). The reference's four einsums become one GEMM per block that reads the
+// spectrum in place. w: [2, nb, in, out] -> [nb, 2 in, 2 out].
 torch::Tensor complex_block_weight(const torch::Tensor& w) {
   const torch::Tensor re = w[0], im = w[1];
-  return torch::cat({torch::cat({re, im}, -1), torch::cat({-im, re}, -1)}, -2);
+  return torch::stack({torch::stack({re, im}, -1), torch::stack({-im, re}, -1)}, 2)
+      .view({re.size(0), 2 * re.size(1), 2 * re.size(2)});
+}
+
+// A stage's bias [2, nb, out] as [nb, 1, 2 out], interleaved as the GEMM's output columns.
+torch::Tensor complex_block_bias(const torch::Tensor& b) {
+  return torch::stack({b[0], b[1]}, -1).view({b.size(1), 1, 2 * b.size(2)});
 }
 
 // Which modes hard thresholding keeps, as a [h, wf = w/2 + 1] 0/1 float mask: the lowest
@@ -99,19 +107,22 @@ torch::Tensor AFNO2DImpl::filter_modes(const torch::Tensor& modes) const {
   TORCH_CHECK(C == options.hidden_size(), "AFNO2D: expected ", options.hidden_size(), " channels, got ", C);
   // Parameters in their own dtype (bf16 under train.precision = "bf16"): the filter runs in fp32.
   auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
-  // [B, h, wf, C] complex -> [B, h, wf, nb, 2 bs]: each block's real parts, then its imaginary parts.
-  torch::Tensor z = torch::view_as_real(modes).view({B, h, wf, nb, bs, 2}).transpose(-1, -2).reshape({B, h, wf, nb, 2 * bs});
-  torch::Tensor o1 = torch::relu(torch::einsum("...bi,bio->...bo", {z, complex_block_weight(f32(w1))}) +
-                                 torch::cat({f32(b1[0]), f32(b1[1])}, -1));
-  torch::Tensor o2 = torch::einsum("...bi,bio->...bo", {o1, complex_block_weight(f32(w2))}) +
-                     torch::cat({f32(b2[0]), f32(b2[1])}, -1);
+  const int64_t M = B * h * wf;
+  // [B, h, wf, C] complex -> [nb, M, 2 bs]: block b's interleaved (re, im) parts of every mode, a
+  // transposed view that the GEMMs (scaled_matmul: oneDNN on the CPU, the filter being fp32) read
+  // in place; o1 and o2 stay block-major until the one copy back to the modes' layout.
+  torch::Tensor z = torch::view_as_real(modes).reshape({M, nb, 2 * bs}).transpose(0, 1);
+  torch::Tensor o1 = torch::relu(scaled_matmul(z, complex_block_weight(f32(w1))) + complex_block_bias(f32(b1)));
+  torch::Tensor o2 = scaled_matmul(o1, complex_block_weight(f32(w2))) + complex_block_bias(f32(b2));
   if (options.hard_thresholding_fraction() < 1.0) {
     // Dropped modes get no filter output (the reference leaves them zero): only the skip passes them.
-    o2 = o2 * kept_modes_mask(h, wf, options.hard_thresholding_fraction(), o2.options()).view({1, h, wf, 1, 1});
+    o2 = (o2.view({nb, B, h, wf, 2 * bs}) *
+          kept_modes_mask(h, wf, options.hard_thresholding_fraction(), o2.options()).view({1, 1, h, wf, 1}))
+             .view({nb, M, 2 * bs});
   }
   // Soft shrinkage on real and imaginary parts apart, as the reference: small modes go to zero.
   o2 = torch::softshrink(o2, options.sparsity_threshold());
-  return torch::view_as_complex(o2.view({B, h, wf, nb, 2, bs}).transpose(-1, -2).contiguous()).view({B, h, wf, C});
+  return torch::view_as_complex(o2.transpose(0, 1).contiguous().view({B, h, wf, nb, bs, 2})).view({B, h, wf, C});
 }
 
 torch::Tensor AFNO2DImpl::forward(const torch::Tensor& x) {
