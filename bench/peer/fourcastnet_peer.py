@@ -7,8 +7,9 @@ the grid. LayerNorm eps 1e-6 and no norm before the head, as the reference (NVla
 networks/afnonet.py) and the C++ model.
 
 The spectral filter is the C++ model's formulation of the reference's: each complex block Linear is
-one real block matmul on [re | im] against [[w_re, w_im], [-w_im, w_re]] (one einsum per stage where
-the reference has four), with the same parameters w1 [2, nb, bs, bs], b1 [2, nb, bs], w2, b2. The
+one real block matmul of the modes' interleaved (re, im) parts against the weight
+[[w_re, w_im], [-w_im, w_re]] interleaved alike (one matmul per stage where the reference has four
+einsums), with the same parameters w1 [2, nb, bs, bs], b1 [2, nb, bs], w2, b2. The
 transforms and the filter run in fp32 with autocast off, as spectral_apply does, and the result is
 cast back to the input's dtype. Loaded by train_peer.py (PEER_MODULES) as `Model(m, shape)`.
 """
@@ -18,9 +19,16 @@ import torch.nn.functional as F
 
 
 def complex_block_weight(w):
-    """[2, nb, in, out] (real, imaginary) -> [nb, 2 in, 2 out]: [re | im] @ it is the complex product."""
+    """[2, nb, in, out] (real, imaginary) -> [nb, 2 in, 2 out], rows and columns interleaved (re, im)
+    as view_as_real lays out the modes: the interleaved parts times it are the complex product."""
     re, im = w[0], w[1]
-    return torch.cat([torch.cat([re, im], -1), torch.cat([-im, re], -1)], -2)
+    return torch.stack([torch.stack([re, im], -1), torch.stack([-im, re], -1)], 2).view(
+        re.shape[0], 2 * re.shape[1], 2 * re.shape[2])
+
+
+def complex_block_bias(b):
+    """[2, nb, out] -> [nb, 1, 2 out], interleaved as the matmul's output columns."""
+    return torch.stack([b[0], b[1]], -1).view(b.shape[1], 1, 2 * b.shape[2])
 
 
 def kept_modes_mask(h, wf, fraction, device):
@@ -49,22 +57,23 @@ class AFNO2D(nn.Module):
         nb = self.num_blocks
         bs = C // nb
         f32 = lambda t: t.float()  # parameters in their own dtype; the filter runs in fp32
-        z = torch.view_as_real(modes).view(B, h, wf, nb, bs, 2).transpose(-1, -2).reshape(B, h, wf, nb, 2 * bs)
-        o1 = torch.relu(torch.einsum("...bi,bio->...bo", z, complex_block_weight(f32(self.w1)))
-                        + torch.cat([f32(self.b1[0]), f32(self.b1[1])], -1))
-        o2 = torch.einsum("...bi,bio->...bo", o1, complex_block_weight(f32(self.w2))) \
-            + torch.cat([f32(self.b2[0]), f32(self.b2[1])], -1)
+        M = B * h * wf
+        # [nb, M, 2 bs]: block b's interleaved (re, im) parts of every mode; block-major until the end.
+        z = torch.view_as_real(modes).reshape(M, nb, 2 * bs).transpose(0, 1)
+        o1 = torch.relu(torch.matmul(z, complex_block_weight(f32(self.w1))) + complex_block_bias(f32(self.b1)))
+        o2 = torch.matmul(o1, complex_block_weight(f32(self.w2))) + complex_block_bias(f32(self.b2))
         if self.hard_thresholding_fraction < 1.0:
-            o2 = o2 * kept_modes_mask(h, wf, self.hard_thresholding_fraction, o2.device).view(1, h, wf, 1, 1)
+            mask = kept_modes_mask(h, wf, self.hard_thresholding_fraction, o2.device)
+            o2 = (o2.view(nb, B, h, wf, 2 * bs) * mask.view(1, 1, h, wf, 1)).view(nb, M, 2 * bs)
         o2 = F.softshrink(o2, self.sparsity_threshold)
-        return torch.view_as_complex(o2.view(B, h, wf, nb, 2, bs).transpose(-1, -2).contiguous()).view(B, h, wf, C)
+        return torch.view_as_complex(o2.transpose(0, 1).contiguous().view(B, h, wf, nb, bs, 2)).view(B, h, wf, C)
 
     def forward(self, x):
         h, w = x.shape[1:3]
         with torch.autocast(x.device.type, enabled=False):
             modes = torch.fft.rfft2(x.float(), dim=(1, 2), norm="ortho")
             out = torch.fft.irfft2(self.filter_modes(modes), s=(h, w), dim=(1, 2), norm="ortho").to(x.dtype)
-        return out + x  # the filter's own skip
+        return x + out  # the filter's own skip (x first: the sum keeps x's contiguous layout)
 
 
 class AFNOBlock(nn.Module):
@@ -78,7 +87,7 @@ class AFNOBlock(nn.Module):
         self.fc2 = nn.Linear(hidden, dim)
 
     def forward(self, x):
-        x = self.filter(self.norm1(x)) + x  # double skip
+        x = x + self.filter(self.norm1(x))  # double skip
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
 
@@ -102,7 +111,9 @@ class Model(nn.Module):
         p, nh, nw = self.p, self.nh, self.nw
         if nh * p != lat or nw * p != lon:
             x = F.pad(x, (0, nw * p - lon, 0, nh * p - lat))
-        tokens = self.embed(x).flatten(2).transpose(1, 2) + self.pos_embed
+        # Contiguous once: the transposed conv output's layout would otherwise run through every
+        # block (the C++ model does the same).
+        tokens = (self.embed(x).flatten(2).transpose(1, 2) + self.pos_embed).contiguous()
         x = tokens.view(tokens.shape[0], nh, nw, tokens.shape[2])  # the AFNO works on the patch grid
         for block in self.blocks:
             x = block(x)
