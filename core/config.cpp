@@ -483,7 +483,8 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("afno_blocks", m.afno_blocks, 1, 1024);
     r.get("sparsity_threshold", m.sparsity_threshold, 0.0, 1e9);
     r.get("hard_thresholding_fraction", m.hard_thresholding_fraction, 0.0, 1.0, Lower::kExclusive);
-    r.get("mesh_refinement", m.mesh_refinement, 0, 7);  // M7: 163,842 nodes, beyond any published GraphCast
+    r.get("mesh_refinement", m.mesh_refinement, 0, 7);
+    r.get("edge_block", m.edge_block, 0, int64_t{1} << 40);  // M7: 163,842 nodes, beyond any published GraphCast
     r.get("upper_variables", m.upper_variables, 0, 1 << 16);
     r.get("levels", m.levels, 0, 1 << 16);
     r.get("level_patch", m.level_patch, 1, 64);
@@ -893,6 +894,9 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"model.sparsity_threshold", {"", "fourcastnet: soft-shrinkage lambda on the filtered Fourier modes"}},
       {"model.hard_thresholding_fraction", {"", "fourcastnet: share of the lowest Fourier modes filtered (1 = all)"}},
       {"model.mesh_refinement", {"", "graphcast: icosahedron refinements of the multi-mesh (10 x 4^r + 2 nodes; GraphCast 0.25: 6)"}},
+      {"model.edge_block",
+       {"", "graphcast: grid2mesh/mesh2grid edges updated this many at a time (0 = all); with checkpointing "
+            "no edge-sized tensor of the whole set is held"}},
       {"model.upper_variables", {"", "pangu: upper-air variables V; the first V x levels channels of each state, variable-major"}},
       {"model.levels", {"", "pangu: pressure levels of each upper-air variable (0 with upper_variables = 0)"}},
       {"model.level_patch", {"", "pangu: levels per patch of the 3-D embedding (patch_size is its lat/lon edge)"}},

@@ -39,6 +39,9 @@ struct ModelConfig {
   int64_t mlp_layers = 2;         // model.mlp_layers: depth of every GNN MLP
   // graphcast (and latent, processor_layers, mlp_layers above)
   int64_t mesh_refinement = 5;    // model.mesh_refinement: icosahedron refinements of the multi-mesh (GraphCast 0.25: 6)
+  // model.edge_block: grid2mesh and mesh2grid edges updated this many at a time (0 = all at once);
+  // with train.checkpointing each block is replayed on its own in backward.
+  int64_t edge_block = 0;
   // pangu (and patch_size, embed_dim, mlp_ratio): the first upper_variables x levels channels of
   // each state are upper air, variable-major (v0 at every level, then v1, ...); the rest is 2-D.
   int64_t upper_variables = 0;                       // model.upper_variables: V (0 = no upper-air volume)

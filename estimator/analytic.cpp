@@ -670,10 +670,21 @@ ModelMemory gnn_memory(const ModelConfig& c, const models::ModelShape& s, const 
 // Em mesh and Ed = 3 Ng mesh2grid edges. What only the graph's features feed (the mesh node and
 // the three edge embeddings, the edge and receiver shares of grid2mesh's edge MLP) is the same for
 // every sample: batch-independent (fixed), as the gnn's edge embedding.
-ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w) {
+//
+// With model.edge_block, checkpointed or in inference, grid2mesh's and mesh2grid's edges are updated
+// a block at a time (checkpointed, each block inside its block's replay): one block of edges exists
+// at a time (Eg and Ed become the block in the edge terms), and a block's partial sum waits beside
+// the running sum (one more node-sized tensor). Training without checkpointing saves every block's
+// tensors: the whole set, as unblocked.
+ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w,
+                             bool one_edge_block_at_a_time) {
   ModelMemory m;
   const GraphCastSizes g = graphcast_sizes(c, s);
-  const double Ng = g.grid, Nm = g.mesh, Eg = g.g2m, Em = g.mesh_edges, Ed = g.m2g;
+  const double Nm = g.mesh, Ng = g.grid, Em = g.mesh_edges;
+  const bool blocked_g2m = one_edge_block_at_a_time && c.edge_block > 0 && static_cast<double>(c.edge_block) < g.g2m;
+  const bool blocked_m2g = one_edge_block_at_a_time && c.edge_block > 0 && static_cast<double>(c.edge_block) < g.m2g;
+  const double Eg = blocked_g2m ? static_cast<double>(c.edge_block) : g.g2m;
+  const double Ed = blocked_m2g ? static_cast<double>(c.edge_block) : g.m2g;
   const double L = static_cast<double>(c.latent), C = static_cast<double>(s.in_channels);
   const double O = static_cast<double>(s.out_channels);
   const int64_t layers = c.mlp_layers, Li = c.latent;
@@ -695,7 +706,7 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
   // The sender share gathered onto the edges, plus the per-edge shared term: the edge MLP's input.
   enc.layers.push_back(gather(Ng * L, w.high, 2 * Eg * L * w.low));
   graph_mlp(enc, w, Eg, L, L, layers, true);
-  enc.layers.push_back(gather(Eg * L, w.high));   // index_add into the mesh nodes
+  enc.layers.push_back(gather(Eg * L, w.high, blocked_g2m ? Nm * L * w.low : 0));  // index_add into the mesh nodes
   enc.layers.push_back(keep(Nm * L, w.low));      // the sum, saved by the mesh node MLP
   graph_mlp(enc, w, Nm, L, L, layers, true);
   enc.layers.push_back(keep(Nm * L, w.high));     // h_mesh
@@ -743,14 +754,17 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
   // Sender (mesh) and receiver (grid) shares gathered onto the 3 Ng edges, plus the edge share.
   dec.layers.push_back(gather((Nm + Ng) * L, w.high, 2 * Ed * L * w.low + (Nm + Ng) * L * w.low));
   graph_mlp(dec, w, Ed, L, L, layers, true);
-  dec.layers.push_back(gather(Ed * L, w.high));  // index_add into the grid nodes
+  dec.layers.push_back(gather(Ed * L, w.high, blocked_m2g ? Ng * L * w.low : 0));  // index_add into the grid nodes
   dec.layers.push_back(keep(Ng * L, w.low));
   graph_mlp(dec, w, Ng, L, L, layers, true);
   dec.layers.push_back(conv_or_linear(w, Ng * L, Ng * L));  // the updated grid latents into the output MLP
   graph_mlp(dec, w, Ng, L, O, layers, false);
   dec.inputs = (Nm + Ng) * L * w.high;
   // Measured as the processors': one more edge-sized gradient, and under autocast the bf16 ones.
-  dec.carry = Ed * L * w.high + (w.autocast ? 3 * Ed * L * w.low : 0);
+  // In blocks, the bf16 gradients that the blocks' replays hand back to the grid-sized node
+  // projections, and their running sums, take the place of the edge-sized ones (measured: 3 x grid
+  // nodes x latent, tests/estimator).
+  dec.carry = Ed * L * w.high + (w.autocast ? 3 * (blocked_m2g ? Ng : Ed) * L * w.low : 0);
   dec.output = dec.output_grad = Ng * O * w.low;
   dec.fixed_saved = embedding(Ed, 4) + Ed * L * w.low;
   // Checkpointed, the mesh2grid edge embedding is replayed with the block, the first backward
@@ -765,12 +779,12 @@ ModelMemory graphcast_memory(const ModelConfig& c, const models::ModelShape& s, 
   return m;
 }
 
-ModelMemory model_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w) {
+ModelMemory model_memory(const ModelConfig& c, const models::ModelShape& s, const Widths& w, bool one_edge_block_at_a_time) {
   if (c.name == "unet") return unet_memory(c, s, w);
   if (c.name == "vit") return vit_memory(c, s, w);
   if (c.name == "gnn") return gnn_memory(c, s, w);
   if (c.name == "fourcastnet") return fourcastnet_memory(c, s, w);
-  if (c.name == "graphcast") return graphcast_memory(c, s, w);
+  if (c.name == "graphcast") return graphcast_memory(c, s, w, one_edge_block_at_a_time);
   if (c.name == "pangu") return pangu_memory(c, s, w);
   throw ConfigError("model.name: unknown model '" + c.name + "' (expected unet, vit, gnn, fourcastnet, graphcast or pangu)");
 }
@@ -812,7 +826,8 @@ int64_t analytic_param_count(const ModelConfig& config, const models::ModelShape
 
 ActivationFit analytic_activations(const RunConfig& config, const models::ModelShape& shape, Mode mode) {
   const Widths w = widths(config.train.precision);
-  const ModelMemory m = model_memory(config.model, shape, w);
+  // Edge blocks (graphcast) hold one block at a time when checkpointed, and in inference (no graph).
+  const ModelMemory m = model_memory(config.model, shape, w, config.train.checkpointing || mode == Mode::kInference);
   ActivationFit fit;
   fit.num_params = analytic_param_count(config.model, shape);
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <unordered_map>
@@ -365,9 +366,43 @@ namespace {
 GraphMLP graph_mlp(std::vector<int64_t> in, int64_t latent, int64_t out, int64_t layers, bool layer_norm = true) {
   return GraphMLP(GraphMLPOptions(std::move(in), latent, out).layers(layers).layer_norm(layer_norm));
 }
+
+// The edges' updates summed into their receivers, `block` edges at a time (all at once when block
+// is 0 or covers them). update(nodes, begin, count) returns the sum over edges [begin, begin +
+// count) of one block; `nodes` are the node-level tensors it reads (its only saved inputs when the
+// block is checkpointed: the edge-sized tensors it builds from them are rebuilt in backward, one
+// block at a time). `params`: what the update reads that needs gradients.
+using EdgeBlockFn = std::function<torch::Tensor(const std::vector<torch::Tensor>&, int64_t, int64_t)>;
+torch::Tensor sum_edge_blocks(int64_t edges, int64_t block, bool checkpointed, const std::vector<torch::Tensor>& nodes,
+                              const std::vector<torch::Tensor>& params, const EdgeBlockFn& update) {
+  if (block <= 0 || block >= edges) return update(nodes, 0, edges);
+  torch::Tensor sum;
+  for (int64_t begin = 0; begin < edges; begin += block) {
+    const int64_t count = std::min(block, edges - begin);
+    torch::Tensor part;
+    if (checkpointed && torch::GradMode::is_enabled()) {
+      part = checkpoint([update, begin, count](const std::vector<torch::Tensor>& in) {
+        return std::vector<torch::Tensor>{update(in, begin, count)};
+      }, nodes, params)[0];
+    } else {
+      part = update(nodes, begin, count);
+    }
+    // The running sum saves nothing for backward: each block's part is freed once added.
+    sum = sum.defined() ? sum + part : part;
+  }
+  return sum;
+}
+
+std::vector<torch::Tensor> parameters_of(std::initializer_list<const torch::nn::Module*> modules) {
+  std::vector<torch::Tensor> out;
+  for (const torch::nn::Module* m : modules)
+    for (const torch::Tensor& p : m->parameters()) out.push_back(p);
+  return out;
+}
 }  // namespace
 
-Grid2MeshImpl::Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_layers) {
+Grid2MeshImpl::Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_layers, int64_t edge_block)
+    : edge_block(edge_block) {
   const int64_t L = latent, m = mlp_layers;
   grid_embed = register_module("grid_embed", graph_mlp({in_channels, 3}, L, L, m));
   mesh_embed = register_module("mesh_embed", graph_mlp({3}, L, L, m));
@@ -378,31 +413,40 @@ Grid2MeshImpl::Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_la
   grid_node_mlp = register_module("grid_node_mlp", graph_mlp({L}, L, L, m));
 }
 
-std::vector<torch::Tensor> Grid2MeshImpl::forward(const torch::Tensor& grid, const GraphCastGraph& g) {
+std::vector<torch::Tensor> Grid2MeshImpl::forward(const torch::Tensor& grid, const GraphCastGraph& g,
+                                                  bool checkpoint_edge_blocks) {
   // [B, Ng, L]; the positional term is [Ng, L] and broadcasts over the batch.
   torch::Tensor h_grid = grid_embed->finish(grid_embed->project(0, grid) + grid_embed->project(1, g.grid_features));
-  // Batch-independent embeddings: [Nm, L], [Eg, L], [Em, L].
+  // Batch-independent embeddings: [Nm, L], [Em, L] (the grid2mesh edges' [Eg, L] is made per block).
   torch::Tensor h_mesh = mesh_embed->forward({g.mesh_features});
-  torch::Tensor e = g2m_edge_embed->forward({g.g2m_features});
   torch::Tensor e_mesh = mesh_edge_embed->forward({g.mesh_edge_features});
 
   // Edge update. The edge's and the receiving mesh node's shares of the first layer are the same
   // for every sample: summed once per edge, then the sending grid node's share added per sample.
-  // The encoder's edges are not used again: only their updates, summed into the mesh nodes (scoped:
-  // no edge-sized temporary outlives the sum).
-  torch::Tensor agg;
-  {
-    torch::Tensor shared = edge_mlp->project(0, e) + edge_mlp->project(2, h_mesh).index_select(0, g.g2m_receivers);
-    torch::Tensor update = edge_mlp->finish(edge_mlp->project(1, h_grid).index_select(1, g.g2m_senders) + shared);
-    agg = torch::zeros({update.size(0), g.mesh_nodes, update.size(2)}, update.options())
-              .index_add_(1, g.g2m_receivers, update);
-  }
+  // The encoder's edges are not used again: only their updates, summed into the mesh nodes (in a
+  // function: no edge-sized temporary outlives the sum).
+  const torch::Tensor senders = g.g2m_senders, receivers = g.g2m_receivers, features = g.g2m_features;
+  const int64_t mesh_nodes = g.mesh_nodes;
+  Grid2MeshImpl* self = this;  // the module outlives the step's backward (the model owns it)
+  const EdgeBlockFn update_block = [self, senders, receivers, features, mesh_nodes](
+                                       const std::vector<torch::Tensor>& nodes, int64_t begin, int64_t count) {
+    const torch::Tensor r = receivers.narrow(0, begin, count);
+    const torch::Tensor e = self->g2m_edge_embed->forward({features.narrow(0, begin, count)});
+    torch::Tensor shared = self->edge_mlp->project(0, e) + nodes[1].index_select(0, r);
+    torch::Tensor update = self->edge_mlp->finish(nodes[0].index_select(1, senders.narrow(0, begin, count)) + shared);
+    return torch::zeros({update.size(0), mesh_nodes, update.size(2)}, update.options()).index_add_(1, r, update);
+  };
+  const torch::Tensor agg = sum_edge_blocks(
+      senders.size(0), edge_block, checkpoint_edge_blocks,
+      {edge_mlp->project(1, h_grid), edge_mlp->project(2, h_mesh)},  // per sample [B, Ng, L]; [Nm, L]
+      parameters_of({g2m_edge_embed.get(), edge_mlp.get()}), update_block);
   torch::Tensor mesh = h_mesh + mesh_node_mlp->finish(mesh_node_mlp->project(0, h_mesh) + mesh_node_mlp->project(1, agg));
   torch::Tensor grid_out = h_grid + grid_node_mlp->forward({h_grid});
   return {grid_out, mesh, e_mesh};
 }
 
-Mesh2GridImpl::Mesh2GridImpl(int64_t latent, int64_t out_channels, int64_t mlp_layers) {
+Mesh2GridImpl::Mesh2GridImpl(int64_t latent, int64_t out_channels, int64_t mlp_layers, int64_t edge_block)
+    : edge_block(edge_block) {
   const int64_t L = latent, m = mlp_layers;
   m2g_edge_embed = register_module("m2g_edge_embed", graph_mlp({4}, L, L, m));
   edge_mlp = register_module("edge_mlp", graph_mlp({L, L, L}, L, L, m));
@@ -410,15 +454,23 @@ Mesh2GridImpl::Mesh2GridImpl(int64_t latent, int64_t out_channels, int64_t mlp_l
   output_mlp = register_module("output_mlp", graph_mlp({L}, L, out_channels, m, /*layer_norm=*/false));
 }
 
-torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Tensor& grid, const GraphCastGraph& g) {
-  torch::Tensor agg;
-  {  // scoped: no edge-sized temporary outlives the sum into the grid nodes
-    torch::Tensor e = m2g_edge_embed->forward({g.m2g_features});  // [3 Ng, L], batch-independent
-    torch::Tensor update = edge_mlp->finish(gather_edges(edge_mlp->project(1, mesh), edge_mlp->project(2, grid),
-                                                         edge_mlp->project(0, e), g.m2g_senders, g.m2g_receivers));
-    agg = torch::zeros({update.size(0), g.grid_nodes, update.size(2)}, update.options())
-              .index_add_(1, g.m2g_receivers, update);
-  }
+torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Tensor& grid, const GraphCastGraph& g,
+                                     bool checkpoint_edge_blocks) {
+  // In a function: no edge-sized temporary outlives the sum into the grid nodes.
+  const torch::Tensor senders = g.m2g_senders, receivers = g.m2g_receivers, features = g.m2g_features;
+  const int64_t grid_nodes = g.grid_nodes;
+  Mesh2GridImpl* self = this;  // the module outlives the step's backward (the model owns it)
+  const EdgeBlockFn update_block = [self, senders, receivers, features, grid_nodes](
+                                       const std::vector<torch::Tensor>& nodes, int64_t begin, int64_t count) {
+    const torch::Tensor r = receivers.narrow(0, begin, count);
+    const torch::Tensor e = self->m2g_edge_embed->forward({features.narrow(0, begin, count)});  // batch-independent
+    torch::Tensor update = self->edge_mlp->finish(
+        gather_edges(nodes[0], nodes[1], self->edge_mlp->project(0, e), senders.narrow(0, begin, count), r));
+    return torch::zeros({update.size(0), grid_nodes, update.size(2)}, update.options()).index_add_(1, r, update);
+  };
+  const torch::Tensor agg = sum_edge_blocks(senders.size(0), edge_block, checkpoint_edge_blocks,
+                                            {edge_mlp->project(1, mesh), edge_mlp->project(2, grid)},
+                                            parameters_of({m2g_edge_embed.get(), edge_mlp.get()}), update_block);
   torch::Tensor h = grid + grid_node_mlp->finish(grid_node_mlp->project(0, grid) + grid_node_mlp->project(1, agg));
   return output_mlp->forward({h});
 }
@@ -443,12 +495,14 @@ GraphCastImpl::GraphCastImpl(const ModelConfig& config, const ModelShape& shape)
   graph_.m2g_receivers = register_index_buffer("m2g_receivers", graph_.m2g_receivers);
   graph_.m2g_features = register_buffer("m2g_features", graph_.m2g_features);
 
-  grid2mesh_ = register_block("grid2mesh", Grid2Mesh(shape.in_channels, config.latent, config.mlp_layers));
+  grid2mesh_ =
+      register_block("grid2mesh", Grid2Mesh(shape.in_channels, config.latent, config.mlp_layers, config.edge_block));
   for (int64_t i = 0; i < config.processor_layers; ++i) {
     processors_.push_back(register_block("processor" + std::to_string(i),
                                          InteractionLayer(config.latent, config.mlp_layers, /*aggregate_residual=*/false)));
   }
-  mesh2grid_ = register_block("mesh2grid", Mesh2Grid(config.latent, shape.out_channels, config.mlp_layers));
+  mesh2grid_ = register_block("mesh2grid",
+                              Mesh2Grid(config.latent, shape.out_channels, config.mlp_layers, config.edge_block));
 }
 
 std::vector<ChannelAxis> GraphCastImpl::channel_axes() const {
@@ -468,9 +522,13 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
 
   // The lambdas hold the blocks by shared_ptr and the graph's tensors by value (see run_block).
   const GraphCastGraph graph = graph_;
+  const bool blocks_checkpointed = checkpointing();  // edge blocks are checkpointed inside the block's replay
   std::shared_ptr<Grid2MeshImpl> encoder = grid2mesh_.ptr();
   const std::vector<torch::Tensor> encoded = run_block(
-      *encoder, [encoder, graph](const std::vector<torch::Tensor>& in) { return encoder->forward(in[0], graph); },
+      *encoder,
+      [encoder, graph, blocks_checkpointed](const std::vector<torch::Tensor>& in) {
+        return encoder->forward(in[0], graph, blocks_checkpointed);
+      },
       {nodes});
   const torch::Tensor grid = encoded[0];
   std::vector<torch::Tensor> state = {encoded[1], encoded[2]};  // mesh nodes, mesh edges
@@ -488,8 +546,8 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
 
   std::shared_ptr<Mesh2GridImpl> decoder = mesh2grid_.ptr();
   return run_block(*decoder,
-                   [decoder, graph, lat, lon](const std::vector<torch::Tensor>& in) {
-                     torch::Tensor out = decoder->forward(in[0], in[1], graph);  // [B, Ng, C]
+                   [decoder, graph, lat, lon, blocks_checkpointed](const std::vector<torch::Tensor>& in) {
+                     torch::Tensor out = decoder->forward(in[0], in[1], graph, blocks_checkpointed);  // [B, Ng, C]
                      return std::vector<torch::Tensor>{
                          out.transpose(1, 2).reshape({out.size(0), out.size(2), lat, lon})};
                    },

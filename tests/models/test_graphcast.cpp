@@ -284,6 +284,37 @@ TEST(GraphCast, CheckpointedEqualsPlainOutputsAndGradients) {
   }
 }
 
+TEST(GraphCast, EdgeBlocksEqualTheWholeEdgeSet) {
+  // model.edge_block splits grid2mesh's and mesh2grid's edge updates into blocks (checkpointed each
+  // when checkpointing is on): the same model, weights and graph give the unblocked outputs and
+  // gradients, plain and checkpointed. 500 edges do not divide either edge set, so the last block is short.
+  ModelConfig blocked_config = small_graphcast();
+  blocked_config.edge_block = 500;
+  torch::manual_seed(8);
+  WeatherModel whole = build_model(small_graphcast(), storm_shape_with_coordinates());
+  torch::manual_seed(8);
+  WeatherModel blocked = build_model(blocked_config, storm_shape_with_coordinates());
+  auto* g = dynamic_cast<GraphCastImpl*>(blocked.get());
+  ASSERT_NE(g, nullptr);
+  ASSERT_GT(g->graph().g2m_senders.size(0), 500);
+  ASSERT_GT(g->graph().m2g_senders.size(0) % 500, 0);
+  const torch::Tensor x = torch::randn({2, 12, 33, 36});
+  const auto reference = testing::output_and_gradients(*whole, x, false);
+  for (const bool checkpointing : {false, true}) {
+    const auto in_blocks = testing::output_and_gradients(*blocked, x, checkpointing);
+    ASSERT_EQ(reference.size(), in_blocks.size());
+    for (size_t i = 0; i < reference.size(); ++i) {
+      const std::string what = testing::output_and_gradients_name(*blocked, i);
+      // Blocks sum the weight gradients over edges in another order (float rounding): relative to
+      // the tensor's scale, not entry by entry. A block lost or counted twice is off by whole parts.
+      const double scale = reference[i].abs().max().item<double>();
+      const double diff = (reference[i] - in_blocks[i]).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-4 * scale + 1e-7) << what << " (checkpointing " << checkpointing << "): max difference "
+                                            << diff << " of " << scale;
+    }
+  }
+}
+
 TEST(GraphCast, Bf16MixedStepTrains) {
   // What TrainingStep does under bf16-mixed (autocast forward, fp32 loss and master weights), as
   // a few SGD steps on one batch: the loss must fall and every gradient arrive finite in fp32.
