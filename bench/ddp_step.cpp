@@ -91,8 +91,7 @@ int run(const Args& args) {
   if (args.bucket_mb > 0) overrides.push_back("distributed.bucket_mb=" + std::to_string(args.bucket_mb));
   RunConfig config = load_config(args.config, overrides);
   const data::Dataset dataset(config.data);
-  config.data.lat = dataset.num_lat();
-  config.data.lon = dataset.num_lon();
+  data::take_grid(config, dataset);  // and its coordinates: graphcast's mesh where the data lies
   const models::ModelShape shape = models::model_shape(config);
   const std::vector<double> latitudes = dataset.has_coordinates() ? dataset.lat() : std::vector<double>{};
 

@@ -196,8 +196,7 @@ Run load_run(const Args& a) {
   // The grid and latitudes from the data, as in training; fixed in the config from here on so the
   // estimator does not open the files again.
   const data::Dataset dataset(r.config.data);
-  r.config.data.lat = dataset.num_lat();
-  r.config.data.lon = dataset.num_lon();
+  data::take_grid(r.config, dataset);  // and its coordinates: graphcast's mesh where the data lies
   r.shape = models::model_shape(r.config);
   if (dataset.has_coordinates()) r.latitudes = dataset.lat();
   return r;

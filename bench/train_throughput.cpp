@@ -108,18 +108,11 @@ int run(const Args& args) {
                                                "train.batch_size=" + std::to_string(args.batch),
                                                "train.accumulation=1"});
   // The grid and latitudes come from the real data, as in training (the loss is latitude-weighted).
+  // Where the grid lies too, as trainer.cpp sets it: graphcast's mesh covers only the data's region.
   const data::Dataset dataset(config.data);
-  models::ModelShape shape = models::model_shape([&] {
-    RunConfig c = config;
-    c.data.lat = dataset.num_lat();
-    c.data.lon = dataset.num_lon();
-    return c;
-  }());
+  data::take_grid(config, dataset);
+  const models::ModelShape shape = models::model_shape(config);
   const std::vector<double> latitudes = dataset.has_coordinates() ? dataset.lat() : std::vector<double>{};
-  if (dataset.has_coordinates()) {  // where the grid lies, as trainer.cpp sets it: graphcast's mesh covers it
-    shape.latitudes = dataset.lat();
-    shape.longitudes = dataset.lon();
-  }
 
   auto comm = distributed::make_communicator(distributed::World{}, config.distributed, torch::kCPU);
   auto state = trainer::build_training_state(config, shape, comm, torch::kCPU, latitudes);

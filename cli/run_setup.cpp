@@ -22,12 +22,7 @@ RunConfig load_run(const RunOptions& options) {
     data::DatasetOptions headers_only;
     headers_only.preload_max_bytes = 0;
     data::Dataset dataset(config.data, headers_only);
-    config.data.lat = dataset.num_lat();
-    config.data.lon = dataset.num_lon();
-    if (dataset.has_coordinates()) {  // where the grid lies, for graphcast's mesh (estimate, tune-batch, profile)
-      config.data.lat_coords = dataset.lat();
-      config.data.lon_coords = dataset.lon();
-    }
+    data::take_grid(config, dataset);  // where the grid lies, for graphcast's mesh (estimate, tune-batch, profile)
   }
   return config;
 }

@@ -650,4 +650,13 @@ torch::Tensor Dataset::shared_state(int64_t t) const {
   return state;
 }
 
+void take_grid(RunConfig& config, const Dataset& dataset) {
+  config.data.lat = dataset.num_lat();
+  config.data.lon = dataset.num_lon();
+  if (dataset.has_coordinates()) {
+    config.data.lat_coords = dataset.lat();
+    config.data.lon_coords = dataset.lon();
+  }
+}
+
 }  // namespace wxtrain::data

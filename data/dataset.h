@@ -162,4 +162,9 @@ class Dataset {
   mutable std::unordered_map<int64_t, std::pair<torch::Tensor, std::list<int64_t>::iterator>> cache_;
 };
 
+// The dataset's grid into `config`: [data] lat and lon and, where the files give them, the
+// coordinates, so that models::model_shape(config) builds a model where the data lies (graphcast's
+// mesh) without the files being opened again (estimate, tune-batch, the benchmarks).
+void take_grid(RunConfig& config, const Dataset& dataset);
+
 }  // namespace wxtrain::data
