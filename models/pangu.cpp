@@ -490,11 +490,13 @@ PanguImpl::PanguImpl(const ModelConfig& config, const ModelShape& shape) : Weath
 }
 
 std::vector<ChannelAxis> PanguImpl::channel_axes() const {
-  const int64_t pp = head_->patch * head_->patch;
-  std::vector<ChannelAxis> axes{{"embed.surface.weight", 1, true, pp, true}};
+  // The surface-like channels only: the newest state's upper-air block (inputs) and the upper-air
+  // outputs are the volume's, whose weights run over variables, and load as they are.
+  const int64_t pp = head_->patch * head_->patch, upper = upper_channels();
+  std::vector<ChannelAxis> axes{{"embed.surface.weight", 1, true, pp, true, upper_offset_, upper}};
   if (surface_outputs() > 0) {
-    axes.push_back({"head.surface.weight", 0, false, pp, true});
-    axes.push_back({"head.surface_bias", 0, false, 1, true});
+    axes.push_back({"head.surface.weight", 0, false, pp, true, 0, upper});
+    axes.push_back({"head.surface_bias", 0, false, 1, true, 0, upper});
   }
   return axes;
 }

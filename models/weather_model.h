@@ -48,6 +48,12 @@ struct ChannelAxis {
   // [p, p, C_out]: p*p entries per channel, channel-minor.
   int64_t per_channel = 1;
   bool channel_major = true;
+  // Channels [skip_begin, skip_begin + skip_count) of the model's list are not on this axis: their
+  // weights live elsewhere (Pangu's upper-air volume, embedded by variable, not by channel). The
+  // axis runs over the other channels in their order, and the checkpoint's side leaves out the
+  // channels of the same names.
+  int64_t skip_begin = 0;
+  int64_t skip_count = 0;
 };
 
 class WeatherModelImpl : public torch::nn::Module {

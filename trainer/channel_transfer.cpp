@@ -144,12 +144,32 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
   for (const auto& p : model.named_parameters()) own[p.key()] = p.value();
   for (const auto& b : model.named_buffers()) own[b.key()] = b.value();
   std::map<std::string, models::ChannelAxis> axes;
+  std::map<std::string, ChannelMap> axis_maps;  // which new channel of the axis reads which old one
   for (const auto& a : model.channel_axes()) {
     // A model's own description of itself: wrong here is a bug in the zoo, not in the run file.
     TORCH_CHECK(own.count(a.parameter), "channel_axes names '", a.parameter, "', which the model does not have");
     TORCH_CHECK(a.dim >= 0 && a.dim < own[a.parameter].dim() && a.per_channel > 0, "channel_axes: bad axis for '",
                 a.parameter, "'");
+    const std::vector<std::string>& new_names = a.input ? new_inputs : new_outputs;
+    TORCH_CHECK(a.skip_begin >= 0 && a.skip_count >= 0 &&
+                    a.skip_begin + a.skip_count <= static_cast<int64_t>(new_names.size()),
+                "channel_axes: bad skipped range for '", a.parameter, "'");
     axes[a.parameter] = a;
+    if (a.skip_count == 0) {
+      axis_maps[a.parameter] = a.input ? inputs : outputs;
+      continue;
+    }
+    // The axis leaves out some channels by position in this model; the checkpoint's side leaves
+    // out the channels of the same names (the report above still counts every channel).
+    const std::vector<std::string>& old_names = a.input ? old_inputs : old_outputs;
+    const std::set<std::string> skipped(new_names.begin() + a.skip_begin,
+                                        new_names.begin() + a.skip_begin + a.skip_count);
+    std::vector<std::string> new_on_axis, old_on_axis, unused_matched, unused_added, unused_dropped;
+    for (const auto& n : new_names)
+      if (!skipped.count(n)) new_on_axis.push_back(n);
+    for (const auto& n : old_names)
+      if (!skipped.count(n)) old_on_axis.push_back(n);
+    axis_maps[a.parameter] = match_channels(old_on_axis, new_on_axis, unused_matched, unused_added, unused_dropped);
   }
 
   // Decide everything first, copy last: an error leaves the model as it was built.
@@ -163,7 +183,7 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
     }
     const torch::Tensor& stored = it->second;
     auto axis = axes.find(name);
-    const ChannelMap* m = axis == axes.end() ? nullptr : axis->second.input ? &inputs : &outputs;
+    const ChannelMap* m = axis == axes.end() ? nullptr : &axis_maps.at(name);
     if (!m || !m->changed) {
       // Not channel-indexed, or its channels are the checkpoint's: exactly load_weights.
       if (stored.sizes() != target.sizes())
@@ -199,7 +219,7 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
   for (const auto& name : report.loaded) own[name].copy_(weights.at(name));
   for (const auto& name : report.remapped) {
     const models::ChannelAxis& axis = axes.at(name);
-    const ChannelMap& m = axis.input ? inputs : outputs;
+    const ChannelMap& m = axis_maps.at(name);
     auto [to, to_dim] = split_channels(own[name], axis, m.new_count);
     auto [from, from_dim] = split_channels(weights.at(name).contiguous(), axis, m.old_count);
     for (const auto& [new_index, old_index] : m.pairs) to.select(to_dim, new_index).copy_(from.select(from_dim, old_index));

@@ -158,6 +158,51 @@ INSTANTIATE_TEST_SUITE_P(Models, ChannelTransferTest,
                          ::testing::Values("unet", "vit", "gnn", "gnn1", "fourcastnet", "graphcast"),
                          [](const auto& info) { return info.param; });
 
+// Pangu's upper-air volume is embedded by variable, not by channel: its weights load as they are,
+// and only the surface-like channels move by name (the axes skip the volume's channels). A new
+// surface variable joins a model with a volume of one variable on two levels.
+TEST(ChannelTransfer, PanguMovesSurfaceChannelsAroundItsUpperAirVolume) {
+  ModelConfig c;
+  c.name = "pangu";
+  c.patch_size = 2;
+  c.level_patch = 1;
+  c.embed_dim = 16;
+  c.mlp_ratio = 2.0;
+  c.upper_variables = 1;
+  c.levels = 2;
+  c.window = {2, 3, 4};
+  c.stage_depths = {2, 2, 2, 2};
+  c.stage_heads = {2, 2, 2, 2};
+  const Names old_in{"u_500@t0", "u_850@t0", "a@t0"}, old_out{"u_500", "u_850", "a"};
+  const Names new_in{"u_500@t0", "u_850@t0", "b@t0", "a@t0"}, new_out{"u_500", "u_850", "b", "a"};
+  auto build_pangu = [&](const Names& in, const Names& out, uint64_t seed) {
+    models::ModelShape s{static_cast<int64_t>(in.size()), static_cast<int64_t>(out.size()), kLat, kLon};
+    s.state_channels = s.in_channels;  // one state, all prognostic
+    torch::manual_seed(seed);
+    return models::build_model(c, s);
+  };
+  models::WeatherModel a = build_pangu(old_in, old_out, 1);
+  randomise(*a, 11);
+  models::WeatherModel b = build_pangu(new_in, new_out, 2);
+  const ChannelTransferReport report =
+      transfer_weights(*b, model_weights(*a), old_in, old_out, new_in, new_out, /*strict=*/true, "a.pt");
+  EXPECT_EQ(report.new_inputs, (Names{"b@t0"}));
+  EXPECT_EQ(report.new_outputs, (Names{"b"}));
+  EXPECT_TRUE(report.initialised.empty());
+  EXPECT_EQ(std::set<std::string>(report.remapped.begin(), report.remapped.end()),
+            (std::set<std::string>{"embed.surface.weight", "head.surface.weight", "head.surface_bias"}));
+
+  // With b's input at zero the new model predicts the volume and a as the old one did.
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({2, 3, kLat, kLon});  // [u_500, u_850, a]
+  const torch::Tensor x_new =
+      torch::stack({x.select(1, 0), x.select(1, 1), torch::zeros_like(x.select(1, 0)), x.select(1, 2)}, 1);
+  const torch::Tensor y = a->forward(x), y_new = b->forward(x_new);
+  for (const auto& [now, before] : {std::pair{0, 0}, std::pair{1, 1}, std::pair{3, 2}})
+    EXPECT_TRUE(torch::allclose(y_new.select(1, now), y.select(1, before), 1e-4, 1e-5)) << "output " << new_out[now];
+}
+
 // ---- identical lists: exactly load_weights ----
 
 std::string error_of(const std::function<void()>& f) {
