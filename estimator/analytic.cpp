@@ -900,13 +900,19 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   // The residual prediction and loss: the fp32 states, their stack, and the difference square() saves.
   const double loss_saved = rollout * m.output * 4;
   // How many rollout steps' model activations the forward keeps: all of them, or with
-  // train.rollout_checkpointing only each step's input (the model's input tensor, forcings
-  // concatenated, in the input dtype) and one step's activations at a time, rebuilt by the replay of
-  // the step whose backward is running (last step first).
+  // train.rollout_checkpointing only each step's input parts and one step's activations at a time,
+  // rebuilt by the replay of the step whose backward is running (last step first). The parts are
+  // views of the micro-batch (counted in batch_tensors) and the fed-back predictions: each
+  // prediction but the last stays (fp32, prognostic and diagnostic; in pure bf16 a bf16 copy of the
+  // prognostic part and of each step's forcings).
   const bool steps_checkpointed = config.train.rollout_checkpointing;
   const double kept_steps = steps_checkpointed ? 1 : rollout;
+  const double state_elems =
+      static_cast<double>(shape.state_channels > 0 ? shape.state_channels : shape.out_channels) * shape.lat * shape.lon;
   const double step_inputs =
-      steps_checkpointed ? (rollout - 1) * in_elems * (config.train.precision == Precision::kBf16 ? 2 : 4) : 0;
+      !steps_checkpointed ? 0
+      : config.train.precision == Precision::kBf16 ? (rollout - 1) * (state_elems + forcing_elems) * 2
+                                                   : (rollout - 1) * m.output * 4;
   double flowing = m.output * 4;  // the gradient of the last predicted state
   double peak = 0;
   if (config.train.checkpointing) {

@@ -20,16 +20,18 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
   return false;
 }
 
-// One rollout step's model call as a checkpointed unit: its input is saved, nothing inside it. The
-// replay in backward runs the model's forward with gradients on, so with train.checkpointing its
-// blocks checkpoint themselves again (the replay of a step holds one block's activations at a
+// One rollout step's model call as a checkpointed unit, on the input's parts (the window's states
+// and the step's forcings), concatenated inside: what it saves are those parts, which are views of
+// the micro-batch or the fed-back predictions, not a concatenated copy of the whole input per step.
+// The replay in backward runs the model's forward with gradients on, so with train.checkpointing
+// its blocks checkpoint themselves again (the replay of a step holds one block's activations at a
 // time, as the un-nested step does). The model outlives the step's backward (TrainingState owns
 // it), which is what the pointer captured here relies on.
-torch::Tensor checkpointed_forward(models::WeatherModelImpl& model, const torch::Tensor& x) {
+torch::Tensor checkpointed_forward(models::WeatherModelImpl& model, const std::vector<torch::Tensor>& parts) {
   models::WeatherModelImpl* m = &model;
   return models::checkpoint(
-      [m](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{m->forward(in[0])}; }, {x},
-      model.parameters())[0];
+      [m](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{m->forward(torch::cat(in, 1))}; },
+      parts, model.parameters())[0];
 }
 
 }  // namespace
@@ -238,14 +240,24 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
   if (has_forcings)
     TORCH_CHECK(forcings.size(1) >= steps, "rollout of ", steps, " steps needs forcings for each, got ", forcings.size(1));
   const bool boundary = setup.boundary.defined() && truth.defined();
+  TORCH_CHECK(P > 0 && input.size(1) % P == 0, "rollout: the input's ", input.size(1), " channels are not states of ", P);
+  const auto dtype = input.scalar_type();
+  // The window of the last `history` states as parts, oldest first: at the start the micro-batch's
+  // input (all of them), then the fed-back predictions one by one.
+  std::vector<torch::Tensor> window{input};
   std::vector<torch::Tensor> states;
   for (int64_t r = 0; r < steps; ++r) {
-    const torch::Tensor x = has_forcings ? torch::cat({input, forcings.select(1, r).to(input.dtype())}, 1) : input;
+    std::vector<torch::Tensor> parts = window;
+    if (has_forcings) parts.push_back(forcings.select(1, r).to(dtype));
     const bool checkpoint_step = setup.checkpoint_steps && torch::GradMode::is_enabled();
-    const torch::Tensor out = (checkpoint_step ? checkpointed_forward(model, x) : model.forward(x)).to(torch::kFloat32);
+    const torch::Tensor out =
+        (checkpoint_step ? checkpointed_forward(model, parts)
+                         : model.forward(parts.size() == 1 ? parts[0] : torch::cat(parts, 1)))
+            .to(torch::kFloat32);
     // The model predicts the change from the newest state (as GraphCast does): persistence is the
     // starting point and the network learns the tendency, in units of typical tendencies.
-    torch::Tensor newest = input.narrow(1, input.size(1) - P, P).to(torch::kFloat32);
+    const torch::Tensor& last = window.back();
+    torch::Tensor newest = last.narrow(1, last.size(1) - P, P).to(torch::kFloat32);
     torch::Tensor tendency = out.narrow(1, 0, P);
     if (setup.residual_scale.defined()) tendency = tendency * setup.residual_scale.view({1, P, 1, 1});
     torch::Tensor next = newest + tendency;
@@ -256,8 +268,11 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
       next = next * (1 - b) + truth.select(1, r).to(torch::kFloat32) * b;
     }
     states.push_back(next);
-    if (r + 1 < steps)
-      input = torch::cat({input.narrow(1, P, input.size(1) - P), next.narrow(1, 0, P).to(input.dtype())}, 1);
+    if (r + 1 < steps) {  // the oldest state leaves the window, the prediction joins it
+      if (window.front().size(1) > P) window.front() = window.front().narrow(1, P, window.front().size(1) - P);
+      else window.erase(window.begin());
+      window.push_back(next.narrow(1, 0, P).to(dtype));
+    }
   }
   return torch::stack(states, 1);
 }
