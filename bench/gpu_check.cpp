@@ -56,6 +56,7 @@
 #include "distributed/world.h"
 #include "estimator/estimate.h"
 #include "trainer/training_step.h"
+#include "npy_writer.h"
 #include "step_bench_args.h"
 
 namespace {
@@ -107,6 +108,7 @@ struct Args {
   int reps = 5;
   int64_t max_batch = 65536;
   bool cpu = false;  // --device cpu
+  std::string buffers;  // describe: the model's buffers as .npy files in this directory
 };
 
 const char* kUsage =
@@ -116,7 +118,7 @@ const char* kUsage =
     "       gpu_check fit --config FILE [--precision P] [--checkpointing on|off] [--gpus A10G,L4,A100-40,T4]"
     " [--steps N] [--max-batch N]\n"
     "       gpu_check throughput --config FILE --precision P [--batch N] [--warmup N] [--steps N] [--reps N]\n"
-    "       gpu_check describe --config FILE\n"
+    "       gpu_check describe --config FILE [--buffers DIR]\n"
     "       (every mode: [--device cuda|cpu]; cpu tests the plumbing only)";
 
 template <typename T>
@@ -156,6 +158,7 @@ Args parse_args(int argc, char** argv) {
       else if (arg == "--steps") a.steps = std::stoi(value());
       else if (arg == "--reps") a.reps = std::stoi(value());
       else if (arg == "--max-batch") a.max_batch = std::stoll(value());
+      else if (arg == "--buffers") a.buffers = value();
       else if (arg == "--device") {
         const std::string v = value();
         if (v != "cuda" && v != "cpu") bench::bench_usage(kUsage, "--device cuda|cpu");
@@ -443,7 +446,10 @@ int run_describe(const Args& a) {
   const json j = {{"model", run.config.model.name}, {"params", params}, {"threads", at::get_num_threads()},
                   {"in_channels", run.shape.in_channels}, {"out_channels", run.shape.out_channels},
                   {"lat", run.shape.lat}, {"lon", run.shape.lon}, {"rollout_steps", run.config.data.rollout_steps},
-                  {"latitudes", run.latitudes}};
+                  {"state_channels", run.shape.state_channels}, {"history", run.shape.history},
+                  {"latitudes", run.latitudes}, {"buffers", model->named_buffers().keys()}};
+  // GraphCast's graph and Pangu's tables, for the peer to run on (train_peer.py --buffers).
+  if (!a.buffers.empty()) bench::write_buffers(*model, a.buffers);
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

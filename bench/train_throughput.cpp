@@ -32,6 +32,7 @@
 #include "distributed/world.h"
 #include "models/group_norm_silu.h"
 #include "trainer/training_step.h"
+#include "npy_writer.h"
 #include "step_bench_args.h"
 
 namespace {
@@ -69,40 +70,6 @@ Args parse_args(int argc, char** argv) {
 
 using bench::median;
 
-// One tensor as a NumPy .npy file (format 1.0, C order, little-endian), which the Python peer loads
-// with numpy.load: the peer then runs on the very graph or table the C++ model built, rather than a
-// second implementation of its construction (the step, not the set-up, is what is compared).
-void write_npy(const std::string& path, const torch::Tensor& tensor) {
-  const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
-  std::string descr;
-  switch (t.scalar_type()) {
-    case torch::kFloat: descr = "<f4"; break;
-    case torch::kDouble: descr = "<f8"; break;
-    case torch::kLong: descr = "<i8"; break;
-    case torch::kInt: descr = "<i4"; break;
-    case torch::kBool: descr = "|b1"; break;
-    default: throw Error("train_throughput: buffer " + path + " has a dtype .npy writing does not cover");
-  }
-  std::string shape = "(";
-  for (int64_t d = 0; d < t.dim(); ++d) shape += std::to_string(t.size(d)) + (t.dim() == 1 || d + 1 < t.dim() ? "," : "");
-  shape += ")";
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  // Magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64 and
-  // ended by a newline.
-  header.append(63 - (10 + header.size()) % 64, ' ');
-  header += '\n';
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw Error("train_throughput: cannot write " + path);
-  const unsigned char preamble[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  const uint16_t length = static_cast<uint16_t>(header.size());
-  const unsigned char length_le[2] = {static_cast<unsigned char>(length & 0xff), static_cast<unsigned char>(length >> 8)};
-  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-  const bool ok = std::fwrite(preamble, 1, 8, f) == 8 && std::fwrite(length_le, 1, 2, f) == 2 &&
-                  std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
-                  std::fwrite(t.data_ptr(), 1, bytes, f) == bytes;
-  if (std::fclose(f) != 0 || !ok) throw Error("train_throughput: writing " + path + " failed");
-}
-
 int run(const Args& args) {
   RunConfig config = load_config(args.config, {"train.precision=" + args.precision,
                                                "train.batch_size=" + std::to_string(args.batch),
@@ -135,7 +102,7 @@ int run(const Args& args) {
     for (const auto& b : state->model->named_buffers()) {
       std::printf("%s\"%s\"", first ? "" : ", ", b.key().c_str());
       first = false;
-      if (!args.buffers.empty()) write_npy(args.buffers + "/" + b.key() + ".npy", b.value());
+      if (!args.buffers.empty()) bench::write_npy(args.buffers + "/" + b.key() + ".npy", b.value());
     }
     std::printf("]}\n");
     return 0;

@@ -326,12 +326,14 @@ stage_tune() {
 stage_throughput() {
   echo "== (e) samples/s: wxtrain vs PyTorch (bench/peer/train_peer.py --device $device), batches ${TP_BATCHES[*]}"
   need_binaries || return 1
-  local c name p b rc log shape round=0 runs
+  local c name p b rc log shape buffers round=0 runs
   : >"$PARTS/throughput.txt"
   for c in "${configs[@]}"; do
     name=$(basename "$c" .toml)
     shape="$PARTS/shape-$name.json"
-    "$GPU_CHECK" describe --device "$device" --config "$c" >"$shape" 2>"$LOGS/describe-$name.log" ||
+    buffers="$PARTS/buffers-$name"  # graphcast's graph, pangu's tables: the peer runs on the same ones
+    mkdir -p "$buffers"
+    "$GPU_CHECK" describe --device "$device" --config "$c" --buffers "$buffers" >"$shape" 2>"$LOGS/describe-$name.log" ||
       { record_error throughput "describe $name" $? "$LOGS/describe-$name.log"; continue; }
     for p in "${PRECISIONS[@]}"; do
       for b in "${TP_BATCHES[@]}"; do
@@ -345,8 +347,8 @@ stage_throughput() {
             "$GPU_CHECK" throughput --device "$device" --config "$c" --precision "$p" --batch "$b" "${TP_STEPS[@]}" \
               >"$log.out" 2>"$log" || rc=$?
           else
-            "$PY" "$SRC/bench/peer/train_peer.py" --config "$c" --shape "$shape" --precision "$p" --batch "$b" \
-              --device "$device" "${TP_STEPS[@]}" >"$log.out" 2>"$log" || rc=$?
+            "$PY" "$SRC/bench/peer/train_peer.py" --config "$c" --shape "$shape" --buffers "$buffers" \
+              --precision "$p" --batch "$b" --device "$device" "${TP_STEPS[@]}" >"$log.out" 2>"$log" || rc=$?
           fi
           if [[ $rc != 0 ]]; then
             record_error throughput "$impl $name $p batch $b" $rc "$log"
