@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "models/weather_model.h"
@@ -26,6 +27,24 @@ inline std::vector<torch::Tensor> output_and_gradients(WeatherModelImpl& model, 
 // What entry i of output_and_gradients() is: "output", "input grad" or the parameter's name.
 inline std::string output_and_gradients_name(const WeatherModelImpl& model, size_t i) {
   return i == 0 ? "output" : i == 1 ? "input grad" : model.named_parameters().keys()[i - 2];
+}
+
+// The checkpointed step's output and gradients against the plain step's, entry by entry within
+// (rtol, atol); with require_nonzero every plain entry must be non-zero too (a gradient that never
+// arrives would compare equal to another that never arrives). Returns the plain step's entries.
+inline std::vector<torch::Tensor> expect_checkpointed_equals_plain(WeatherModelImpl& model, const torch::Tensor& x,
+                                                                   double rtol, double atol,
+                                                                   bool require_nonzero = true) {
+  const auto plain = output_and_gradients(model, x, false);
+  const auto recomputed = output_and_gradients(model, x, true);
+  EXPECT_EQ(plain.size(), recomputed.size());
+  for (size_t i = 0; i < plain.size() && i < recomputed.size(); ++i) {
+    const std::string what = output_and_gradients_name(model, i);
+    if (require_nonzero) EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << what;
+    EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], rtol, atol))
+        << what << ": max difference " << (plain[i] - recomputed[i]).abs().max().item<double>();
+  }
+  return plain;
 }
 
 }  // namespace wxtrain::models::testing
