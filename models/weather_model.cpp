@@ -67,10 +67,10 @@ void require_positive(int64_t value, const char* key) {
   if (value <= 0) throw ConfigError(std::string(key) + " must be positive (got " + std::to_string(value) + ")");
 }
 
-std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const BlockFn& fn,
+std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const ops::BlockFn& fn,
                                                        const std::vector<torch::Tensor>& inputs) const {
   if (!checkpointing_ || !torch::GradMode::is_enabled()) return fn(inputs);
-  return checkpoint(fn, inputs, block.parameters());
+  return ops::checkpoint(fn, inputs, block.parameters());
 }
 
 torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
@@ -78,7 +78,7 @@ torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
                                           const torch::Tensor& input) const {
   auto wrapped = [fn](  // by value: checkpoint keeps it until backward
                      const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; };
-  return run_block(block, BlockFn(wrapped), {input})[0];
+  return run_block(block, ops::BlockFn(wrapped), {input})[0];
 }
 
 WeatherModel build_model(const ModelConfig& config, const ModelShape& shape) {
