@@ -26,7 +26,8 @@ void validate(const ModelConfig& config, const ModelShape& shape) {
 // once; unfused under autocast, SiLU runs in fp32 and the next Linear's autocast casts it back down.
 torch::Tensor silu_between_linears(const torch::Tensor& x) {
   const bool bf16_cpu = x.scalar_type() == torch::kBFloat16 && x.device().is_cpu();
-  if (bf16_cpu && ops::cpu_fusion_enabled()) return ops::bf16_silu(x);
+  if (bf16_cpu && ops::cpu_fusion_enabled(ops::Fusion::kBf16Silu)) return ops::bf16_silu(x);
+  if (bf16_cpu && ops::cpu_fusion_enabled()) return torch::silu(x);  // ATen's bf16 SiLU: fusion_ab's plain arm
   if (bf16_cpu && at::autocast::is_autocast_enabled(at::kCPU)) return torch::silu(x.to(torch::kFloat32));
   return torch::silu(x);
 }

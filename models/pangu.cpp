@@ -152,7 +152,7 @@ class ScaledBiasedSoftmax : public torch::autograd::Function<ScaledBiasedSoftmax
 
 bool scaled_biased_softmax_applies(const torch::Tensor& scores, const torch::Tensor& bias) {
   const auto t = scores.scalar_type();
-  return ops::cpu_fusion_enabled() && scores.device().is_cpu() && bias.device().is_cpu() &&
+  return ops::cpu_fusion_enabled(ops::Fusion::kScaledBiasedSoftmax) && scores.device().is_cpu() && bias.device().is_cpu() &&
          (t == torch::kFloat || t == torch::kBFloat16) && bias.scalar_type() == t && scores.dim() >= 2 &&
          bias.dim() == scores.dim() && bias.size(0) == 1 && bias.sizes().slice(1) == scores.sizes().slice(1) &&
          scores.numel() > 0;
@@ -168,7 +168,7 @@ torch::Tensor scaled_biased_softmax(const torch::Tensor& scores, const torch::Te
 torch::Tensor window_attention_math(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& additive) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  if (ops::cpu_fusion_enabled()) {
+  if (ops::cpu_fusion_enabled(ops::Fusion::kScaledBiasedSoftmax)) {
     // Under autocast the scores come out bf16, the bias was cast to q's dtype: both match.
     torch::Tensor scores = ops::scaled_matmul(q, k.transpose(-2, -1));
     if (scaled_biased_softmax_applies(scores, additive))

@@ -5,9 +5,14 @@
 namespace wxtrain::ops {
 namespace {
 thread_local bool cpu_fusion = true;  // per thread, as autocast's state: the step runs on one
+thread_local unsigned fusions_off = 0;  // bit i: Fusion i turned off by a FusionOffGuard
+
+unsigned bit(Fusion fusion) { return 1u << static_cast<unsigned>(fusion); }
 }  // namespace
 
 bool cpu_fusion_enabled() { return cpu_fusion; }
+
+bool cpu_fusion_enabled(Fusion fusion) { return cpu_fusion && !(fusions_off & bit(fusion)); }
 
 torch::Tensor cuda_autocast_fp32(const torch::Tensor& x) {
   if (cpu_fusion || x.is_cuda()) return x;
@@ -20,5 +25,9 @@ torch::Tensor cuda_autocast_fp32(const torch::Tensor& x) {
 CpuFusionGuard::CpuFusionGuard(bool enabled) : previous_(cpu_fusion) { cpu_fusion = enabled; }
 
 CpuFusionGuard::~CpuFusionGuard() { cpu_fusion = previous_; }
+
+FusionOffGuard::FusionOffGuard(Fusion fusion) : previous_(fusions_off) { fusions_off |= bit(fusion); }
+
+FusionOffGuard::~FusionOffGuard() { fusions_off = previous_; }
 
 }  // namespace wxtrain::ops

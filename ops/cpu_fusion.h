@@ -16,7 +16,13 @@
 
 namespace wxtrain::ops {
 
+// The fusions one by one. bench/fusion_ab.cpp times a training step with one of them off and the
+// others on (FusionOffGuard), which is how each earns its place.
+enum class Fusion { kGroupNormSilu, kMaxPool2x2, kUpsample2xConcat, kBf16Silu, kGatherEdges, kOnednnSgemm, kScaledBiasedSoftmax };
+
 bool cpu_fusion_enabled();  // on by default
+// cpu_fusion_enabled(), and `fusion` not turned off by a FusionOffGuard.
+bool cpu_fusion_enabled(Fusion fusion);
 
 // The input of a layer_norm or softmax as CUDA's autocast would hand it over: x in fp32 when
 // autocast is on for x's device, x is bf16 or fp16, x is not on a CUDA device (there autocast
@@ -32,6 +38,18 @@ class CpuFusionGuard {
 
  private:
   bool previous_;
+};
+
+// Turns one fusion off for the thread, leaving the others (and the CPU autocast policy) as they are.
+class FusionOffGuard {
+ public:
+  explicit FusionOffGuard(Fusion fusion);
+  ~FusionOffGuard();
+  FusionOffGuard(const FusionOffGuard&) = delete;
+  FusionOffGuard& operator=(const FusionOffGuard&) = delete;
+
+ private:
+  unsigned previous_;
 };
 
 }  // namespace wxtrain::ops

@@ -173,7 +173,7 @@ class ScaledMatmulFp32 : public torch::autograd::Function<ScaledMatmulFp32> {
 };
 
 bool takes_onednn_path(const torch::Tensor& a, const torch::Tensor& b) {
-  return cpu_fusion_enabled() && !at::autocast::is_autocast_enabled(at::kCPU) && a.device().is_cpu() &&
+  return cpu_fusion_enabled(Fusion::kOnednnSgemm) && !at::autocast::is_autocast_enabled(at::kCPU) && a.device().is_cpu() &&
          b.device().is_cpu() && a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat && a.numel() > 0 &&
          b.numel() > 0 && onednn_sgemm_available();
 }

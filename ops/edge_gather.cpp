@@ -65,7 +65,7 @@ class GatherEdges : public torch::autograd::Function<GatherEdges> {
 bool fusable(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c, const torch::Tensor& senders,
              const torch::Tensor& receivers) {
   const auto t = a.scalar_type();
-  return cpu_fusion_enabled() && a.device().is_cpu() && (t == torch::kFloat || t == torch::kBFloat16) &&
+  return cpu_fusion_enabled(Fusion::kGatherEdges) && a.device().is_cpu() && (t == torch::kFloat || t == torch::kBFloat16) &&
          b.scalar_type() == t && c.scalar_type() == t && a.dim() == 3 && a.sizes() == b.sizes() &&
          (c.dim() == 2 || (c.dim() == 3 && c.size(0) == a.size(0))) && c.size(-1) == a.size(2) &&
          senders.scalar_type() == torch::kLong && receivers.scalar_type() == torch::kLong && senders.dim() == 1 &&

@@ -115,7 +115,7 @@ class GroupNormSiLU : public torch::autograd::Function<GroupNormSiLU> {
 bool group_norm_silu_is_fused(const torch::Tensor& x, const torch::nn::GroupNorm& norm) {
   const auto& options = norm->options;
   auto fused_dtype = [](torch::ScalarType t) { return t == torch::kFloat || t == torch::kBFloat16; };
-  return cpu_fusion_enabled() && x.device().is_cpu() && x.dim() >= 2 && options.affine() && norm->weight.device().is_cpu() &&
+  return cpu_fusion_enabled(Fusion::kGroupNormSilu) && x.device().is_cpu() && x.dim() >= 2 && options.affine() && norm->weight.device().is_cpu() &&
          fused_dtype(x.scalar_type()) && fused_dtype(norm->weight.scalar_type()) &&
          norm->bias.scalar_type() == norm->weight.scalar_type() &&
          x.size(1) == options.num_channels() && options.num_channels() % options.num_groups() == 0;

@@ -15,9 +15,9 @@ using torch::autograd::variable_list;
 // Planes per task: about 16K elements, so that the small planes of the coarse levels still split.
 int64_t plane_grain(int64_t plane_elements) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane_elements)); }
 
-bool fusable(const torch::Tensor& x) {
+bool fusable(const torch::Tensor& x, Fusion fusion) {
   const auto t = x.scalar_type();
-  return cpu_fusion_enabled() && x.device().is_cpu() && (t == torch::kFloat || t == torch::kBFloat16) && x.dim() == 4 &&
+  return cpu_fusion_enabled(fusion) && x.device().is_cpu() && (t == torch::kFloat || t == torch::kBFloat16) && x.dim() == 4 &&
          x.numel() > 0;
 }
 
@@ -118,12 +118,12 @@ class Upsample2xConcat : public torch::autograd::Function<Upsample2xConcat> {
 }  // namespace
 
 torch::Tensor max_pool_2x2(const torch::Tensor& x) {
-  if (fusable(x) && x.size(2) % 2 == 0 && x.size(3) % 2 == 0) return MaxPool2x2::apply(x);
+  if (fusable(x, Fusion::kMaxPool2x2) && x.size(2) % 2 == 0 && x.size(3) % 2 == 0) return MaxPool2x2::apply(x);
   return torch::max_pool2d(x, {2, 2});
 }
 
 torch::Tensor upsample_2x_concat(const torch::Tensor& coarse, const torch::Tensor& skip) {
-  if (fusable(coarse) && skip.dim() == 4 && skip.device().is_cpu() && skip.size(0) == coarse.size(0) &&
+  if (fusable(coarse, Fusion::kUpsample2xConcat) && skip.dim() == 4 && skip.device().is_cpu() && skip.size(0) == coarse.size(0) &&
       skip.size(2) == 2 * coarse.size(2) && skip.size(3) == 2 * coarse.size(3)) {
     return Upsample2xConcat::apply(coarse, skip.to(coarse.scalar_type()));
   }

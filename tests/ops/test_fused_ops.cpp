@@ -139,6 +139,25 @@ TEST(GroupNormSiLU, FusionGuardRestoresThePreviousSetting) {
   EXPECT_FALSE(group_norm_silu_is_fused(x.to(torch::kDouble), norm));  // double takes LibTorch's path
 }
 
+// bench/fusion_ab's switch: one fusion off, the others and the CPU step's autocast policy unchanged,
+// the previous setting back when the scope ends.
+TEST(GroupNormSiLU, FusionOffGuardTurnsOffItsFusionOnly) {
+  auto norm = make_norm(2, 4);
+  const torch::Tensor x = torch::randn({1, 4, 3, 3});
+  {
+    FusionOffGuard other(Fusion::kGatherEdges);
+    EXPECT_FALSE(cpu_fusion_enabled(Fusion::kGatherEdges));
+    EXPECT_TRUE(group_norm_silu_is_fused(x, norm));
+    {
+      FusionOffGuard off(Fusion::kGroupNormSilu);
+      EXPECT_FALSE(group_norm_silu_is_fused(x, norm));
+      EXPECT_TRUE(cpu_fusion_enabled());
+    }
+    EXPECT_TRUE(group_norm_silu_is_fused(x, norm));
+  }
+  EXPECT_TRUE(cpu_fusion_enabled(Fusion::kGatherEdges));
+}
+
 // The gnn's SiLU between Linears: the unfused path runs fp32 SiLU on the bf16 input and the next
 // Linear rounds the result; the fused op returns that rounding, and the gradient rounded once.
 TEST(Bf16SiLU, EqualsFp32SiLURoundedOnce) {
