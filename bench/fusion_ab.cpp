@@ -59,7 +59,6 @@ const std::vector<FusionUse>& fusion_uses() {
       {"group_norm_silu", Fusion::kGroupNormSilu, {"unet"}, both},
       {"max_pool_2x2", Fusion::kMaxPool2x2, {"unet"}, both},
       {"upsample_2x_concat", Fusion::kUpsample2xConcat, {"unet"}, both},
-      {"bf16_silu", Fusion::kBf16Silu, {"gnn", "graphcast"}, {"bf16-mixed"}},
       {"gather_edges", Fusion::kGatherEdges, {"gnn", "graphcast"}, both},
       // Only fp32 GEMMs outside autocast go to oneDNN.
       {"onednn_sgemm", Fusion::kOnednnSgemm, {"vit", "gnn", "fourcastnet", "graphcast", "pangu"}, {"fp32"}},

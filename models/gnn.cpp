@@ -5,7 +5,6 @@
 #include <ATen/autocast_mode.h>
 
 #include "core/error.h"
-#include "ops/bf16_silu.h"
 #include "ops/edge_gather.h"
 #include "ops/linear.h"
 
@@ -20,16 +19,16 @@ void validate(const ModelConfig& config, const ModelShape& shape) {
   positive(config.mlp_layers, "model.mlp_layers");
 }
 
-// SiLU between the MLP's Linears. Their output is bf16 under CPU autocast (and in pure bf16), and
-// LibTorch 1.13's bf16 SiLU rounds after every intermediate op and runs ~3x (forward) and ~10x
-// (backward) slower than fp32 on the edge tensors. The fused bf16_silu computes in fp32 and rounds
-// once; unfused under autocast, SiLU runs in fp32 and the next Linear's autocast casts it back down.
+// SiLU between the MLP's Linears, whose output is bf16 under autocast and in pure bf16. LibTorch
+// 2.11's CPU bf16 SiLU computes in fp32 and rounds once, and ran the gnn's and GraphCast's
+// bf16-mixed steps 1.02-1.04x faster than the fused kernel that 1.13 needed (docs/benchmarks.md,
+// "Fusions on LibTorch 2.11"). The GPU-standing CPU step (fusions off) keeps 1.13's unfused path,
+// SiLU in fp32 under autocast, which the analytic formulas (estimator/analytic.cpp) follow; CUDA
+// runs it in bf16.
 torch::Tensor silu_between_linears(const torch::Tensor& x) {
-  const bool bf16_cpu = x.scalar_type() == torch::kBFloat16 && x.device().is_cpu();
-  if (bf16_cpu && ops::cpu_fusion_enabled(ops::Fusion::kBf16Silu)) return ops::bf16_silu(x);
-  if (bf16_cpu && ops::cpu_fusion_enabled()) return torch::silu(x);  // ATen's bf16 SiLU: fusion_ab's plain arm
-  if (bf16_cpu && at::autocast::is_autocast_enabled(at::kCPU)) return torch::silu(x.to(torch::kFloat32));
-  return torch::silu(x);
+  const bool gpu_standing_autocast = !ops::cpu_fusion_enabled() && x.scalar_type() == torch::kBFloat16 &&
+                                     x.device().is_cpu() && at::autocast::is_autocast_enabled(at::kCPU);
+  return torch::silu(gpu_standing_autocast ? x.to(torch::kFloat32) : x);
 }
 
 }  // namespace

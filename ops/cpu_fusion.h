@@ -1,6 +1,6 @@
 #pragma once
-// wxtrain's fused CPU kernels (ops/group_norm_silu.h, ops/bf16_silu.h) and the switch that
-// turns them off for a thread.
+// wxtrain's fused CPU kernels (ops/group_norm_silu.h, ops/resample.h, ops/edge_gather.h, the oneDNN
+// GEMMs of ops/cpu_gemm.h, Pangu's attention softmax) and the switch that turns them off for a thread.
 //
 // A fused op computes what LibTorch's unfused chain computes, with fewer passes over memory and
 // fewer saved tensors. The switch exists for the estimator: a fused CPU step keeps less than a
@@ -18,7 +18,7 @@ namespace wxtrain::ops {
 
 // The fusions one by one. bench/fusion_ab.cpp times a training step with one of them off and the
 // others on (FusionOffGuard), which is how each earns its place.
-enum class Fusion { kGroupNormSilu, kMaxPool2x2, kUpsample2xConcat, kBf16Silu, kGatherEdges, kOnednnSgemm, kScaledBiasedSoftmax };
+enum class Fusion { kGroupNormSilu, kMaxPool2x2, kUpsample2xConcat, kGatherEdges, kOnednnSgemm, kScaledBiasedSoftmax };
 
 bool cpu_fusion_enabled();  // on by default
 // cpu_fusion_enabled(), and `fusion` not turned off by a FusionOffGuard.

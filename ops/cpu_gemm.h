@@ -2,12 +2,18 @@
 // fp32 matrix products on the CPU through oneDNN's GEMM instead of the BLAS behind ATen.
 //
 // The torch wheel sends a CPU fp32 mm/addmm/bmm to the MKL inside libtorch_cpu, which on AMD CPUs
-// runs its AVX2 kernels: on this AVX-512 EPYC about 90 GFLOP/s per core against about 200 for
-// oneDNN's sgemm on the zoo's shapes (2.1-2.5x, docs/benchmarks.md). The wheel's own oneDNN hides
-// its symbols, so these ops load Debian's libdnnl (oneDNN 2.6) and call dnnl_sgemm, which picks
-// its kernels by the ISA it finds; without that library they keep ATen's path. Besides the kernels, the attention products read q, k and v in
-// place from the permuted projection (ATen's bmm copies them), the 1/sqrt(d) scale is folded into
-// the GEMM, and the Linear bias enters as the GEMM's C.
+// runs its AVX2 kernels: on an AVX-512 EPYC about 90 GFLOP/s per core against about 200 for
+// oneDNN's sgemm on the zoo's shapes (2.1-2.5x, docs/benchmarks.md). On Intel CPUs MKL runs its
+// AVX-512 kernels and the two are level: 0.99-1.05x on a Xeon with LibTorch 2.11
+// (`OMP_NUM_THREADS=1 build/bench/matmul_precision`), where the storm steps in fp32 ran 1.05x
+// faster with oneDNN (ViT) and 1.00-1.02x (gnn, FourCastNet, GraphCast, Pangu) (`OMP_NUM_THREADS=1
+// build/bench/fusion_ab --fusions onednn_sgemm --pairs 21`, docs/benchmarks.md "Fusions on LibTorch
+// 2.11").
+// The wheel's own oneDNN hides its symbols, so these ops load Debian's libdnnl (oneDNN 2.6) and
+// call dnnl_sgemm, which picks its kernels by the ISA it finds; without that library they keep
+// ATen's path. Besides the kernels, the attention products read q, k and v in place from the
+// permuted projection (ATen's bmm copies them), the 1/sqrt(d) scale is folded into the GEMM, and
+// the Linear bias enters as the GEMM's C.
 //
 // Each op is an autograd Function with the same saved tensors as ATen's (the input and the
 // weight; both operands), so the estimator's memory figures hold either way. They take over only

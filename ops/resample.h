@@ -2,12 +2,13 @@
 // The U-Net's 2x resampling on the CPU: 2x2 max pooling, and nearest 2x upsampling fused with the
 // skip connection's concatenation.
 //
-// Why: LibTorch 1.13's CPU max_pool2d on NCHW tensors runs a scalar loop per window and saves
-// int64 indices (8 bytes per output); on the storm U-Net it took 2.1 ms of a 49 ms fp32 step and
-// 2.3 ms of a 33 ms bf16 one, and upsample_nearest2d's backward 1.0 / 1.8 ms more. Here the
-// pooling saves the winner's place in its window as one byte, and the decoder's input is written
-// in one pass (upsampled coarse channels, then the skip's) instead of upsampling and then copying
-// both into cat's output. Values are ATen's bit for bit in both dtypes (the same element wins a
+// Why: LibTorch's CPU max_pool2d saves int64 indices (8 bytes per output); here the pooling saves
+// the winner's place in its window as one byte. The decoder's input is written in one pass
+// (upsampled coarse channels, then the skip's) instead of upsampling and then copying both into
+// cat's output. On LibTorch 2.11 the storm U-Net's step runs 1.03x (fp32) and 1.05x (bf16-mixed)
+// faster with max_pool_2x2, its peak 2.8 / 1.9 MB lower (27.1 MB fp32, 15.8 MB bf16-mixed), and
+// 1.05x / 1.07x faster with upsample_2x_concat (`OMP_NUM_THREADS=1 build/bench/fusion_ab --fusions max_pool_2x2,upsample_2x_concat --pairs 21`,
+// docs/benchmarks.md "Fusions on LibTorch 2.11"). Values are ATen's bit for bit in both dtypes (the same element wins a
 // window, NaN included); gradients are ATen's in fp32 and sum the four bf16 gradients of an
 // upsampled pixel in fp32 before rounding once, where ATen rounds after each.
 //

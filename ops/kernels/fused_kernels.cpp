@@ -134,21 +134,6 @@ void group_norm_silu_backward(const float* x, const float* dy, float* dx, float*
 }
 
 WXTRAIN_CLONES
-void silu_forward(const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid(x[i]);
-}
-
-WXTRAIN_CLONES
-void silu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float s = sigmoid(x[i]);
-    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-  }
-}
-
-WXTRAIN_CLONES
 void bf16_to_float(const uint16_t* in, float* out, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_value(in[i]);

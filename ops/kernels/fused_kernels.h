@@ -1,8 +1,8 @@
 #pragma once
-// The loops of the fused CPU ops (ops/group_norm_silu.h, ops/bf16_silu.h,
-// ops/edge_gather.h, ops/resample.h, pangu's attention softmax), free of torch so
-// that this one translation unit can be built for several instruction sets (target_clones) with
-// -O3 and OpenMP SIMD reductions, without the torch precompiled header.
+// The loops of the fused CPU ops (ops/group_norm_silu.h, ops/edge_gather.h, ops/resample.h,
+// pangu's attention softmax), free of torch so that this one translation unit can be built for
+// several instruction sets (target_clones) with -O3 and OpenMP SIMD reductions, without the torch
+// precompiled header.
 //
 // For GroupNorm a slice is one (sample, group): `channels` consecutive channels of `plane`
 // contiguous values.
@@ -19,10 +19,6 @@ void group_norm_silu_forward(const float* x, float* y, int64_t channels, int64_t
 void group_norm_silu_backward(const float* x, const float* dy, float* dx, float* scratch, int64_t channels,
                               int64_t plane, const float* gamma, const float* beta, float mean, float rstd,
                               float* dgamma, float* dbeta);
-
-// y = silu(x) and its backward dx = dy * d silu / dx, elementwise.
-void silu_forward(const float* x, float* y, int64_t n);
-void silu_backward(const float* x, const float* dy, float* dx, int64_t n);
 
 // The gnn's edge inputs: out[k] = a[senders[k]] + b[receivers[k]] + c[k], rows of `width` values,
 // for edges k in [0, edges). fp32 sums in the order (a + b) + c; the bf16 form sums in fp32 and
