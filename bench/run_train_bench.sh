@@ -45,8 +45,9 @@ run_cpp() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS"
 }
-# wxtrain's own CPU kernels (U-Net: GroupNorm + SiLU, pooling, upsampling; gnn: edge gather, bf16
-# SiLU; vit and gnn: fp32 GEMMs through oneDNN) against ATen's path, same binary (--unfused).
+# wxtrain's own CPU kernels (U-Net: GroupNorm + SiLU, pooling, upsampling; gnn: edge gather; vit
+# and gnn: fp32 GEMMs through oneDNN) against ATen's path, same binary (--unfused). One fusion at a
+# time, inside one process: bench/fusion_ab.cpp.
 run_unfused() {
   "$BUILD/bench/train_throughput" --config "configs/storm_$1.toml" --precision "$2" --batch "$BATCH" \
     --warmup 2 --steps "$(steps_for "$1")" --reps "$REPS" --unfused
