@@ -32,6 +32,7 @@
 #include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "distributed/world.h"
+#include "models/unet/unet_options.h"
 #include "trainer/training_step.h"
 #include "step_bench_args.h"
 
@@ -109,9 +110,10 @@ int run(const Args& args) {
                   config.model.name.c_str(), static_cast<long long>(params), static_cast<long long>(shape.in_channels),
                   static_cast<long long>(shape.out_channels), static_cast<long long>(shape.lat),
                   static_cast<long long>(shape.lon));
-      for (size_t i = 0; i < config.model.channels.size(); ++i)
-        std::printf("%s%lld", i ? ", " : "", static_cast<long long>(config.model.channels[i]));
-      std::printf("], \"groups\": %lld, \"latitudes\": [", static_cast<long long>(config.model.groups));
+      const auto& unet = config.model.options.as<models::UNetOptions>();
+      for (size_t i = 0; i < unet.channels.size(); ++i)
+        std::printf("%s%lld", i ? ", " : "", static_cast<long long>(unet.channels[i]));
+      std::printf("], \"groups\": %lld, \"latitudes\": [", static_cast<long long>(unet.groups));
       for (size_t i = 0; i < latitudes.size(); ++i) std::printf("%s%.17g", i ? ", " : "", latitudes[i]);
       std::printf("]}\n");
     }

@@ -1,6 +1,6 @@
 #pragma once
 // SiLU of a bf16 CPU tensor, computed in fp32 and rounded to bf16 once: the gnn's activation
-// between two Linears under CPU autocast or in pure bf16 (models/gnn.cpp picks it when
+// between two Linears under CPU autocast or in pure bf16 (models/gnn/gnn.cpp picks it when
 // cpu_fusion_enabled()).
 //
 // Why: LibTorch 1.13's bf16 SiLU on the CPU rounds every intermediate and runs ~3x (forward) and

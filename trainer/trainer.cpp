@@ -17,6 +17,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
+#include "core/run_file_text.h"
 #include "core/units.h"
 #include "data/dataset.h"
 #include "data/forcings.h"

@@ -11,6 +11,7 @@
 #include "cli/table.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/run_file_text.h"
 #include "core/units.h"
 #include "distributed/world.h"
 

@@ -1,4 +1,4 @@
-#include "models/fourcastnet.h"
+#include "models/fourcastnet/fourcastnet.h"
 
 #include <string>
 
@@ -11,30 +11,9 @@
 namespace wxtrain::models {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // The reference's LayerNorm (partial(nn.LayerNorm, eps=1e-6)).
 torch::nn::LayerNorm layer_norm(int64_t dim) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(1e-6));
-}
-
-void validate(const ModelConfig& config) {
-  const auto positive = &require_positive;
-  positive(config.patch_size, "model.patch_size");
-  positive(config.embed_dim, "model.embed_dim");
-  positive(config.depth, "model.depth");
-  positive(config.afno_blocks, "model.afno_blocks");
-  if (config.embed_dim % config.afno_blocks != 0)
-    throw ConfigError("model.afno_blocks = " + std::to_string(config.afno_blocks) +
-                      " must divide model.embed_dim = " + std::to_string(config.embed_dim));
-  if (!(config.mlp_ratio > 0) || static_cast<int64_t>(static_cast<double>(config.embed_dim) * config.mlp_ratio) < 1)
-    throw ConfigError("model.mlp_ratio must leave the MLP at least one hidden unit (got " +
-                      std::to_string(config.mlp_ratio) + " x embed_dim " + std::to_string(config.embed_dim) + ")");
-  if (!(config.sparsity_threshold >= 0))
-    throw ConfigError("model.sparsity_threshold must be >= 0 (got " + std::to_string(config.sparsity_threshold) + ")");
-  if (!(config.hard_thresholding_fraction > 0 && config.hard_thresholding_fraction <= 1))
-    throw ConfigError("model.hard_thresholding_fraction must be in (0, 1] (got " +
-                      std::to_string(config.hard_thresholding_fraction) + ")");
 }
 
 // The complex Linear of one MLP stage as one real block matmul, on the modes' (re, im) pairs as
@@ -154,20 +133,19 @@ torch::Tensor AFNOBlockImpl::forward(torch::Tensor x) {
   return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(cuda_autocast_fp32(x)))));
 }
 
-FourCastNetImpl::FourCastNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
-  validate(config);
-  patch_ = config.patch_size;
+FourCastNetImpl::FourCastNetImpl(const FourCastNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  patch_ = options.patch_size;
   patches_lat_ = ceil_div(shape.lat, patch_);
   patches_lon_ = ceil_div(shape.lon, patch_);
-  embed_ = register_block("embed", PatchEmbed(shape.in_channels, config.embed_dim, patch_, patches_lat_ * patches_lon_));
-  for (int64_t i = 0; i < config.depth; ++i) {
+  embed_ = register_block("embed", PatchEmbed(shape.in_channels, options.embed_dim, patch_, patches_lat_ * patches_lon_));
+  for (int64_t i = 0; i < options.depth; ++i) {
     blocks_.push_back(register_block("block" + std::to_string(i),
-                                     AFNOBlock(AFNOBlockOptions(config.embed_dim, config.afno_blocks)
-                                                   .mlp_ratio(config.mlp_ratio)
-                                                   .sparsity_threshold(config.sparsity_threshold)
-                                                   .hard_thresholding_fraction(config.hard_thresholding_fraction))));
+                                     AFNOBlock(AFNOBlockOptions(options.embed_dim, options.afno_blocks)
+                                                   .mlp_ratio(options.mlp_ratio)
+                                                   .sparsity_threshold(options.sparsity_threshold)
+                                                   .hard_thresholding_fraction(options.hard_thresholding_fraction))));
   }
-  head_ = register_block("head", torch::nn::Linear(torch::nn::LinearOptions(config.embed_dim,
+  head_ = register_block("head", torch::nn::Linear(torch::nn::LinearOptions(options.embed_dim,
                                                                             patch_ * patch_ * shape.out_channels)
                                                        .bias(false)));
 }
@@ -215,6 +193,12 @@ torch::Tensor FourCastNetImpl::forward(torch::Tensor x) {
         return patches_to_grid(apply_linear(torch::nn::Linear(head), in), nh, nw, p, out_c, lat, lon);
       },
       x);
+}
+
+ModelEntry fourcastnet_entry() {
+  return make_model_entry<FourCastNetOptions, FourCastNetImpl>(fourcastnet_schema(), &fourcastnet_parameter_count,
+                                                               &fourcastnet_activation_memory,
+                                                               {/*gemms=*/true, /*convolutions=*/true});
 }
 
 }  // namespace wxtrain::models

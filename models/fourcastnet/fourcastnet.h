@@ -6,7 +6,7 @@
 // degree global grids.
 //
 // The grid is zero-padded to a multiple of model.patch_size and embedded exactly as the ViT does
-// (models/vit.h PatchEmbed: conv with kernel = stride = patch_size, learned positional embedding),
+// (models/vit/vit.h PatchEmbed: conv with kernel = stride = patch_size, learned positional embedding),
 // run through model.depth AFNO blocks on the [lat/p, lon/p] patch grid, and a bias-free Linear
 // maps each token to its patch's patch_size^2 x out_channels values, reassembled and cropped. As in
 // the reference (NVlabs/FourCastNet networks/afnonet.py): LayerNorm eps 1e-6, no final norm before
@@ -15,7 +15,9 @@
 // Blocks, in forward order: embed, block0 .. block{depth-1}, head.
 #include <functional>
 
-#include "models/vit.h"
+#include "models/vit/vit.h"
+#include "models/fourcastnet/fourcastnet_options.h"
+#include "models/registry.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::models {
@@ -84,7 +86,7 @@ TORCH_MODULE(AFNOBlock);
 
 class FourCastNetImpl : public WeatherModelImpl {
  public:
-  FourCastNetImpl(const ModelConfig& config, const ModelShape& shape);
+  FourCastNetImpl(const FourCastNetOptions& options, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
   // The patch embedding's conv weight (input channels) and the head's weight (output channels,
   // p*p entries each, channel-minor as the ViT's: see forward's reshape). The head has no bias.
@@ -101,5 +103,11 @@ class FourCastNetImpl : public WeatherModelImpl {
   std::vector<AFNOBlock> blocks_;
   torch::nn::Linear head_{nullptr};
 };
+
+// estimate --analytic (fourcastnet_memory.cpp): exact parameters, and activations block by block.
+int64_t fourcastnet_parameter_count(const FourCastNetOptions& o, const ModelShape& s);
+ModelMemory fourcastnet_activation_memory(const FourCastNetOptions& o, const ModelShape& s, const FormulaSettings& f);
+
+ModelEntry fourcastnet_entry();  // models/registry.cpp
 
 }  // namespace wxtrain::models

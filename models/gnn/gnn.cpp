@@ -1,4 +1,4 @@
-#include "models/gnn.h"
+#include "models/gnn/gnn.h"
 
 #include <string>
 
@@ -11,14 +11,6 @@
 
 namespace wxtrain::models {
 namespace {
-
-void validate(const ModelConfig& config, const ModelShape& shape) {
-  const auto positive = &require_positive;
-  positive(config.latent, "model.latent");
-  positive(config.processor_layers, "model.processor_layers");
-  positive(config.neighbourhood, "model.neighbourhood");
-  positive(config.mlp_layers, "model.mlp_layers");
-}
 
 // SiLU between the MLP's Linears. Their output is bf16 under CPU autocast (and in pure bf16), and
 // LibTorch 1.13's bf16 SiLU rounds after every intermediate op and runs ~3x (forward) and ~10x
@@ -155,22 +147,21 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
 
 // ---- the model ----
 
-GraphNetImpl::GraphNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
-  validate(config, shape);
-  GridGraph g = build_grid_graph(shape.lat, shape.lon, config.neighbourhood);
+GraphNetImpl::GraphNetImpl(const GraphNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  GridGraph g = build_grid_graph(shape.lat, shape.lon, options.neighbourhood);
   senders_ = register_index_buffer("senders", g.senders);
   receivers_ = register_index_buffer("receivers", g.receivers);
   edge_features_ = register_buffer("edge_features", g.edge_features);
   node_positions_ = register_buffer("node_positions", g.node_positions);
 
-  encoder_ = register_block("encoder", GraphEncoder(shape.in_channels, config.latent, config.mlp_layers));
-  for (int64_t i = 0; i < config.processor_layers; ++i) {
+  encoder_ = register_block("encoder", GraphEncoder(shape.in_channels, options.latent, options.mlp_layers));
+  for (int64_t i = 0; i < options.processor_layers; ++i) {
     processors_.push_back(
-        register_block("processor" + std::to_string(i), InteractionLayer(config.latent, config.mlp_layers)));
+        register_block("processor" + std::to_string(i), InteractionLayer(options.latent, options.mlp_layers)));
   }
   decoder_ = register_block(
       "decoder",
-      GraphMLP(GraphMLPOptions({config.latent}, config.latent, shape.out_channels).layers(config.mlp_layers).layer_norm(false)));
+      GraphMLP(GraphMLPOptions({options.latent}, options.latent, shape.out_channels).layers(options.mlp_layers).layer_norm(false)));
 }
 
 std::vector<ChannelAxis> GraphNetImpl::channel_axes() const {
@@ -221,6 +212,12 @@ torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
         return out.transpose(1, 2).reshape({out.size(0), out.size(2), lat, lon});
       },
       state[0]);
+}
+
+ModelEntry gnn_entry() {
+  // Linear layers only, with index_select/index_add on the edges: GEMMs, no convolutions.
+  return make_model_entry<GraphNetOptions, GraphNetImpl>(gnn_schema(), &gnn_parameter_count, &gnn_activation_memory,
+                                                         {/*gemms=*/true, /*convolutions=*/false}, &gnn_buffer_bytes);
 }
 
 }  // namespace wxtrain::models

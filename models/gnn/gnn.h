@@ -12,6 +12,8 @@
 //   decoder                       node MLP to the output variables
 // Every MLP has model.mlp_layers Linear layers with SiLU between them and a LayerNorm on the
 // output (except the decoder's).
+#include "models/gnn/gnn_options.h"
+#include "models/registry.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::models {
@@ -86,7 +88,7 @@ TORCH_MODULE(InteractionLayer);
 
 class GraphNetImpl : public WeatherModelImpl {
  public:
-  GraphNetImpl(const ModelConfig& config, const ModelShape& shape);
+  GraphNetImpl(const GraphNetOptions& options, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
   // The encoder node MLP's first Linear on the variables (input channels; the positions have a
   // Linear of their own) and the decoder's last Linear with its bias (output channels).
@@ -102,5 +104,16 @@ class GraphNetImpl : public WeatherModelImpl {
   std::vector<InteractionLayer> processors_;
   GraphMLP decoder_{nullptr};
 };
+
+// estimate --analytic (gnn_memory.cpp): exact parameters, activations block by block, the graph.
+int64_t gnn_parameter_count(const GraphNetOptions& o, const ModelShape& s);
+ModelMemory gnn_activation_memory(const GraphNetOptions& o, const ModelShape& s, const FormulaSettings& f);
+double gnn_buffer_bytes(const GraphNetOptions& o, const ModelShape& s, double param_bytes);
+// The pieces GraphCast's formulas share: a GraphMLP's parameters and what it saves, on `rows`
+// rows of width `hidden` out to `out` (models/graphcast).
+int64_t graph_mlp_params(const std::vector<int64_t>& in, int64_t hidden, int64_t out, int64_t layers, bool norm);
+void graph_mlp(Block& b, const Widths& w, double rows, double hidden, double out, int64_t layers, bool layer_norm);
+
+ModelEntry gnn_entry();  // models/registry.cpp
 
 }  // namespace wxtrain::models

@@ -1,4 +1,4 @@
-#include "models/graphcast.h"
+#include "models/graphcast/graphcast.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,15 +29,6 @@ double norm(const Vec3& a) { return std::sqrt(dot(a, a)); }
 Vec3 normalized(const Vec3& a) {
   const double n = norm(a);
   return {a[0] / n, a[1] / n, a[2] / n};
-}
-
-void validate(const ModelConfig& config) {
-  const auto positive = &require_positive;
-  positive(config.latent, "model.latent");
-  positive(config.processor_layers, "model.processor_layers");
-  positive(config.mlp_layers, "model.mlp_layers");
-  if (config.mesh_refinement < 0 || config.mesh_refinement > 7)
-    throw ConfigError("model.mesh_refinement must be in 0 .. 7 (got " + std::to_string(config.mesh_refinement) + ")");
 }
 
 // How far inside face (a, b, c) the unit vector p lies: the smallest of its heights over the
@@ -477,10 +468,9 @@ torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Ten
 
 // ---- the model ----
 
-GraphCastImpl::GraphCastImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
-  validate(config);
+GraphCastImpl::GraphCastImpl(const GraphCastOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
   const auto [latitudes, longitudes] = graphcast_grid(shape);
-  graph_ = build_graphcast_graph(latitudes, longitudes, config.mesh_refinement);
+  graph_ = build_graphcast_graph(latitudes, longitudes, options.mesh_refinement);
   // Buffers, so that the graph moves with the model (once) and lands in checkpoints, where loading
   // it into a model built on another grid fails on the shapes.
   graph_.grid_features = register_buffer("grid_features", graph_.grid_features);
@@ -496,13 +486,13 @@ GraphCastImpl::GraphCastImpl(const ModelConfig& config, const ModelShape& shape)
   graph_.m2g_features = register_buffer("m2g_features", graph_.m2g_features);
 
   grid2mesh_ =
-      register_block("grid2mesh", Grid2Mesh(shape.in_channels, config.latent, config.mlp_layers, config.edge_block));
-  for (int64_t i = 0; i < config.processor_layers; ++i) {
+      register_block("grid2mesh", Grid2Mesh(shape.in_channels, options.latent, options.mlp_layers, options.edge_block));
+  for (int64_t i = 0; i < options.processor_layers; ++i) {
     processors_.push_back(register_block("processor" + std::to_string(i),
-                                         InteractionLayer(config.latent, config.mlp_layers, /*aggregate_residual=*/false)));
+                                         InteractionLayer(options.latent, options.mlp_layers, /*aggregate_residual=*/false)));
   }
   mesh2grid_ = register_block("mesh2grid",
-                              Mesh2Grid(config.latent, shape.out_channels, config.mlp_layers, config.edge_block));
+                              Mesh2Grid(options.latent, shape.out_channels, options.mlp_layers, options.edge_block));
 }
 
 std::vector<ChannelAxis> GraphCastImpl::channel_axes() const {
@@ -552,6 +542,13 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
                          out.transpose(1, 2).reshape({out.size(0), out.size(2), lat, lon})};
                    },
                    {state[0], grid})[0];
+}
+
+ModelEntry graphcast_entry() {
+  // MLPs with index_select/index_add on the edges: GEMMs, no convolutions.
+  return make_model_entry<GraphCastOptions, GraphCastImpl>(graphcast_schema(), &graphcast_parameter_count,
+                                                           &graphcast_activation_memory,
+                                                           {/*gemms=*/true, /*convolutions=*/false}, &graphcast_buffer_bytes);
 }
 
 }  // namespace wxtrain::models

@@ -26,7 +26,7 @@
 //   grid2mesh                     embeds grid nodes, mesh nodes, grid2mesh and mesh edges; one
 //                                 interaction round updates the mesh nodes, and the grid nodes by
 //                                 their own MLP (residuals on both)
-//   processor0 .. processor{P-1}  interaction networks on the multi-mesh (models/gnn.h
+//   processor0 .. processor{P-1}  interaction networks on the multi-mesh (models/gnn/gnn.h
 //                                 InteractionLayer, aggregating the edge updates as the paper)
 //   mesh2grid                     embeds the mesh2grid edges; one interaction round updates the
 //                                 grid nodes; an MLP without LayerNorm maps them to the outputs
@@ -44,7 +44,9 @@
 #include <optional>
 #include <vector>
 
-#include "models/gnn.h"
+#include "models/gnn/gnn.h"
+#include "models/graphcast/graphcast_options.h"
+#include "models/registry.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::models {
@@ -145,7 +147,7 @@ TORCH_MODULE(Mesh2Grid);
 
 class GraphCastImpl : public WeatherModelImpl {
  public:
-  GraphCastImpl(const ModelConfig& config, const ModelShape& shape);
+  GraphCastImpl(const GraphCastOptions& options, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
   // The grid embedding's first Linear on the variables (input channels; the positional features
   // have a Linear of their own) and the output MLP's last Linear with its bias (output channels).
@@ -162,5 +164,12 @@ class GraphCastImpl : public WeatherModelImpl {
   std::vector<InteractionLayer> processors_;
   Mesh2Grid mesh2grid_{nullptr};
 };
+
+// estimate --analytic (graphcast_memory.cpp): exact parameters, activations block by block, the graph.
+int64_t graphcast_parameter_count(const GraphCastOptions& o, const ModelShape& s);
+ModelMemory graphcast_activation_memory(const GraphCastOptions& o, const ModelShape& s, const FormulaSettings& f);
+double graphcast_buffer_bytes(const GraphCastOptions& o, const ModelShape& s, double param_bytes);
+
+ModelEntry graphcast_entry();  // models/registry.cpp
 
 }  // namespace wxtrain::models

@@ -1,4 +1,4 @@
-#include "models/pangu.h"
+#include "models/pangu/pangu.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/accumulate.h>
@@ -17,44 +17,15 @@
 namespace wxtrain::models {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 std::string extent_text(const Extent3& e) {
   return "(" + std::to_string(e[0]) + ", " + std::to_string(e[1]) + ", " + std::to_string(e[2]) + ")";
 }
 
-// The checks a run file cannot make alone: whether the upper-air block fits this data's channels.
-// The parser checks the same shapes for run files; configs built in code come here directly.
-void validate(const ModelConfig& c, const ModelShape& s) {
-  require_positive(c.patch_size, "model.patch_size");
-  require_positive(c.level_patch, "model.level_patch");
-  require_positive(c.embed_dim, "model.embed_dim");
-  if (c.window.size() != 3)
-    throw ConfigError("model.window must hold 3 entries (levels, lat, lon), e.g. [2, 6, 12] (got " +
-                      std::to_string(c.window.size()) + ")");
-  if (c.stage_depths.size() != 4)
-    throw ConfigError("model.stage_depths must hold 4 entries, e.g. [2, 6, 6, 2] (got " +
-                      std::to_string(c.stage_depths.size()) + ")");
-  if (c.stage_heads.size() != 4)
-    throw ConfigError("model.stage_heads must hold 4 entries, e.g. [6, 12, 12, 6] (got " +
-                      std::to_string(c.stage_heads.size()) + ")");
-  for (int64_t w : c.window) require_positive(w, "model.window entries");
-  for (int64_t d : c.stage_depths) require_positive(d, "model.stage_depths entries");
-  for (size_t i = 0; i < 4; ++i) {
-    require_positive(c.stage_heads[i], "model.stage_heads entries");
-    const int64_t width = (i == 1 || i == 2 ? 2 : 1) * c.embed_dim;
-    if (width % c.stage_heads[i] != 0)
-      throw ConfigError("model.stage_heads entry " + std::to_string(i) + " = " + std::to_string(c.stage_heads[i]) +
-                        " must divide that stage's width " + std::to_string(width) +
-                        " (model.embed_dim, doubled in stages 2 and 3)");
-  }
-  if (!(c.mlp_ratio > 0) || static_cast<int64_t>(static_cast<double>(c.embed_dim) * c.mlp_ratio) < 1)
-    throw ConfigError("model.mlp_ratio must leave the MLP at least one hidden unit (got " + std::to_string(c.mlp_ratio) +
-                      ")");
-  if (c.upper_variables < 0 || c.levels < 0 || (c.upper_variables == 0) != (c.levels == 0))
-    throw ConfigError("model.upper_variables = " + std::to_string(c.upper_variables) + " and model.levels = " +
-                      std::to_string(c.levels) + " must both be positive (an upper-air volume) or both 0 (none)");
+// What the options cannot say alone (pangu_options.cpp checks them): whether the upper-air block
+// fits this data's channels.
+void check_upper_air_fits(const PanguOptions& c, const ModelShape& s) {
   const int64_t upper = c.upper_variables * c.levels;
   const int64_t state = s.state_channels > 0 ? s.state_channels : s.in_channels;
   const std::string keys = "model.upper_variables x model.levels = " + std::to_string(c.upper_variables) + " x " +
@@ -455,28 +426,28 @@ torch::Tensor PanguHeadImpl::forward(const torch::Tensor& x, const torch::Tensor
   return parts.size() == 1 ? parts[0].contiguous() : torch::cat(parts, 1);
 }
 
-PanguImpl::PanguImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
-  validate(config, shape);
-  upper_variables_ = config.upper_variables;
-  levels_ = config.levels;
-  // The newest state's upper air: states come oldest first (core/config.h ChannelLayout).
+PanguImpl::PanguImpl(const PanguOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  check_upper_air_fits(options, shape);
+  upper_variables_ = options.upper_variables;
+  levels_ = options.levels;
+  // The newest state's upper air: states come oldest first (core/options.h ChannelLayout).
   upper_offset_ = shape.state_channels > 0 ? (shape.history - 1) * shape.state_channels : 0;
-  const int64_t p = config.patch_size, pz = config.level_patch, D = config.embed_dim;
+  const int64_t p = options.patch_size, pz = options.level_patch, D = options.embed_dim;
   const int64_t h = ceil_div(shape.lat, p), w = ceil_div(shape.lon, p);
   const int64_t levels = 1 + (upper_variables_ > 0 ? ceil_div(levels_, pz) : 0);
   tokens_ = {levels, h, w};
   coarse_ = {levels, ceil_div(h, 2), ceil_div(w, 2)};
-  for (size_t i = 0; i < 4; ++i) depths_[i] = config.stage_depths[i];
+  for (size_t i = 0; i < 4; ++i) depths_[i] = options.stage_depths[i];
 
   embed_ = register_block("embed", PanguEmbed(upper_variables_, surface_inputs(), D, pz, p));
   auto stage = [&](int stage_number, int64_t dim, const Extent3& grid) {
-    const Extent3 window = fit_window(config.window, grid);
+    const Extent3 window = fit_window(options.window, grid);
     for (int64_t i = 0; i < depths_[stage_number - 1]; ++i) {
       blocks_.push_back(register_block(
           "layer" + std::to_string(stage_number) + "_block" + std::to_string(i),
-          EarthSpecificBlock(EarthBlockOptions(dim, config.stage_heads[stage_number - 1], grid, window)
+          EarthSpecificBlock(EarthBlockOptions(dim, options.stage_heads[stage_number - 1], grid, window)
                                  .shifted(i % 2 == 1)
-                                 .mlp_ratio(config.mlp_ratio))));
+                                 .mlp_ratio(options.mlp_ratio))));
     }
   };
   stage(1, D, tokens_);
@@ -574,6 +545,11 @@ void PanguImpl::to(torch::Dtype dtype, bool non_blocking) {
 
 void PanguImpl::to(torch::Device device, bool non_blocking) {
   move_keeping_indices([&] { WeatherModelImpl::to(device, non_blocking); }, device, non_blocking);
+}
+
+ModelEntry pangu_entry() {
+  return make_model_entry<PanguOptions, PanguImpl>(pangu_schema(), &pangu_parameter_count, &pangu_activation_memory,
+                                                   {/*gemms=*/true, /*convolutions=*/true}, &pangu_buffer_bytes);
 }
 
 }  // namespace wxtrain::models

@@ -42,6 +42,8 @@
 // upsample, layer4_block0.., head.
 #include <array>
 
+#include "models/pangu/pangu_options.h"
+#include "models/registry.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::models {
@@ -194,7 +196,7 @@ TORCH_MODULE(PanguHead);
 
 class PanguImpl : public WeatherModelImpl {
  public:
-  PanguImpl(const ModelConfig& config, const ModelShape& shape);
+  PanguImpl(const PanguOptions& options, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
   // The surface-like layers: the embedding's surface Linear (input channels) and the head's
   // surface Linear and bias (output channels), p*p entries each, channel-major. They span every
@@ -236,5 +238,13 @@ class PanguImpl : public WeatherModelImpl {
   PanguUpSample up_{nullptr};
   PanguHead head_{nullptr};
 };
+
+// estimate --analytic (pangu_memory.cpp): exact parameters, activations block by block, and the
+// bias-table indices and shift masks.
+int64_t pangu_parameter_count(const PanguOptions& o, const ModelShape& s);
+ModelMemory pangu_activation_memory(const PanguOptions& o, const ModelShape& s, const FormulaSettings& f);
+double pangu_buffer_bytes(const PanguOptions& o, const ModelShape& s, double param_bytes);
+
+ModelEntry pangu_entry();  // models/registry.cpp
 
 }  // namespace wxtrain::models

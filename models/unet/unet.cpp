@@ -1,4 +1,4 @@
-#include "models/unet.h"
+#include "models/unet/unet.h"
 
 #include <string>
 
@@ -10,18 +10,6 @@ namespace wxtrain::models {
 namespace {
 
 namespace F = torch::nn::functional;
-
-void validate(const ModelConfig& config, const ModelShape& shape) {
-  if (config.channels.empty()) throw ConfigError("model.channels must list at least one level width (e.g. [32, 64, 128])");
-  require_positive(config.groups, "model.groups");
-  for (int64_t c : config.channels) {
-    require_positive(c, "model.channels entries");
-    if (c % config.groups != 0)
-      throw ConfigError("model.groups = " + std::to_string(config.groups) + " must divide every model.channels entry (got " +
-                        std::to_string(c) + ")");
-  }
-  if (config.channels.size() > 16) throw ConfigError("model.channels: at most 16 levels are supported");
-}
 
 torch::nn::Conv2d conv3x3(int64_t in, int64_t out) {
   return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false));
@@ -54,18 +42,17 @@ torch::Tensor UpBlockImpl::forward(const torch::Tensor& coarse, const torch::Ten
   return conv(upsample_2x_concat(coarse, skip));
 }
 
-UNetImpl::UNetImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
-  validate(config, shape);
-  const auto& ch = config.channels;
+UNetImpl::UNetImpl(const UNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  const auto& ch = options.channels;
   const size_t levels = ch.size();
   for (size_t i = 0; i < levels; ++i) {
     const int64_t in = i == 0 ? shape.in_channels : ch[i - 1];
     encoders_.push_back(register_block("encoder" + std::to_string(i),
-                                       ConvBlock(ConvBlockOptions(in, ch[i], config.groups).downsample(i > 0))));
+                                       ConvBlock(ConvBlockOptions(in, ch[i], options.groups).downsample(i > 0))));
   }
   decoders_.resize(levels - 1, UpBlock(nullptr));
   for (size_t i = levels - 1; i-- > 0;) {
-    decoders_[i] = register_block("decoder" + std::to_string(i), UpBlock(ch[i + 1], ch[i], ch[i], config.groups));
+    decoders_[i] = register_block("decoder" + std::to_string(i), UpBlock(ch[i + 1], ch[i], ch[i], options.groups));
   }
   head_ = register_block("head", torch::nn::Conv2d(torch::nn::Conv2dOptions(ch[0], shape.out_channels, 1)));
 }
@@ -120,6 +107,12 @@ torch::Tensor UNetImpl::forward(torch::Tensor x) {
         return out.slice(2, 0, lat).slice(3, 0, lon).contiguous();
       },
       x);
+}
+
+ModelEntry unet_entry() {
+  // Convolutions and GroupNorm only: no GEMM on the GPU.
+  return make_model_entry<UNetOptions, UNetImpl>(unet_schema(), &unet_parameter_count, &unet_activation_memory,
+                                                 {/*gemms=*/false, /*convolutions=*/true});
 }
 
 }  // namespace wxtrain::models

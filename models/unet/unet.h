@@ -9,6 +9,8 @@
 //   decoder{L-2} .. decoder0   decoder{i} returns to the resolution of encoder{i}
 //   head                       1x1 conv to the output variables
 // so train.freeze = ["encoder*"] freezes the whole contracting path.
+#include "models/registry.h"
+#include "models/unet/unet_options.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::models {
@@ -48,7 +50,7 @@ TORCH_MODULE(UpBlock);
 
 class UNetImpl : public WeatherModelImpl {
  public:
-  UNetImpl(const ModelConfig& config, const ModelShape& shape);
+  UNetImpl(const UNetOptions& options, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
   // encoder0's first conv (input channels) and the 1x1 head with its bias (output channels).
   std::vector<ChannelAxis> channel_axes() const override;
@@ -61,5 +63,11 @@ class UNetImpl : public WeatherModelImpl {
   std::vector<UpBlock> decoders_;    // decoders_[i] is decoder{i}, for i < L-1
   torch::nn::Conv2d head_{nullptr};
 };
+
+// estimate --analytic (unet_memory.cpp): exact parameters, and activations block by block.
+int64_t unet_parameter_count(const UNetOptions& o, const ModelShape& s);
+ModelMemory unet_activation_memory(const UNetOptions& o, const ModelShape& s, const FormulaSettings& f);
+
+ModelEntry unet_entry();  // models/registry.cpp
 
 }  // namespace wxtrain::models

@@ -1,4 +1,4 @@
-#include "models/vit.h"
+#include "models/vit/vit.h"
 
 #include <cmath>
 #include <string>
@@ -8,24 +8,6 @@
 #include "models/linear.h"
 
 namespace wxtrain::models {
-namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-void validate(const ModelConfig& config, const ModelShape& shape) {
-  const auto positive = &require_positive;
-  positive(config.patch_size, "model.patch_size");
-  positive(config.embed_dim, "model.embed_dim");
-  positive(config.depth, "model.depth");
-  positive(config.heads, "model.heads");
-  if (config.embed_dim % config.heads != 0)
-    throw ConfigError("model.heads = " + std::to_string(config.heads) + " must divide model.embed_dim = " +
-                      std::to_string(config.embed_dim));
-  if (!(config.mlp_ratio > 0))
-    throw ConfigError("model.mlp_ratio must be positive (got " + std::to_string(config.mlp_ratio) + ")");
-}
-
-}  // namespace
 
 SelfAttentionImpl::SelfAttentionImpl(int64_t embed_dim, int64_t heads_) : heads(heads_) {
   TORCH_CHECK(embed_dim % heads == 0, "SelfAttention: heads (", heads, ") must divide embed_dim (", embed_dim, ")");
@@ -93,18 +75,17 @@ torch::Tensor patches_to_grid(const torch::Tensor& tokens, int64_t nh, int64_t n
   return grid.slice(2, 0, lat).slice(3, 0, lon).contiguous();
 }
 
-ViTImpl::ViTImpl(const ModelConfig& config, const ModelShape& shape) : WeatherModelImpl(shape) {
-  validate(config, shape);
-  patch_ = config.patch_size;
+ViTImpl::ViTImpl(const ViTOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  patch_ = options.patch_size;
   patches_lat_ = ceil_div(shape.lat, patch_);
   patches_lon_ = ceil_div(shape.lon, patch_);
-  embed_ = register_block("embed", PatchEmbed(shape.in_channels, config.embed_dim, patch_, patches_lat_ * patches_lon_));
-  for (int64_t i = 0; i < config.depth; ++i) {
+  embed_ = register_block("embed", PatchEmbed(shape.in_channels, options.embed_dim, patch_, patches_lat_ * patches_lon_));
+  for (int64_t i = 0; i < options.depth; ++i) {
     blocks_.push_back(register_block(
         "block" + std::to_string(i),
-        TransformerBlock(TransformerBlockOptions(config.embed_dim, config.heads).mlp_ratio(config.mlp_ratio))));
+        TransformerBlock(TransformerBlockOptions(options.embed_dim, options.heads).mlp_ratio(options.mlp_ratio))));
   }
-  head_ = register_block("head", PatchHead(config.embed_dim, patch_, shape.out_channels));
+  head_ = register_block("head", PatchHead(options.embed_dim, patch_, shape.out_channels));
 }
 
 std::vector<ChannelAxis> ViTImpl::channel_axes() const {
@@ -145,6 +126,11 @@ torch::Tensor ViTImpl::forward(torch::Tensor x) {
         return patches_to_grid(head->forward(in), nh, nw, p, out_c, lat, lon);
       },
       x);
+}
+
+ModelEntry vit_entry() {
+  return make_model_entry<ViTOptions, ViTImpl>(vit_schema(), &vit_parameter_count, &vit_activation_memory,
+                                               {/*gemms=*/true, /*convolutions=*/true});  // the patch embedding is a conv
 }
 
 }  // namespace wxtrain::models

@@ -6,6 +6,8 @@
 // per patch, which are reassembled into the grid and cropped.
 //
 // Blocks, in forward order: embed, block0 .. block{depth-1}, head.
+#include "models/registry.h"
+#include "models/vit/vit_options.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::models {
@@ -71,7 +73,7 @@ torch::Tensor patches_to_grid(const torch::Tensor& tokens, int64_t nh, int64_t n
 
 class ViTImpl : public WeatherModelImpl {
  public:
-  ViTImpl(const ModelConfig& config, const ModelShape& shape);
+  ViTImpl(const ViTOptions& options, const ModelShape& shape);
   torch::Tensor forward(torch::Tensor x) override;
   // The patch embedding's conv weight (input channels) and the head's Linear with its bias
   // (output channels, p*p entries each, channel-minor: see forward's reshape).
@@ -88,5 +90,11 @@ class ViTImpl : public WeatherModelImpl {
   std::vector<TransformerBlock> blocks_;
   PatchHead head_{nullptr};
 };
+
+// estimate --analytic (vit_memory.cpp): exact parameters, and activations block by block.
+int64_t vit_parameter_count(const ViTOptions& o, const ModelShape& s);
+ModelMemory vit_activation_memory(const ViTOptions& o, const ModelShape& s, const FormulaSettings& f);
+
+ModelEntry vit_entry();  // models/registry.cpp
 
 }  // namespace wxtrain::models
