@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "core/config.h"
 
 namespace wxtrain::cli {
 
