@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/run_setup.h"
 #include "cli/svg_plot.h"
 #include "cli/table.h"
 #include "core/atomic_file.h"
@@ -71,7 +72,7 @@ void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFi
 }
 
 int run_estimate(const EstimateArgs& args) {
-  RunConfig config = load_run(args.run);
+  const RunConfig config = setup_run(args.run).config;
   const auto shape = models::model_shape(config);
   estimator::EstimateOptions options;
   if (args.mode != "train" && args.mode != "inference")

@@ -13,6 +13,7 @@
 
 #include "autotune/memory_profile.h"
 #include "cli/commands.h"
+#include "cli/run_setup.h"
 #include "cli/svg_plot.h"
 #include "cli/table.h"
 #include "core/atomic_file.h"
@@ -111,7 +112,7 @@ int run_profile(const ProfileArgs& args) {
   const bool snapshot = !args.snapshot.empty();
   const distributed::World& world = distributed::current_world();  // main() initialised it
   return distributed::run_or_abort([&] {
-    RunConfig config = load_run(args.run);
+    const RunConfig config = setup_run(args.run).config;
     const torch::Device device = resolve_device(config.train.device, world.local_rank);
     autotune::ProfileOptions options;
     options.steps = args.steps;

@@ -8,6 +8,7 @@
 
 #include "autotune/batch_search.h"
 #include "cli/commands.h"
+#include "cli/run_setup.h"
 #include "cli/table.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -103,7 +104,7 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
 int run_tune(const TuneArgs& args) {
   const distributed::World& world = distributed::current_world();  // main() initialised it
   return distributed::run_or_abort([&] {
-    RunConfig config = load_run(args.run);
+    RunConfig config = setup_run(args.run).config;
     apply_flags(args, config);
     const torch::Device device = resolve_device(config.train.device, world.local_rank);
     const bool lead = world.rank == 0;
