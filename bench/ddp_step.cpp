@@ -1,4 +1,4 @@
-// Two-rank (or N-rank) training step time of wxtrain: the real TrainingStep with DataParallel
+// Two-rank (or N-rank) training step time of wxtrain: the real TrainingStep with ZeroDataParallel
 // (bucketed allreduce overlapped with backward) under mpirun, for one run file. bench/peer/ddp_peer.py
 // is PyTorch's DistributedDataParallel (Gloo) on the same U-Net; bench/run_ddp_bench.sh alternates
 // the two and prints the comparison.
@@ -12,7 +12,7 @@
 // The micro-batches are synthetic (synthetic_micro_batches) on the storm grid, as in
 // bench/train_throughput.cpp: the data path is measured by bench/prefetch_epoch.cpp.
 //
-// Overlap (--overlap-steps N > 0): DataParallel's last_backward().wait_seconds is the time
+// Overlap (--overlap-steps N > 0): ZeroDataParallel's last_backward().wait_seconds is the time
 // finish_backward() still waited for communication after backward. N real steps give the exposed
 // wait with overlap; N steps whose backward runs without prepare_backward(true) (so every bucket is
 // issued only in finish_backward) give the whole communication time of the same buckets. The

@@ -116,7 +116,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   e.states = model_states(e.activations.num_params, layout, config.distributed.zero_stage, world);
   if (config.distributed.zero_stage == 2 && config.train.accumulation > 1 && world > 1) {
     // Accumulating micro-batches hold full-size gradients until the step's reduce-scatter
-    // (distributed/data_parallel.h), on top of the owned shard.
+    // (distributed/gradient_reducer.h), on top of the owned shard.
     e.states.grads += static_cast<double>(e.activations.num_params) * layout.param_bytes;
   }
   // Registered buffers (the gnn's graph, normalisation constants) and the optimizer's padding are in
