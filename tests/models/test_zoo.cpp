@@ -10,7 +10,10 @@
 #include "core/autocast.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
+#include "models/fourcastnet/fourcastnet.h"
 #include "models/gnn/gnn.h"
+#include "models/graphcast/graphcast.h"
+#include "models/pangu/pangu.h"
 #include "models/unet/unet.h"
 #include "models/vit/vit.h"
 #include "models/weather_model.h"
@@ -406,22 +409,22 @@ TEST(BuildModel, UnknownNameListsTheZoo) {
 
 TEST(BuildModel, InconsistentSettingsAreConfigErrors) {
   ModelConfig unet = named("unet");
-  unet.channels = {32, 60};  // 8 groups do not divide 60
+  unet.options.as<UNetOptions>().channels = {32, 60};  // 8 groups do not divide 60
   EXPECT_THROW(build_model(unet, storm_shape()), ConfigError);
   ModelConfig vit = named("vit");
-  vit.heads = 5;  // does not divide 128
+  vit.options.as<ViTOptions>().heads = 5;  // does not divide 128
   EXPECT_THROW(build_model(vit, storm_shape()), ConfigError);
   ModelConfig gnn = named("gnn");
-  gnn.neighbourhood = 0;
+  gnn.options.as<GraphNetOptions>().neighbourhood = 0;
   EXPECT_THROW(build_model(gnn, storm_shape()), ConfigError);
   ModelConfig fourcastnet = named("fourcastnet");
-  fourcastnet.afno_blocks = 5;  // does not divide 128
+  fourcastnet.options.as<FourCastNetOptions>().afno_blocks = 5;  // does not divide 128
   EXPECT_THROW(build_model(fourcastnet, storm_shape()), ConfigError);
   ModelConfig graphcast = named("graphcast");
-  graphcast.mesh_refinement = 8;
+  graphcast.options.as<GraphCastOptions>().mesh_refinement = 8;
   EXPECT_THROW(build_model(graphcast, storm_shape()), ConfigError);
   ModelConfig pangu = named("pangu");
-  pangu.stage_heads = {4, 8, 8, 5};  // 5 does not divide 128
+  pangu.options.as<PanguOptions>().stage_heads = {4, 8, 8, 5};  // 5 does not divide 128
   EXPECT_THROW(build_model(pangu, storm_shape()), ConfigError);
 }
 
