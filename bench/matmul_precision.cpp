@@ -1,6 +1,6 @@
 // The ceiling on bf16 against fp32 on this CPU: a square matmul at a few sizes, in GFLOP/s, in fp32
 // through LibTorch's own path (torch::mm: the torch wheel's MKL) and through oneDNN's
-// sgemm (models/cpu_gemm.h, what the zoo's fp32 Linear layers and attention use on the CPU), and in
+// sgemm (ops/cpu_gemm.h, what the zoo's fp32 Linear layers and attention use on the CPU), and in
 // bf16 (torch::mm: oneDNN), alternating over rounds and taking medians. A training step also runs
 // normalisation, activations and casts that bf16 does not speed up, so its bf16 / fp32 ratio is
 // below this one.
@@ -16,7 +16,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-#include "models/cpu_gemm.h"
+#include "ops/cpu_gemm.h"
 
 namespace {
 
@@ -25,11 +25,11 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// GFLOP/s of `reps` products of n x n matrices of `dtype`, by torch::mm or by models::scaled_matmul.
+// GFLOP/s of `reps` products of n x n matrices of `dtype`, by torch::mm or by ops::scaled_matmul.
 double gflops(int64_t n, torch::Dtype dtype, int reps, bool onednn_fp32 = false) {
   torch::NoGradGuard no_grad;
   const torch::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
-  auto product = [&] { return onednn_fp32 ? wxtrain::models::scaled_matmul(a, b) : torch::mm(a, b); };
+  auto product = [&] { return onednn_fp32 ? wxtrain::ops::scaled_matmul(a, b) : torch::mm(a, b); };
   torch::Tensor c = product();  // warm-up (and oneDNN's primitive cache)
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) c = product();

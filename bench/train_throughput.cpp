@@ -30,7 +30,7 @@
 #include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "distributed/world.h"
-#include "models/group_norm_silu.h"
+#include "ops/group_norm_silu.h"
 #include "trainer/training_step.h"
 #include "npy_writer.h"
 #include "step_bench_args.h"
@@ -43,7 +43,7 @@ using namespace wxtrain;
 struct Args : bench::StepBenchArgs {
   std::string profile;  // chrome trace of `steps` steps after warm-up, instead of the timing
   std::string buffers;  // with --describe: the model's buffers as .npy files in this directory
-  bool unfused = false;  // the models' unfused paths (models/group_norm_silu.h), for A/B runs
+  bool unfused = false;  // the models' unfused paths (ops/group_norm_silu.h), for A/B runs
 };
 
 Args parse_args(int argc, char** argv) {
@@ -108,7 +108,7 @@ int run(const Args& args) {
     return 0;
   }
 
-  const models::CpuFusionGuard fusion(!args.unfused);
+  const ops::CpuFusionGuard fusion(!args.unfused);
   const auto batches = trainer::synthetic_micro_batches(config, shape, args.batch, 1, torch::kCPU);
   trainer::TrainingStep step(*state);
   const double lr = config.train.lr;

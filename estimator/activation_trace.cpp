@@ -6,7 +6,7 @@
 #include "core/autocast.h"
 #include "core/memory_meter.h"
 #include "distributed/communicator.h"
-#include "models/group_norm_silu.h"
+#include "ops/group_norm_silu.h"
 #include "trainer/training_step.h"
 
 namespace wxtrain::estimator {
@@ -27,7 +27,7 @@ bool uses_cpu_fusion(const RunConfig& config) { return config.train.device == "c
 StepMemory measure_step(const RunConfig& config, const models::ModelShape& shape, int64_t batch, Mode mode,
                         int64_t steps) {
   const torch::Device cpu(torch::kCPU);
-  const models::CpuFusionGuard fusion(uses_cpu_fusion(config));
+  const ops::CpuFusionGuard fusion(uses_cpu_fusion(config));
   MemoryMeter& meter = memory_meter(cpu);
   const RunConfig c = trace_config(config);
   StepMemory m;

@@ -62,7 +62,7 @@ ActivationFit trace_activations(const RunConfig& config, const models::ModelShap
 // one rank without ZeRO (states of other stages are exact formulas, activations do not depend on it).
 RunConfig trace_config(const RunConfig& config);
 
-// Whether the run `config` describes uses wxtrain's fused CPU kernels (models/group_norm_silu.h):
+// Whether the run `config` describes uses wxtrain's fused CPU kernels (ops/group_norm_silu.h):
 // only when train.device is "cpu". An estimate is otherwise for a GPU ("auto" included: the catalog
 // is of GPUs), so the trace turns the fusions off and the analytic formulas follow the unfused path.
 bool uses_cpu_fusion(const RunConfig& config);

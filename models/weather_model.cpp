@@ -57,10 +57,10 @@ void WeatherModelImpl::to(torch::Device device, bool non_blocking) {
   move_keeping_indices([&] { torch::nn::Module::to(device, non_blocking); }, device, non_blocking);
 }
 
-std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const BlockFn& fn,
+std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const ops::BlockFn& fn,
                                                        const std::vector<torch::Tensor>& inputs) const {
   if (!checkpointing_ || !torch::GradMode::is_enabled()) return fn(inputs);
-  return checkpoint(fn, inputs, block.parameters());
+  return ops::checkpoint(fn, inputs, block.parameters());
 }
 
 torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
@@ -68,7 +68,7 @@ torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
                                           const torch::Tensor& input) const {
   auto wrapped = [fn](  // by value: checkpoint keeps it until backward
                      const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; };
-  return run_block(block, BlockFn(wrapped), {input})[0];
+  return run_block(block, ops::BlockFn(wrapped), {input})[0];
 }
 
 }  // namespace wxtrain::models

@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
-#include "models/checkpoint.h"
+#include "ops/checkpoint.h"
 
 namespace wxtrain::models {
 
@@ -93,7 +93,7 @@ class WeatherModelImpl : public torch::nn::Module {
   // Runs fn(inputs) as the block `block`: plain, or through checkpoint() with the block's
   // parameters when checkpointing is on. fn is kept until backward when checkpointed: capture
   // by value (this, and copies of tensors/holders), never references to locals.
-  std::vector<torch::Tensor> run_block(const torch::nn::Module& block, const BlockFn& fn,
+  std::vector<torch::Tensor> run_block(const torch::nn::Module& block, const ops::BlockFn& fn,
                                        const std::vector<torch::Tensor>& inputs) const;
   torch::Tensor run_block(const torch::nn::Module& block,
                           const std::function<torch::Tensor(const torch::Tensor&)>& fn,

@@ -8,7 +8,7 @@
 
 #include "core/autocast.h"
 #include "core/error.h"
-#include "models/checkpoint.h"
+#include "ops/checkpoint.h"
 
 namespace wxtrain::trainer {
 
@@ -29,7 +29,7 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
 // it), which is what the pointer captured here relies on.
 torch::Tensor checkpointed_forward(models::WeatherModelImpl& model, const std::vector<torch::Tensor>& parts) {
   models::WeatherModelImpl* m = &model;
-  return models::checkpoint(
+  return ops::checkpoint(
       [m](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{m->forward(torch::cat(in, 1))}; },
       parts, model.parameters())[0];
 }

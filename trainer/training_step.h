@@ -39,7 +39,7 @@ struct RolloutSetup {
   // [lat, lon] 1 on the data.boundary frame, 0 inside; undefined without a boundary.
   torch::Tensor boundary;
   // train.rollout_checkpointing: while gradients are recorded, each step's model call is one
-  // checkpointed unit (models/checkpoint.h), so the forward keeps a step's input rather than its
+  // checkpointed unit (ops/checkpoint.h), so the forward keeps a step's input rather than its
   // activations and backward replays the step, last step first.
   bool checkpoint_steps = false;
 };

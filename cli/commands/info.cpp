@@ -7,7 +7,7 @@
 #include "core/units.h"
 #include "data/readers/reader.h"
 #include "distributed/nccl/nccl_communicator.h"
-#include "models/cpu_gemm.h"
+#include "ops/cpu_gemm.h"
 
 namespace wxtrain::cli {
 
@@ -31,7 +31,7 @@ Action add_info_command(CLI::App& app) {
   return [json]() {
     const BuildInfo b = build_info();
     const std::string nccl = distributed::nccl_version();
-    const bool onednn_sgemm = models::onednn_sgemm_available();  // the zoo's fp32 CPU GEMMs use it
+    const bool onednn_sgemm = ops::onednn_sgemm_available();  // the zoo's fp32 CPU GEMMs use it
     if (*json) {
       nlohmann::json j{{"wxtrain", b.wxtrain_version}, {"libtorch", b.torch_version},
                        {"cuda_built", b.cuda_built},    {"cuda_version", b.cuda_version},

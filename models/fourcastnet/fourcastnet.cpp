@@ -4,9 +4,9 @@
 
 #include "core/autocast.h"
 #include "core/error.h"
-#include "models/cpu_fusion.h"
-#include "models/cpu_gemm.h"
-#include "models/linear.h"
+#include "ops/cpu_fusion.h"
+#include "ops/cpu_gemm.h"
+#include "ops/linear.h"
 
 namespace wxtrain::models {
 namespace {
@@ -91,8 +91,8 @@ torch::Tensor AFNO2DImpl::filter_modes(const torch::Tensor& modes) const {
   // transposed view that the GEMMs (scaled_matmul: oneDNN on the CPU, the filter being fp32) read
   // in place; o1 and o2 stay block-major until the one copy back to the modes' layout.
   torch::Tensor z = torch::view_as_real(modes).reshape({M, nb, 2 * bs}).transpose(0, 1);
-  torch::Tensor o1 = torch::relu(scaled_matmul(z, complex_block_weight(f32(w1))) + complex_block_bias(f32(b1)));
-  torch::Tensor o2 = scaled_matmul(o1, complex_block_weight(f32(w2))) + complex_block_bias(f32(b2));
+  torch::Tensor o1 = torch::relu(ops::scaled_matmul(z, complex_block_weight(f32(w1))) + complex_block_bias(f32(b1)));
+  torch::Tensor o2 = ops::scaled_matmul(o1, complex_block_weight(f32(w2))) + complex_block_bias(f32(b2));
   if (options.hard_thresholding_fraction() < 1.0) {
     // Dropped modes get no filter output (the reference leaves them zero): only the skip passes them.
     o2 = (o2.view({nb, B, h, wf, 2 * bs}) *
@@ -129,8 +129,8 @@ AFNOBlockImpl::AFNOBlockImpl(const AFNOBlockOptions& options_) : options(options
 
 torch::Tensor AFNOBlockImpl::forward(torch::Tensor x) {
   // Double skip (FourCastNet's double_skip = True): the filter's sum is itself a residual step.
-  x = x + filter(norm1(cuda_autocast_fp32(x)));
-  return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(cuda_autocast_fp32(x)))));
+  x = x + filter(norm1(ops::cuda_autocast_fp32(x)));
+  return x + ops::apply_linear(fc2, torch::gelu(ops::apply_linear(fc1, norm2(ops::cuda_autocast_fp32(x)))));
 }
 
 FourCastNetImpl::FourCastNetImpl(const FourCastNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
@@ -190,7 +190,7 @@ torch::Tensor FourCastNetImpl::forward(torch::Tensor x) {
   return run_block(
       *head,
       [head, nh, nw, p, out_c, lat, lon](const torch::Tensor& in) {
-        return patches_to_grid(apply_linear(torch::nn::Linear(head), in), nh, nw, p, out_c, lat, lon);
+        return patches_to_grid(ops::apply_linear(torch::nn::Linear(head), in), nh, nw, p, out_c, lat, lon);
       },
       x);
 }

@@ -5,9 +5,9 @@
 #include <ATen/autocast_mode.h>
 
 #include "core/error.h"
-#include "models/bf16_silu.h"
-#include "models/edge_gather.h"
-#include "models/linear.h"
+#include "ops/bf16_silu.h"
+#include "ops/edge_gather.h"
+#include "ops/linear.h"
 
 namespace wxtrain::models {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 // once; unfused under autocast, SiLU runs in fp32 and the next Linear's autocast casts it back down.
 torch::Tensor silu_between_linears(const torch::Tensor& x) {
   const bool bf16_cpu = x.scalar_type() == torch::kBFloat16 && x.device().is_cpu();
-  if (bf16_cpu && cpu_fusion_enabled()) return bf16_silu(x);
+  if (bf16_cpu && ops::cpu_fusion_enabled()) return ops::bf16_silu(x);
   if (bf16_cpu && at::autocast::is_autocast_enabled(at::kCPU)) return torch::silu(x.to(torch::kFloat32));
   return torch::silu(x);
 }
@@ -46,11 +46,11 @@ GraphMLPImpl::GraphMLPImpl(const GraphMLPOptions& options_) : options(options_) 
 
 torch::Tensor GraphMLPImpl::project(size_t k, const torch::Tensor& x) {
   TORCH_CHECK(k < first_linears.size(), "GraphMLP: input ", k, " of ", first_linears.size());
-  return apply_linear(first_linears[k], x);
+  return ops::apply_linear(first_linears[k], x);
 }
 
 torch::Tensor GraphMLPImpl::finish(torch::Tensor x) {
-  for (auto& layer : layers) x = apply_linear(layer, silu_between_linears(x));
+  for (auto& layer : layers) x = ops::apply_linear(layer, silu_between_linears(x));
   if (!norm) return x;
   // LayerNorm in LibTorch 1.13 needs input and affine parameters of one dtype, and CPU autocast
   // hands it the bf16 Linear output: normalise in the parameters' dtype (fp32 statistics).
@@ -124,8 +124,8 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
                                                          const torch::Tensor& receivers) {
   // Edge update. The sender/receiver parts of the first layer are applied per node, then gathered:
   // E is ~(2r+1)^2 times N. e is [E, L] in the first layer: it broadcasts over the batch.
-  torch::Tensor pre = gather_edges(edge_mlp->project(1, h), edge_mlp->project(2, h), edge_mlp->project(0, e), senders,
-                                   receivers);
+  torch::Tensor pre = ops::gather_edges(edge_mlp->project(1, h), edge_mlp->project(2, h), edge_mlp->project(0, e),
+                                        senders, receivers);
   // Sum the updated edges (or only their updates) into their receivers. Scoped so that no
   // edge-sized temporary outlives the aggregation into the node MLP below.
   torch::Tensor e_new, agg;

@@ -11,7 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include "core/error.h"
-#include "models/edge_gather.h"
+#include "ops/edge_gather.h"
 
 namespace wxtrain::models {
 namespace {
@@ -372,7 +372,7 @@ torch::Tensor sum_edge_blocks(int64_t edges, int64_t block, bool checkpointed, c
     const int64_t count = std::min(block, edges - begin);
     torch::Tensor part;
     if (checkpointed && torch::GradMode::is_enabled()) {
-      part = checkpoint([update, begin, count](const std::vector<torch::Tensor>& in) {
+      part = ops::checkpoint([update, begin, count](const std::vector<torch::Tensor>& in) {
         return std::vector<torch::Tensor>{update(in, begin, count)};
       }, nodes, params)[0];
     } else {
@@ -456,7 +456,7 @@ torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Ten
     const torch::Tensor r = receivers.narrow(0, begin, count);
     const torch::Tensor e = self->m2g_edge_embed->forward({features.narrow(0, begin, count)});  // batch-independent
     torch::Tensor update = self->edge_mlp->finish(
-        gather_edges(nodes[0], nodes[1], self->edge_mlp->project(0, e), senders.narrow(0, begin, count), r));
+        ops::gather_edges(nodes[0], nodes[1], self->edge_mlp->project(0, e), senders.narrow(0, begin, count), r));
     return torch::zeros({update.size(0), grid_nodes, update.size(2)}, update.options()).index_add_(1, r, update);
   };
   const torch::Tensor agg = sum_edge_blocks(senders.size(0), edge_block, checkpoint_edge_blocks,

@@ -8,11 +8,11 @@
 #include <string>
 
 #include "core/error.h"
-#include "models/bf16_data.h"
-#include "models/cpu_fusion.h"
-#include "models/cpu_gemm.h"
-#include "models/kernels/fused_kernels.h"
-#include "models/linear.h"
+#include "ops/bf16_data.h"
+#include "ops/cpu_fusion.h"
+#include "ops/cpu_gemm.h"
+#include "ops/kernels/fused_kernels.h"
+#include "ops/linear.h"
 
 namespace wxtrain::models {
 namespace {
@@ -72,11 +72,11 @@ class ScaledBiasedSoftmax : public torch::autograd::Function<ScaledBiasedSoftmax
         for (int64_t r = begin; r < end; ++r) {
           const int64_t at = (i * rows + r) * n;
           if (bf16) {
-            kernels::scaled_biased_softmax_bf16(bf16_data(s) + at, bf16_data(b) + r * n, f, bf16_data(y) + at,
-                                                scratch.data(), n);
+            ops::kernels::scaled_biased_softmax_bf16(ops::bf16_data(s) + at, ops::bf16_data(b) + r * n, f,
+                                                     ops::bf16_data(y) + at, scratch.data(), n);
           } else {
-            kernels::scaled_biased_softmax(s.data_ptr<float>() + at, b.data_ptr<float>() + r * n, f,
-                                           y.data_ptr<float>() + at, n);
+            ops::kernels::scaled_biased_softmax(s.data_ptr<float>() + at, b.data_ptr<float>() + r * n, f,
+                                                y.data_ptr<float>() + at, n);
           }
         }
     });
@@ -104,11 +104,12 @@ class ScaledBiasedSoftmax : public torch::autograd::Function<ScaledBiasedSoftmax
           const int64_t at = (i * rows + r) * n;
           float* dbias_row = dbias.data_ptr<float>() + r * n;
           if (bf16) {
-            kernels::scaled_biased_softmax_backward_bf16(bf16_data(y) + at, bf16_data(dy) + at, f,
-                                                         bf16_data(dscores) + at, dbias_row, scratch.data(), n);
+            ops::kernels::scaled_biased_softmax_backward_bf16(ops::bf16_data(y) + at, ops::bf16_data(dy) + at, f,
+                                                              ops::bf16_data(dscores) + at, dbias_row,
+                                                              scratch.data(), n);
           } else {
-            kernels::scaled_biased_softmax_backward(y.data_ptr<float>() + at, dy.data_ptr<float>() + at, f,
-                                                    dscores.data_ptr<float>() + at, dbias_row, n);
+            ops::kernels::scaled_biased_softmax_backward(y.data_ptr<float>() + at, dy.data_ptr<float>() + at, f,
+                                                         dscores.data_ptr<float>() + at, dbias_row, n);
           }
         }
     });
@@ -122,7 +123,7 @@ class ScaledBiasedSoftmax : public torch::autograd::Function<ScaledBiasedSoftmax
 
 bool scaled_biased_softmax_applies(const torch::Tensor& scores, const torch::Tensor& bias) {
   const auto t = scores.scalar_type();
-  return cpu_fusion_enabled() && scores.device().is_cpu() && bias.device().is_cpu() &&
+  return ops::cpu_fusion_enabled() && scores.device().is_cpu() && bias.device().is_cpu() &&
          (t == torch::kFloat || t == torch::kBFloat16) && bias.scalar_type() == t && scores.dim() >= 2 &&
          bias.dim() == scores.dim() && bias.size(0) == 1 && bias.sizes().slice(1) == scores.sizes().slice(1) &&
          scores.numel() > 0;
@@ -138,11 +139,11 @@ torch::Tensor scaled_biased_softmax(const torch::Tensor& scores, const torch::Te
 torch::Tensor window_attention_math(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& additive) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  if (cpu_fusion_enabled()) {
+  if (ops::cpu_fusion_enabled()) {
     // Under autocast the scores come out bf16, the bias was cast to q's dtype: both match.
-    torch::Tensor scores = scaled_matmul(q, k.transpose(-2, -1));
+    torch::Tensor scores = ops::scaled_matmul(q, k.transpose(-2, -1));
     if (scaled_biased_softmax_applies(scores, additive))
-      return scaled_matmul(scaled_biased_softmax(scores, additive, scale), v);
+      return ops::scaled_matmul(scaled_biased_softmax(scores, additive, scale), v);
   }
   // ATen's math path; the attn x v matmul takes the fp32 softmax's bf16 copy. It computes what
   // at::_scaled_dot_product_attention_math computes (whose _safe_softmax zeroes rows that are all
@@ -150,7 +151,7 @@ torch::Tensor window_attention_math(const torch::Tensor& q, const torch::Tensor&
   const double s = std::sqrt(scale);
   torch::Tensor scores = torch::matmul(q * s, k.transpose(-2, -1) * s);
   scores.add_(additive);  // matmul's backward needs its operands, not its output
-  torch::Tensor attn = torch::softmax(cuda_autocast_fp32(scores), -1);
+  torch::Tensor attn = torch::softmax(ops::cuda_autocast_fp32(scores), -1);
   return torch::matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
 }
 
@@ -244,7 +245,7 @@ torch::Tensor EarthAttention3DImpl::forward(const torch::Tensor& windows, const 
   // beside the heads, so that one [1, T, heads, N, N] bias broadcasts over every batch entry and
   // longitude window without copies.
   const std::vector<torch::Tensor> qkv_split =
-      apply_linear(qkv, windows).view({B, T, N, 3, heads, hd}).permute({3, 0, 1, 4, 2, 5}).unbind(0);
+      ops::apply_linear(qkv, windows).view({B, T, N, 3, heads, hd}).permute({3, 0, 1, 4, 2, 5}).unbind(0);
   const torch::Tensor &q = qkv_split[0], &k = qkv_split[1], &v = qkv_split[2];
   torch::Tensor additive = bias();  // [T, heads, N, N]
   if (mask.defined()) additive = additive + mask.unsqueeze(1).to(additive.scalar_type());
@@ -265,7 +266,7 @@ torch::Tensor EarthAttention3DImpl::forward(const torch::Tensor& windows, const 
     out = window_attention_math(q, k, v, additive);  // [B, T, heads, N, hd]
   }
   out = out.view({B, T, heads, N, hd}).permute({0, 1, 3, 2, 4}).reshape({B, T, N, C});
-  return apply_linear(proj, out);
+  return ops::apply_linear(proj, out);
 }
 
 EarthSpecificBlockImpl::EarthSpecificBlockImpl(const EarthBlockOptions& options_) : options(options_) {
@@ -307,8 +308,8 @@ torch::Tensor EarthSpecificBlockImpl::forward(const torch::Tensor& x) {
   // Post-norm residuals, the pseudocode's: the branch's output is normalised, not its input.
   // The norms' inputs as CUDA's autocast hands them over (fp32, in a GPU-standing step): their fp32
   // outputs make the residual stream fp32 from the first sum on.
-  torch::Tensor y = x + norm1(cuda_autocast_fp32(attention(x)));
-  return y + norm2(cuda_autocast_fp32(apply_linear(fc2, torch::gelu(apply_linear(fc1, y)))));
+  torch::Tensor y = x + norm1(ops::cuda_autocast_fp32(attention(x)));
+  return y + norm2(ops::cuda_autocast_fp32(ops::apply_linear(fc2, torch::gelu(ops::apply_linear(fc1, y)))));
 }
 
 PanguEmbedImpl::PanguEmbedImpl(int64_t upper_variables, int64_t surface_channels, int64_t dim, int64_t level_patch_,
@@ -335,7 +336,7 @@ torch::Tensor PanguEmbedImpl::forward(const torch::Tensor& upper_air, const torc
                         .reshape({B, Cs, h, p, w, p})
                         .permute({0, 2, 4, 1, 3, 5})
                         .reshape({B, 1, h, w, Cs * p * p});
-  torch::Tensor tokens = apply_linear(surface, s);
+  torch::Tensor tokens = ops::apply_linear(surface, s);
   if (!upper_air.defined()) return tokens;
   const int64_t V = upper_air.size(1), Z = upper_air.size(2), zu = ceil_div(Z, pz);
   // [B, V, zu pz, h p, w p] -> [B, zu, h, w, V pz p p]
@@ -343,7 +344,7 @@ torch::Tensor PanguEmbedImpl::forward(const torch::Tensor& upper_air, const torc
                         .reshape({B, V, zu, pz, h, p, w, p})
                         .permute({0, 2, 4, 6, 1, 3, 5, 7})
                         .reshape({B, zu, h, w, V * pz * p * p});
-  return torch::cat({tokens, apply_linear(upper, u)}, 1);
+  return torch::cat({tokens, ops::apply_linear(upper, u)}, 1);
 }
 
 PanguDownSampleImpl::PanguDownSampleImpl(int64_t dim) {
@@ -359,7 +360,7 @@ torch::Tensor PanguDownSampleImpl::forward(const torch::Tensor& x) {
                              .reshape({B, Z, h, 2, w, 2, C})
                              .permute({0, 1, 2, 4, 3, 5, 6})
                              .reshape({B, Z, h, w, 4 * C});
-  return apply_linear(reduce, norm(cuda_autocast_fp32(merged)));
+  return ops::apply_linear(reduce, norm(ops::cuda_autocast_fp32(merged)));
 }
 
 PanguUpSampleImpl::PanguUpSampleImpl(int64_t in_dim, int64_t out_dim) {
@@ -370,12 +371,12 @@ PanguUpSampleImpl::PanguUpSampleImpl(int64_t in_dim, int64_t out_dim) {
 
 torch::Tensor PanguUpSampleImpl::forward(const torch::Tensor& x, int64_t lat, int64_t lon) {
   const int64_t B = x.size(0), Z = x.size(1), h = x.size(2), w = x.size(3);
-  torch::Tensor y = apply_linear(expand, x);
+  torch::Tensor y = ops::apply_linear(expand, x);
   const int64_t C = y.size(4) / 4;
   // [B, Z, h, w, (2, 2, C)] -> [B, Z, 2h, 2w, C], cropped to the fine grid.
   y = y.view({B, Z, h, w, 2, 2, C}).permute({0, 1, 2, 4, 3, 5, 6}).reshape({B, Z, 2 * h, 2 * w, C});
   y = crop_volume(y, {Z, lat, lon});
-  return apply_linear(mix, norm(cuda_autocast_fp32(y)));
+  return ops::apply_linear(mix, norm(ops::cuda_autocast_fp32(y)));
 }
 
 PanguHeadImpl::PanguHeadImpl(int64_t dim, int64_t upper_variables_, int64_t levels_, int64_t surface_channels_,
@@ -408,7 +409,7 @@ torch::Tensor PanguHeadImpl::forward(const torch::Tensor& x, const torch::Tensor
   if (upper_variables > 0) {
     const int64_t V = upper_variables, zu = t.size(1) - 1;
     // [B, zu, h, w, (V, pz, p, p)] -> [B, V, zu pz, h p, w p], cropped to [B, V, Z, lat, lon].
-    torch::Tensor u = apply_linear(upper, t.slice(1, 1))
+    torch::Tensor u = ops::apply_linear(upper, t.slice(1, 1))
                           .view({B, zu, h, w, V, pz, p, p})
                           .permute({0, 4, 1, 5, 2, 6, 3, 7})
                           .reshape({B, V, zu * pz, h * p, w * p});
@@ -417,7 +418,7 @@ torch::Tensor PanguHeadImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   if (surface_channels > 0) {
     const int64_t C = surface_channels;
-    torch::Tensor s = apply_linear(surface, t.select(1, 0))
+    torch::Tensor s = ops::apply_linear(surface, t.select(1, 0))
                           .view({B, h, w, C, p, p})
                           .permute({0, 3, 1, 4, 2, 5})
                           .reshape({B, C, h * p, w * p});
@@ -497,7 +498,7 @@ torch::Tensor PanguImpl::forward(torch::Tensor x) {
   std::vector<torch::Tensor> embed_inputs{parts[1]};
   if (parts[0].defined()) embed_inputs.push_back(parts[0]);
   x = run_block(*embed,
-                BlockFn([embed](const std::vector<torch::Tensor>& in) {
+                ops::BlockFn([embed](const std::vector<torch::Tensor>& in) {
                   return std::vector<torch::Tensor>{embed->forward(in.size() > 1 ? in[1] : torch::Tensor(), in[0])};
                 }),
                 embed_inputs)[0];
@@ -520,7 +521,8 @@ torch::Tensor PanguImpl::forward(torch::Tensor x) {
   run_stage(depths_[3]);
   std::shared_ptr<PanguHeadImpl> head = head_.ptr();
   return run_block(
-      *head, BlockFn([head](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{head->forward(in[0], in[1])}; }),
+      *head,
+      ops::BlockFn([head](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{head->forward(in[0], in[1])}; }),
       {x, skip})[0];
 }
 

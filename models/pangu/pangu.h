@@ -75,7 +75,7 @@ torch::Tensor earth_position_index(const Extent3& window);
 torch::Tensor shifted_window_mask(const Extent3& extent, const Extent3& window, const Extent3& shift);
 
 // Attention on the CPU, q, k, v [B, .., N, hd] (any strides), the additive bias [1, .., N, N]:
-// softmax(q k^T / sqrt(hd) + bias) v. With the CPU fusions on (models/cpu_fusion.h), q k^T and
+// softmax(q k^T / sqrt(hd) + bias) v. With the CPU fusions on (ops/cpu_fusion.h), q k^T and
 // attn x v are scaled_matmul's (oneDNN in fp32, reading q, k, v in place) and the scale, the bias
 // and the softmax one pass over the scores (scaled_biased_softmax). With them off (a GPU-standing
 // step) it is ATen's math path (at::_scaled_dot_product_attention_math) spelled out: q and k

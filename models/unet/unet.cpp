@@ -3,8 +3,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "models/group_norm_silu.h"
-#include "models/resample.h"
+#include "ops/group_norm_silu.h"
+#include "ops/resample.h"
 
 namespace wxtrain::models {
 namespace {
@@ -27,9 +27,9 @@ ConvBlockImpl::ConvBlockImpl(const ConvBlockOptions& options_) : options(options
 }
 
 torch::Tensor ConvBlockImpl::forward(torch::Tensor x) {
-  if (options.downsample()) x = max_pool_2x2(x);
-  x = group_norm_silu(conv1(x), norm1);
-  return group_norm_silu(conv2(x), norm2);
+  if (options.downsample()) x = ops::max_pool_2x2(x);
+  x = ops::group_norm_silu(conv1(x), norm1);
+  return ops::group_norm_silu(conv2(x), norm2);
 }
 
 UpBlockImpl::UpBlockImpl(int64_t coarse_channels, int64_t skip_channels, int64_t out_channels, int64_t groups) {
@@ -39,7 +39,7 @@ UpBlockImpl::UpBlockImpl(int64_t coarse_channels, int64_t skip_channels, int64_t
 torch::Tensor UpBlockImpl::forward(const torch::Tensor& coarse, const torch::Tensor& skip) {
   TORCH_CHECK(coarse.size(2) * 2 == skip.size(2) && coarse.size(3) * 2 == skip.size(3), "UpBlock: coarse grid ",
               coarse.sizes(), " is not half of the skip grid ", skip.sizes());
-  return conv(upsample_2x_concat(coarse, skip));
+  return conv(ops::upsample_2x_concat(coarse, skip));
 }
 
 UNetImpl::UNetImpl(const UNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {

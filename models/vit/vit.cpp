@@ -4,8 +4,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "models/cpu_fusion.h"
-#include "models/linear.h"
+#include "ops/cpu_fusion.h"
+#include "ops/linear.h"
 
 namespace wxtrain::models {
 
@@ -18,14 +18,14 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t embed_dim, int64_t heads_) : heads(
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), hd = D / heads;
   // [B, N, 3D] -> 3 x [B, heads, N, hd]
-  auto qkv_split = apply_linear(qkv, x).view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto qkv_split = ops::apply_linear(qkv, x).view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
   const torch::Tensor& q = qkv_split[0];
   const torch::Tensor& k = qkv_split[1];
   const torch::Tensor& v = qkv_split[2];
-  torch::Tensor scores = scaled_matmul(q, k.transpose(-2, -1), 1.0 / std::sqrt(static_cast<double>(hd)));
-  torch::Tensor attn = torch::softmax(cuda_autocast_fp32(scores), -1);
-  torch::Tensor out = scaled_matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
-  return apply_linear(proj, out.transpose(1, 2).reshape({B, N, D}));
+  torch::Tensor scores = ops::scaled_matmul(q, k.transpose(-2, -1), 1.0 / std::sqrt(static_cast<double>(hd)));
+  torch::Tensor attn = torch::softmax(ops::cuda_autocast_fp32(scores), -1);
+  torch::Tensor out = ops::scaled_matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
+  return ops::apply_linear(proj, out.transpose(1, 2).reshape({B, N, D}));
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockOptions& options_) : options(options_) {
@@ -40,8 +40,8 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockOptions& option
 }
 
 torch::Tensor TransformerBlockImpl::forward(torch::Tensor x) {
-  x = x + attn(norm1(cuda_autocast_fp32(x)));
-  return x + apply_linear(fc2, torch::gelu(apply_linear(fc1, norm2(cuda_autocast_fp32(x)))));
+  x = x + attn(norm1(ops::cuda_autocast_fp32(x)));
+  return x + ops::apply_linear(fc2, torch::gelu(ops::apply_linear(fc1, norm2(ops::cuda_autocast_fp32(x)))));
 }
 
 PatchEmbedImpl::PatchEmbedImpl(int64_t in_channels, int64_t embed_dim, int64_t patch_size, int64_t num_patches) {
@@ -62,7 +62,7 @@ PatchHeadImpl::PatchHeadImpl(int64_t embed_dim, int64_t patch_size, int64_t out_
   proj = register_module("proj", torch::nn::Linear(embed_dim, patch_size * patch_size * out_channels));
 }
 
-torch::Tensor PatchHeadImpl::forward(const torch::Tensor& x) { return apply_linear(proj, norm(cuda_autocast_fp32(x))); }
+torch::Tensor PatchHeadImpl::forward(const torch::Tensor& x) { return ops::apply_linear(proj, norm(ops::cuda_autocast_fp32(x))); }
 
 torch::Tensor patches_to_grid(const torch::Tensor& tokens, int64_t nh, int64_t nw, int64_t p, int64_t channels,
                               int64_t lat, int64_t lon) {

@@ -368,7 +368,7 @@ INSTANTIATE_TEST_SUITE_P(Zoo, AnalyticVsTrace,
                                            Case{"pangu", Precision::kBf16Mixed, true}),
                          case_name);
 
-// On a CPU run (train.device = "cpu") the U-Net's GroupNorm + SiLU is fused (models/group_norm_silu.h)
+// On a CPU run (train.device = "cpu") the U-Net's GroupNorm + SiLU is fused (ops/group_norm_silu.h)
 // and the trace follows it; the formulas keep describing the unfused path a GPU runs. Fusion never
 // costs memory, and the formulas stay within their usual error of the fused step, or above it.
 // GraphCast's formulas hold to 8% of the trace (the zoo-wide test allows 15%), on the storm grid

@@ -14,8 +14,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
-#include "models/cpu_fusion.h"
 #include "models/pangu/pangu.h"
+#include "ops/cpu_fusion.h"
 #include "models/weather_model.h"
 #include "tests/models/step_gradients.h"
 
@@ -210,7 +210,7 @@ TEST(PanguAttention, MathPathIsATensAndFollowsCudasAutocastInAGpuStandingStep) {
                                   -std::numeric_limits<float>::infinity());
   const torch::Tensor aten = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, additive));
   for (const bool fused : {false, true}) {
-    CpuFusionGuard fusion(fused);
+    ops::CpuFusionGuard fusion(fused);
     const torch::Tensor ours = window_attention_math(q, k, v, additive);
     // Unfused it is ATen's path; fused (oneDNN's products, one softmax pass) it rounds differently.
     const double tolerance = fused ? 1e-5 : 1e-6;
@@ -223,7 +223,7 @@ TEST(PanguAttention, MathPathIsATensAndFollowsCudasAutocastInAGpuStandingStep) {
   // k its product saves, where the CPU's product saves q and k themselves (alive anyway).
   MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
   auto kept = [&](bool fused) {
-    CpuFusionGuard fusion(fused);
+    ops::CpuFusionGuard fusion(fused);
     AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
     const torch::Tensor qb = q.to(torch::kBFloat16).requires_grad_(), kb = k.to(torch::kBFloat16).requires_grad_(),
                         vb = v.to(torch::kBFloat16).requires_grad_(), ab = additive.to(torch::kBFloat16);
@@ -241,7 +241,7 @@ TEST(PanguAttention, MathPathIsATensAndFollowsCudasAutocastInAGpuStandingStep) {
   EarthSpecificBlock block(EarthBlockOptions(8, 2, {3, 5, 10}, {2, 3, 4}).shifted(true));
   const torch::Tensor x = torch::randn({1, 3, 5, 10, 8}).to(torch::kBFloat16);
   for (const bool fused : {false, true}) {
-    CpuFusionGuard fusion(fused);
+    ops::CpuFusionGuard fusion(fused);
     AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, true);
     EXPECT_EQ(block->forward(x).scalar_type(), fused ? torch::kBFloat16 : torch::kFloat) << "fused " << fused;
   }

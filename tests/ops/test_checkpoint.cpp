@@ -1,11 +1,11 @@
-// models/checkpoint: a checkpointed block gives the gradients of the plain block, with random ops,
+// ops/checkpoint: a checkpointed block gives the gradients of the plain block, with random ops,
 // several outputs, inputs that need no gradient, and under autocast.
 #include <gtest/gtest.h>
 
 #include "core/autocast.h"
-#include "models/checkpoint.h"
+#include "ops/checkpoint.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 
 struct Net {
@@ -101,4 +101,4 @@ TEST(Checkpoint, RandomStreamContinuesAsWithoutCheckpointing) {
 }
 
 }  // namespace
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

@@ -11,11 +11,11 @@
 // window, NaN included); gradients are ATen's in fp32 and sum the four bf16 gradients of an
 // upsampled pixel in fp32 before rounding once, where ATen rounds after each.
 //
-// Both take LibTorch's ops when cpu_fusion_enabled() is off (models/cpu_fusion.h), off the CPU,
+// Both take LibTorch's ops when cpu_fusion_enabled() is off (ops/cpu_fusion.h), off the CPU,
 // for dtypes other than fp32 and bf16, and for odd sizes.
 #include <torch/torch.h>
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 
 // max_pool2d(x, 2) of a [N, C, H, W] tensor.
 torch::Tensor max_pool_2x2(const torch::Tensor& x);
@@ -24,4 +24,4 @@ torch::Tensor max_pool_2x2(const torch::Tensor& x);
 // result in coarse's dtype (skip cast to it). LibTorch's path under CPU autocast upsamples in fp32.
 torch::Tensor upsample_2x_concat(const torch::Tensor& coarse, const torch::Tensor& skip);
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

@@ -1,6 +1,6 @@
 #pragma once
-// The loops of the fused CPU ops (models/group_norm_silu.h, models/bf16_silu.h,
-// models/edge_gather.h, models/resample.h, pangu's attention softmax), free of torch so
+// The loops of the fused CPU ops (ops/group_norm_silu.h, ops/bf16_silu.h,
+// ops/edge_gather.h, ops/resample.h, pangu's attention softmax), free of torch so
 // that this one translation unit can be built for several instruction sets (target_clones) with
 // -O3 and OpenMP SIMD reductions, without the torch precompiled header.
 //
@@ -8,7 +8,7 @@
 // contiguous values.
 #include <cstdint>
 
-namespace wxtrain::models::kernels {
+namespace wxtrain::ops::kernels {
 
 // y = silu(gamma * (x - mean) * rstd + beta), per channel; writes the slice's mean and rstd.
 void group_norm_silu_forward(const float* x, float* y, int64_t channels, int64_t plane, const float* gamma,
@@ -69,4 +69,4 @@ void upsample_2x_forward_bf16(const uint16_t* x, uint16_t* y, int64_t planes, in
 void upsample_2x_backward(const float* dy, float* dx, int64_t planes, int64_t height, int64_t width);
 void upsample_2x_backward_bf16(const uint16_t* dy, uint16_t* dx, int64_t planes, int64_t height, int64_t width);
 
-}  // namespace wxtrain::models::kernels
+}  // namespace wxtrain::ops::kernels

@@ -10,7 +10,7 @@
 
 #include <torch/torch.h>
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 
 using BlockFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
 
@@ -19,4 +19,4 @@ using BlockFn = std::function<std::vector<torch::Tensor>(const std::vector<torch
 std::vector<torch::Tensor> checkpoint(const BlockFn& fn, const std::vector<torch::Tensor>& inputs,
                                       const std::vector<torch::Tensor>& params);
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

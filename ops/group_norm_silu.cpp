@@ -1,11 +1,11 @@
-#include "models/group_norm_silu.h"
+#include "ops/group_norm_silu.h"
 
 #include <ATen/Parallel.h>
 
-#include "models/bf16_data.h"
-#include "models/kernels/fused_kernels.h"
+#include "ops/bf16_data.h"
+#include "ops/kernels/fused_kernels.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -134,4 +134,4 @@ torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::nn::GroupNorm
       torch::group_norm(x.scalar_type() == dtype ? x : x.to(dtype), o.num_groups(), norm->weight, norm->bias, o.eps()));
 }
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

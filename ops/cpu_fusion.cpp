@@ -1,8 +1,8 @@
-#include "models/cpu_fusion.h"
+#include "ops/cpu_fusion.h"
 
 #include <ATen/autocast_mode.h>
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 thread_local bool cpu_fusion = true;  // per thread, as autocast's state: the step runs on one
 }  // namespace
@@ -21,4 +21,4 @@ CpuFusionGuard::CpuFusionGuard(bool enabled) : previous_(cpu_fusion) { cpu_fusio
 
 CpuFusionGuard::~CpuFusionGuard() { cpu_fusion = previous_; }
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

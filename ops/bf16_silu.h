@@ -10,10 +10,10 @@
 // single rounding the next Linear's cast would do), and saves the bf16 input.
 #include <torch/torch.h>
 
-#include "models/cpu_fusion.h"
+#include "ops/cpu_fusion.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 
 torch::Tensor bf16_silu(const torch::Tensor& x);
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

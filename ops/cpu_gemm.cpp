@@ -1,4 +1,4 @@
-#include "models/cpu_gemm.h"
+#include "ops/cpu_gemm.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
@@ -6,9 +6,9 @@
 
 #include <optional>
 
-#include "models/cpu_fusion.h"
+#include "ops/cpu_fusion.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -200,4 +200,4 @@ torch::Tensor scaled_matmul(const torch::Tensor& a, const torch::Tensor& b, doub
   return alpha == 1.0 ? out : out.mul_(alpha);
 }
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

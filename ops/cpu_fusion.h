@@ -1,5 +1,5 @@
 #pragma once
-// wxtrain's fused CPU kernels (models/group_norm_silu.h, models/bf16_silu.h) and the switch that
+// wxtrain's fused CPU kernels (ops/group_norm_silu.h, ops/bf16_silu.h) and the switch that
 // turns them off for a thread.
 //
 // A fused op computes what LibTorch's unfused chain computes, with fewer passes over memory and
@@ -14,7 +14,7 @@
 // activations came out 22% above such a trace (docs/benchmarks.md, "The first GPU check").
 #include <torch/torch.h>
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 
 bool cpu_fusion_enabled();  // on by default
 
@@ -34,4 +34,4 @@ class CpuFusionGuard {
   bool previous_;
 };
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

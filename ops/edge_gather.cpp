@@ -1,11 +1,11 @@
-#include "models/edge_gather.h"
+#include "ops/edge_gather.h"
 
 #include <ATen/Parallel.h>
 
-#include "models/bf16_data.h"
-#include "models/kernels/fused_kernels.h"
+#include "ops/bf16_data.h"
+#include "ops/kernels/fused_kernels.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -83,4 +83,4 @@ torch::Tensor gather_edges(const torch::Tensor& a, const torch::Tensor& b, const
   return pre + c;
 }
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

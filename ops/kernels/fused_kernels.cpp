@@ -1,4 +1,4 @@
-#include "models/kernels/fused_kernels.h"
+#include "ops/kernels/fused_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 // `omp simd reduction`, and built for several instruction sets (WXTRAIN_CLONES,
 // core/target_clones.h). The resampling kernels at the end are plain loops.
 
-namespace wxtrain::models::kernels {
+namespace wxtrain::ops::kernels {
 namespace {
 
 inline float bits_to_float(uint32_t bits) {
@@ -272,7 +272,7 @@ void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* 
   }
 }
 
-// ---- 2x resampling (models/resample.h) ----
+// ---- 2x resampling (ops/resample.h) ----
 // Memory-bound (a read and a write per element) and strided by two, so plain loops without clones:
 // (ATen's NCHW max-pool took ~4 ns per input element here, 1.4 ms for [8, 32, 36, 36] in fp32.)
 // Templates over the stored type (float, or bf16 as uint16_t) with `value` reading either as float.
@@ -391,4 +391,4 @@ void upsample_2x_backward_bf16(const uint16_t* dy, uint16_t* dx, int64_t planes,
   upsample_2x_backward_impl(dy, dx, planes, height, width);
 }
 
-}  // namespace wxtrain::models::kernels
+}  // namespace wxtrain::ops::kernels

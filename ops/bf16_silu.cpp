@@ -1,11 +1,11 @@
-#include "models/bf16_silu.h"
+#include "ops/bf16_silu.h"
 
 #include <ATen/Parallel.h>
 
-#include "models/bf16_data.h"
-#include "models/kernels/fused_kernels.h"
+#include "ops/bf16_data.h"
+#include "ops/kernels/fused_kernels.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -64,4 +64,4 @@ torch::Tensor bf16_silu(const torch::Tensor& x) {
   return Bf16SiLU::apply(x);
 }
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

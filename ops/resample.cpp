@@ -1,12 +1,12 @@
-#include "models/resample.h"
+#include "ops/resample.h"
 
 #include <ATen/Parallel.h>
 
-#include "models/bf16_data.h"
-#include "models/cpu_fusion.h"
-#include "models/kernels/fused_kernels.h"
+#include "ops/bf16_data.h"
+#include "ops/cpu_fusion.h"
+#include "ops/kernels/fused_kernels.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -133,4 +133,4 @@ torch::Tensor upsample_2x_concat(const torch::Tensor& coarse, const torch::Tenso
   return torch::cat({up, skip.scalar_type() == up.scalar_type() ? skip : skip.to(up.scalar_type())}, 1);
 }
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

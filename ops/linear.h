@@ -6,12 +6,12 @@
 // bias add: a second pass over the output, and under CPU autocast a slow bf16 one. Python's
 // nn.Linear calls ATen's at::linear, which folds the bias into the GEMM (addmm) for a contiguous
 // 3-D input. Flattening the leading dimensions gets that single addmm for any input; an fp32 CPU
-// input gets oneDNN's GEMM instead (models/cpu_gemm.h).
+// input gets oneDNN's GEMM instead (ops/cpu_gemm.h).
 #include <torch/torch.h>
 
-#include "models/cpu_gemm.h"
+#include "ops/cpu_gemm.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 
 inline torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   const torch::Tensor& weight = layer->weight;
@@ -23,4 +23,4 @@ inline torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::T
   return linear_2d(x.reshape({-1, x.size(-1)}), weight, bias).view(sizes);
 }
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

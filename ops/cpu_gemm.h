@@ -12,11 +12,11 @@
 // Each op is an autograd Function with the same saved tensors as ATen's (the input and the
 // weight; both operands), so the estimator's memory figures hold either way. They take over only
 // fp32 CPU tensors outside autocast (bf16 GEMMs already go to the wheel's oneDNN through ATen) and
-// only while cpu_fusion_enabled() (models/cpu_fusion.h): the estimator's GPU traces and the
+// only while cpu_fusion_enabled() (ops/cpu_fusion.h): the estimator's GPU traces and the
 // benchmarks' --unfused runs take ATen's path.
 #include <torch/torch.h>
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 
 // True when Debian's oneDNN (libdnnl.so.2) was found and its dnnl_sgemm can be called.
 bool onednn_sgemm_available();
@@ -31,4 +31,4 @@ torch::Tensor linear_2d(const torch::Tensor& x, const torch::Tensor& weight, con
 // made. Through oneDNN for fp32 CPU tensors; torch::matmul(a, b) * alpha otherwise.
 torch::Tensor scaled_matmul(const torch::Tensor& a, const torch::Tensor& b, double alpha = 1.0);
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

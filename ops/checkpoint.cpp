@@ -1,10 +1,10 @@
-#include "models/checkpoint.h"
+#include "ops/checkpoint.h"
 
 #include <ATen/core/ivalue.h>
 
 #include "core/autocast.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -138,4 +138,4 @@ std::vector<torch::Tensor> checkpoint(const BlockFn& fn, const std::vector<torch
   return CheckpointFunction::apply(state, torch::TensorList(inputs), torch::TensorList(params));
 }
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

@@ -9,13 +9,13 @@
 #include <ATen/Parallel.h>
 
 #include "core/autocast.h"
-#include "models/bf16_silu.h"
-#include "models/cpu_gemm.h"
-#include "models/edge_gather.h"
-#include "models/group_norm_silu.h"
-#include "models/resample.h"
+#include "ops/bf16_silu.h"
+#include "ops/cpu_gemm.h"
+#include "ops/edge_gather.h"
+#include "ops/group_norm_silu.h"
+#include "ops/resample.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 namespace {
 
 struct Result {
@@ -211,7 +211,7 @@ TEST(GatherEdges, EqualsTheUnfusedGatherAndSum) {
   at::set_num_threads(threads);
 }
 
-// ---- fp32 GEMMs through oneDNN (Debian's libdnnl) (models/cpu_gemm.h) ----
+// ---- fp32 GEMMs through oneDNN (Debian's libdnnl) (ops/cpu_gemm.h) ----
 
 std::string grad_fn_name(const torch::Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : "none"; }
 
@@ -291,7 +291,7 @@ TEST(OneDnnMatmul, BroadcastOperandIsCopiedNotMisread) {
   EXPECT_LT(max_relative(c, torch::matmul(a, b) * 2), 1e-6);
 }
 
-// ---- 2x resampling (models/resample.h) ----
+// ---- 2x resampling (ops/resample.h) ----
 
 TEST(MaxPool2x2, EqualsAtenBitForBitWithTiesAndNaN) {
   torch::manual_seed(12);
@@ -355,4 +355,4 @@ TEST(Upsample2xConcat, EqualsUpsampleThenCat) {
 }
 
 }  // namespace
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops

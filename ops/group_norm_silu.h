@@ -1,6 +1,6 @@
 #pragma once
 // silu(group_norm(x)), the pair that follows every convolution of the U-Net, as one fused CPU
-// kernel (models/kernels/) with its own backward.
+// kernel (ops/kernels/) with its own backward.
 //
 // Why fused: LibTorch 1.13 runs GroupNorm and SiLU as separate passes, and under CPU autocast its
 // GroupNorm needs fp32 input (the bf16 conv output is cast up, normalised, activated, and cast back
@@ -15,13 +15,13 @@
 // unfused chain.
 #include <torch/torch.h>
 
-#include "models/cpu_fusion.h"
+#include "ops/cpu_fusion.h"
 
-namespace wxtrain::models {
+namespace wxtrain::ops {
 
 torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::nn::GroupNorm& norm);
 
 // True when group_norm_silu(x, norm) takes the fused kernel.
 bool group_norm_silu_is_fused(const torch::Tensor& x, const torch::nn::GroupNorm& norm);
 
-}  // namespace wxtrain::models
+}  // namespace wxtrain::ops
