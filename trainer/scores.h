@@ -153,7 +153,8 @@ void write_scores_csv(const std::string& path, const LeadScores& scores, bool ap
 // one per channel, of RMSE against lead (title "<channel> RMSE [units]"), and beneath them the same
 // grid for ACC: one figure holds both. Each panel has one <polyline> per forecaster (with a dot
 // per lead so a single lead still shows), axes with tick labels, and the lead in hours (steps
-// without dates) on the x axis. NaN values are left out of the lines.
+// without dates) on the x axis. NaN values are left out of the lines. Drawn by core/svg_plot.h, as
+// the CLI's plots are.
 std::string scores_svg(const LeadScores& scores, const std::string& title);
 
 }  // namespace wxtrain::trainer

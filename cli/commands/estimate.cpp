@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/svg_plot.h"
 #include "cli/table.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/svg_plot.h"
 #include "core/units.h"
 #include "estimator/estimate.h"
 

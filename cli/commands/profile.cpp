@@ -13,11 +13,11 @@
 
 #include "autotune/memory_profile.h"
 #include "cli/commands.h"
-#include "cli/svg_plot.h"
 #include "cli/table.h"
 #include "core/atomic_file.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/svg_plot.h"
 #include "core/units.h"
 #include "distributed/world.h"
 
