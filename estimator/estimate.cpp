@@ -1,7 +1,6 @@
 #include "estimator/estimate.h"
 
-#include <cstdio>
-
+#include "core/units.h"
 #include "estimator/analytic.h"
 
 namespace wxtrain::estimator {
@@ -92,10 +91,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
     const double trace_bytes = static_cast<double>(formula.traced_states) + formula.at(4.0);
     if (!options.force_trace && trace_bytes > options.max_trace_bytes) {
       e.activations = formula;
-      char why[160];
-      std::snprintf(why, sizeof why, "analytic formulas (tracing would need ~%.1f GiB here; --trace forces it)",
-                    trace_bytes / (1024.0 * 1024 * 1024));
-      e.method = why;
+      e.method = "analytic formulas (tracing would need ~" + format_gib(trace_bytes, 1) + " GiB here; --trace forces it)";
     } else {
       e.activations = trace_activations(config, shape, options.mode);
       e.method = "training step traced on the CPU (counting allocator)";
