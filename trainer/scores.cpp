@@ -23,6 +23,23 @@ std::string date_only(int64_t seconds, data::Calendar calendar) {
   return data::from_seconds(seconds, calendar).to_iso().substr(0, 10);
 }
 
+// Day of year (1-based) of a time point, as xarray's dayofyear (see Climatology::compute).
+int day_of_year(int64_t seconds, data::Calendar calendar) {
+  const data::DateTime date = data::from_seconds(seconds, calendar);
+  int day = date.day;
+  for (int m = 1; m < date.month; ++m) day += data::days_in_month(date.year, m, calendar);
+  return day;
+}
+
+// The length the climatology's window wraps over: 360, 365 or 366.
+int year_length(data::Calendar calendar) {
+  switch (calendar) {
+    case data::Calendar::k360Day: return 360;
+    case data::Calendar::kNoLeap: return 365;
+    default: return 366;
+  }
+}
+
 // Distance in days between two days of year on a year of `length` days that wraps around.
 int circular_distance(int a, int b, int length) {
   const int d = std::abs(a - b) % length;
@@ -52,21 +69,6 @@ std::string lead_label(const LeadScores& s, int64_t l) {
 
 // ---------------------------------------------------------------------------------------------
 // Climatology
-
-int Climatology::year_length(data::Calendar calendar) {
-  switch (calendar) {
-    case data::Calendar::k360Day: return 360;
-    case data::Calendar::kNoLeap: return 365;
-    default: return 366;
-  }
-}
-
-int Climatology::day_of_year(int64_t seconds, data::Calendar calendar) {
-  const data::DateTime date = data::from_seconds(seconds, calendar);
-  int day = date.day;
-  for (int m = 1; m < date.month; ++m) day += data::days_in_month(date.year, m, calendar);
-  return day;
-}
 
 Climatology Climatology::compute(const data::Dataset& dataset, int64_t time_begin, int64_t time_end,
                                  const std::vector<int64_t>& valid_seconds, int window_days) {
@@ -157,12 +159,6 @@ std::string Climatology::describe() const {
 
 // ---------------------------------------------------------------------------------------------
 // Scores
-
-int LeadScores::forecaster_index(const std::string& name) const {
-  for (size_t i = 0; i < forecasters.size(); ++i)
-    if (forecasters[i] == name) return static_cast<int>(i);
-  return -1;
-}
 
 ScoreAccumulator::ScoreAccumulator(std::vector<std::string> names, int64_t leads, std::vector<std::string> forecasters,
                                    torch::Tensor weights, std::vector<std::string> units)
