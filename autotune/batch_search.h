@@ -117,7 +117,8 @@ struct TuneReport {
 };
 
 struct TuneOptions {
-  // Re-estimate with checkpointing / bf16 / ZeRO stage + 1 to say what would allow more.
+  // Re-estimate with each of estimator::memory_savers (checkpointing, bf16, ZeRO's next stage, ...)
+  // to say what would allow more.
   bool suggestions = true;
   // Called after each probe (progress lines in the CLI); may be empty.
   std::function<void(const Probe&)> on_probe;
