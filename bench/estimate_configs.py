@@ -5,9 +5,9 @@
     bench/estimate_configs.py compare DIR_BEFORE DIR_AFTER
 
 `run` writes DIR/<config>.<method>.json for each run file (method: trace, analytic). The figures
-that measure this process rather than the run are left out: the CPU column's fixed overhead is the
-estimating process's resident set (estimator/cpu_overhead.h), which differs from one run to the
-next. Everything else is a pure function of the run file and the code: a refactoring must leave it
+that measure this process rather than the run are left out: the time it took, and the CPU
+column's fixed overhead, which is the estimating process's resident set (estimator/cpu_overhead.h)
+and differs from one run to the next. Everything else is a pure function of the run file and the code: a refactoring must leave it
 as it was, to the byte. `compare` prints every difference and exits 1 if there is one.
 """
 import argparse
@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-# Figures of the estimating process itself (its resident set), not of the run.
+# Figures of the estimating process itself (its resident set, how long it took), not of the run.
 PROCESS_FIELDS = {("cpu", "overhead_bytes"), ("cpu", "total_bytes"), ("cpu_overhead", "process_bytes")}
 
 
@@ -25,6 +25,7 @@ def strip_process_figures(d):
     for section, key in PROCESS_FIELDS:
         if isinstance(d.get(section), dict):
             d[section].pop(key, None)
+    d.pop("seconds", None)
     return d
 
 
@@ -74,7 +75,9 @@ def compare(args):
             a = json.load(f)
         with open(os.path.join(args.after, name)) as f:
             b = json.load(f)
-        a.pop("config", None), b.pop("config", None)  # the path it was given
+        for d in (a, b):
+            d.pop("config", None)  # the path it was given
+            strip_process_figures(d)
         problems += [f"{name} {d}" for d in diff(a, b)]
     for p in problems:
         print(p)

@@ -146,8 +146,10 @@ std::string config_keys_markdown() {
       "# Run-file keys\n\n"
       "Every key of the run file (TOML) with its type, built-in default and accepted range. A value\n"
       "outside its range is an error naming the file, line and key (exit code 2). This file is\n"
-      "generated from the parser itself (core/config.cpp and each model's options) by `wxtrain config-keys --markdown`; the\n"
-      "CTest `docs.config_keys` fails when the two differ. Regenerate it with\n\n"
+      "generated from the parser itself (core/config.cpp, and for [model] each model's own options,\n"
+      "models/<name>/<name>_options.cpp) by `wxtrain config-keys --markdown`; the CTest\n"
+      "`docs.config_keys` fails when the two differ. A model reads only its own [model] keys; those of\n"
+      "another model are accepted and ignored. Regenerate it with\n\n"
       "    build/cli/wxtrain config-keys --markdown > docs/config.md\n";
   // Sections in the order the parser reads them, [[data.sources]] after the rest of [data].
   std::vector<ConfigKey> keys = config_keys();
