@@ -6,7 +6,7 @@
 
 namespace wxtrain::distributed {
 
-FlatParameters::FlatParameters(std::vector<ParamGroup> groups, int ranks, int rank) : ranks_(ranks) {
+FlatParameters::FlatParameters(std::vector<ParamGroup> groups, int ranks, int rank) {
   torch::NoGradGuard no_grad;
   std::set<const void*> seen;
   for (size_t gi = 0; gi < groups.size(); ++gi) {

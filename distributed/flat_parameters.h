@@ -44,8 +44,6 @@ class FlatParameters {
 
   std::vector<FlatGroup>& groups() { return groups_; }
   const std::vector<FlatGroup>& groups() const { return groups_; }
-  // The buffers are sharded over more than one rank (ZeRO-1 and up on a world of several).
-  bool sharded() const { return ranks_ > 1; }
 
   // Rank 0's values to every rank.
   void broadcast(Communicator& comm);
@@ -54,7 +52,6 @@ class FlatParameters {
 
  private:
   std::vector<FlatGroup> groups_;
-  int ranks_;
 };
 
 }  // namespace wxtrain::distributed

@@ -26,9 +26,9 @@ class GradientReducer::ReadyHook final : public torch::autograd::FunctionPostHoo
   int slot_;
 };
 
-GradientReducer::GradientReducer(std::shared_ptr<Communicator> comm, FlatParameters& parameters, Mode mode,
+GradientReducer::GradientReducer(std::shared_ptr<Communicator> comm, std::vector<FlatGroup>& groups, Mode mode,
                                  double bucket_mb)
-    : comm_(std::move(comm)), parameters_(parameters), groups_(parameters.groups()), mode_(mode) {
+    : comm_(std::move(comm)), groups_(groups), mode_(mode), sharded_(!groups.empty() && groups[0].layout.sharded()) {
   for (const FlatGroup& g : groups_) {
     grads_.push_back(torch::zeros({scatters() ? g.layout.shard_size : g.layout.padded}, g.flat.options()));
   }
@@ -248,7 +248,7 @@ double GradientReducer::clip_grad_norm(double max_norm) {
     const double norm = at::linalg_vector_norm(grads, 2, std::nullopt, false, torch::kFloat).item<double>();
     squares += norm * norm;
   }
-  if (parameters_.sharded()) squares = comm_->sum(squares);
+  if (sharded_) squares = comm_->sum(squares);
   const double norm = std::sqrt(squares);
   if (max_norm > 0 && std::isfinite(norm)) {
     const double coefficient = max_norm / (norm + 1e-6);

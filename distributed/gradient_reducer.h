@@ -45,9 +45,9 @@ class GradientReducer {
     kReduceScatter,  // every rank ends with the sums of the shard it owns (ZeRO-2)
   };
 
-  // Reads `parameters`' groups (which must outlive the reducer) for their leaves, offsets and shard
-  // layout, never their flat values. Buckets close once they reach `bucket_mb` MiB.
-  GradientReducer(std::shared_ptr<Communicator> comm, FlatParameters& parameters, Mode mode, double bucket_mb);
+  // Reads the parameter store's `groups` (which must outlive the reducer) for their leaves, offsets
+  // and shard layout, never their values. Buckets close once they reach `bucket_mb` MiB.
+  GradientReducer(std::shared_ptr<Communicator> comm, std::vector<FlatGroup>& groups, Mode mode, double bucket_mb);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -97,9 +97,9 @@ class GradientReducer {
   void issue(Bucket& bucket);
 
   std::shared_ptr<Communicator> comm_;
-  FlatParameters& parameters_;
-  std::vector<FlatGroup>& groups_;  // parameters_.groups()
+  std::vector<FlatGroup>& groups_;  // the parameter store's
   Mode mode_;
+  bool sharded_;  // the optimizer owns a shard: the owned gradients are part of the whole
   // Per group: all-reduce: flat like the parameters; reduce-scatter: the owned shard.
   std::vector<torch::Tensor> grads_;
   std::vector<Bucket> buckets_;

@@ -1,20 +1,19 @@
 #include "distributed/sharded_optimizer.h"
 
-#include <algorithm>
 
 #include "core/error.h"
 
 namespace wxtrain::distributed {
 
-ShardedOptimizer::ShardedOptimizer(std::shared_ptr<Communicator> comm, FlatParameters& parameters,
+ShardedOptimizer::ShardedOptimizer(std::shared_ptr<Communicator> comm, std::vector<FlatGroup>& groups,
                                    OptimizerOptions options)
     : comm_(std::move(comm)),
-      parameters_(parameters),
+      groups_(groups),
       options_(std::move(options)),
       kind_(parse_optimizer_kind(options_.kind)),
       state_names_(optimizer_state_names(kind_, options_)) {
   torch::NoGradGuard no_grad;
-  for (const FlatGroup& g : parameters_.groups()) {
+  for (const FlatGroup& g : groups_) {
     ShardState s;
     if (g.flat.scalar_type() != torch::kFloat) s.master = g.owned().to(torch::kFloat);
     for (size_t i = 0; i < state_names_.size(); ++i) {
@@ -27,9 +26,8 @@ ShardedOptimizer::ShardedOptimizer(std::shared_ptr<Communicator> comm, FlatParam
 void ShardedOptimizer::step(double lr, const std::vector<torch::Tensor>& owned_gradients) {
   torch::NoGradGuard no_grad;
   ++step_;
-  std::vector<FlatGroup>& groups = parameters_.groups();
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const FlatGroup& g = groups[gi];
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const FlatGroup& g = groups_[gi];
     ShardState& s = shards_[gi];
     if (g.layout.shard_size == 0) continue;
     torch::Tensor params = s.master.defined() ? s.master : g.owned();
@@ -42,9 +40,8 @@ void ShardedOptimizer::step(double lr, const std::vector<torch::Tensor>& owned_g
 
 void ShardedOptimizer::sync_master_weights() {
   torch::NoGradGuard no_grad;
-  std::vector<FlatGroup>& groups = parameters_.groups();
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    if (shards_[gi].master.defined()) shards_[gi].master.copy_(groups[gi].owned());
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    if (shards_[gi].master.defined()) shards_[gi].master.copy_(groups_[gi].owned());
   }
 }
 
@@ -61,12 +58,11 @@ std::map<std::string, torch::Tensor> ShardedOptimizer::consolidated_state() {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> state;
   state["step"] = torch::scalar_tensor(step_, torch::kLong);
-  const std::vector<FlatGroup>& groups = parameters_.groups();
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ShardState& s = shards_[gi];
     const std::string prefix = "group" + std::to_string(gi) + ".";
-    for (size_t i = 0; i < state_names_.size(); ++i) state[prefix + state_names_[i]] = gather_state(groups[gi], s.state[i]);
-    if (s.master.defined()) state[prefix + "master_weights"] = gather_state(groups[gi], s.master);
+    for (size_t i = 0; i < state_names_.size(); ++i) state[prefix + state_names_[i]] = gather_state(groups_[gi], s.state[i]);
+    if (s.master.defined()) state[prefix + "master_weights"] = gather_state(groups_[gi], s.master);
   }
   return state;
 }
@@ -88,9 +84,8 @@ void ShardedOptimizer::load_state(const std::map<std::string, torch::Tensor>& st
       shard.narrow(0, 0, length).copy_(full.reshape(-1).narrow(0, g.layout.shard_begin, length).to(shard.options()));
     }
   };
-  const std::vector<FlatGroup>& groups = parameters_.groups();
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const FlatGroup& g = groups[gi];
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const FlatGroup& g = groups_[gi];
     ShardState& s = shards_[gi];
     const std::string prefix = "group" + std::to_string(gi) + ".";
     for (size_t i = 0; i < state_names_.size(); ++i) {

@@ -22,9 +22,9 @@ namespace wxtrain::distributed {
 
 class ShardedOptimizer {
  public:
-  // Updates the owned shards of `parameters`' groups (which must outlive it) with their lr_scale
-  // and weight_decay. Throws ConfigError for an unknown options.kind.
-  ShardedOptimizer(std::shared_ptr<Communicator> comm, FlatParameters& parameters, OptimizerOptions options);
+  // Updates the owned shards of the parameter store's `groups` (which must outlive it) with their
+  // lr_scale and weight_decay. Throws ConfigError for an unknown options.kind.
+  ShardedOptimizer(std::shared_ptr<Communicator> comm, std::vector<FlatGroup>& groups, OptimizerOptions options);
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
 
@@ -53,7 +53,7 @@ class ShardedOptimizer {
   torch::Tensor gather_state(const FlatGroup& g, const torch::Tensor& shard);
 
   std::shared_ptr<Communicator> comm_;
-  FlatParameters& parameters_;
+  std::vector<FlatGroup>& groups_;  // the parameter store's
   OptimizerOptions options_;
   OptimizerKind kind_;
   std::vector<std::string> state_names_;

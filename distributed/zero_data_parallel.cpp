@@ -27,9 +27,9 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<Communicator> comm, std::vect
     : comm_(std::move(comm)),
       stage_(effective_stage(comm_, opt, zero_stage, bucket_mb)),
       parameters_(std::move(groups), stage_ >= 1 ? comm_->size() : 1, comm_->rank()),
-      reducer_(comm_, parameters_,
+      reducer_(comm_, parameters_.groups(),
                stage_ == 2 ? GradientReducer::Mode::kReduceScatter : GradientReducer::Mode::kAllReduce, bucket_mb),
-      optimizer_(comm_, parameters_, std::move(opt)) {}
+      optimizer_(comm_, parameters_.groups(), std::move(opt)) {}
 
 void ZeroDataParallel::broadcast_parameters() {
   parameters_.broadcast(*comm_);

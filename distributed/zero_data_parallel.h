@@ -17,13 +17,14 @@
 // 0: a plain optimizer with no hooks and no communication.
 //
 // Where ZeRO-3 goes: a parameter-sharding piece in place of FlatParameters that keeps only each
-// group's owned shard (the same FlatGroup: offsets, numels, shapes, ShardLayout, with `flat`
-// holding the shard), all-gathers a block's parameters into a temporary buffer before the block's
-// forward and its backward (the model's blocks, or checkpoint replays, give the hook points),
-// re-points the leaves at it, and frees it after. The GradientReducer runs unchanged in
-// kReduceScatter mode: it reads the groups' layout, never their values, and takes gradients from
-// .grad. The ShardedOptimizer runs unchanged on FlatGroup::owned(), which is then the persistent
-// shard; this class skips the all-gather after the update, since the next forward gathers.
+// group's owned shard persistently (described by the same FlatGroup: offsets, numels, shapes,
+// ShardLayout, with owned() naming that shard instead of a slice of a full buffer), all-gathers a
+// block's parameters into a temporary buffer before the block's forward and its backward (the
+// model's blocks, or checkpoint replays, give the hook points), re-points the leaves at it, and
+// frees it after. The GradientReducer runs unchanged in kReduceScatter mode: it reads the groups'
+// layout, never their values, and takes gradients from .grad. The ShardedOptimizer runs unchanged
+// on FlatGroup::owned(); this class skips the all-gather after the update, since the next forward
+// gathers.
 // Model-parallel groups change only which communicator each piece is given: the reducer and the
 // optimizer take the data-parallel group's.
 #include <cstdint>

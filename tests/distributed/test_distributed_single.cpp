@@ -247,8 +247,8 @@ TEST(DataParallelPieces, ComposedByHandStepLikeZeroDataParallel) {
   ZeroDataParallel dp(local(), make_groups(composed, 0.01), OptimizerOptions{}, 0, 25.0);
   auto by_hand = make_model(11);
   FlatParameters parameters(make_groups(by_hand, 0.01), 1, 0);
-  GradientReducer reducer(local(), parameters, GradientReducer::Mode::kAllReduce, 25.0);
-  ShardedOptimizer optimizer(local(), parameters, OptimizerOptions{});
+  GradientReducer reducer(local(), parameters.groups(), GradientReducer::Mode::kAllReduce, 25.0);
+  ShardedOptimizer optimizer(local(), parameters.groups(), OptimizerOptions{});
   for (int step = 0; step < 3; ++step) {
     dp_step(composed, dp, step, 8, 0, 1, 1, 0.5, 1e-2);
     reducer.zero_grad();
