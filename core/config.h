@@ -90,7 +90,7 @@ struct DataConfig {
   std::vector<std::string> forcing_variables;     // data.forcing_variables: input-only channels from files
   int64_t lat = 0;                     // data.grid = [lat, lon]
   int64_t lon = 0;
-  // Not keys: the grid's coordinates in degrees, filled in where the data is opened (load_run,
+  // Not keys: the grid's coordinates in degrees, filled in where the data is opened (setup_run,
   // train, forecast) for the models that place the grid on the sphere (graphcast). Empty: unknown,
   // and such a model assumes a regular global grid of lat x lon.
   std::vector<double> lat_coords, lon_coords;
