@@ -283,35 +283,17 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   report.effective_batch = report.batch * report.accumulation * report.world_size;
 
   if (options.suggestions) {
-    auto max_with = [&](const RunConfig& changed) {
-      return max_of(estimator::estimate(changed, shape, eo));
-    };
-    if (!config.train.checkpointing) {
-      RunConfig c = on_device;
-      c.train.checkpointing = true;
-      report.suggestions.push_back({"train.checkpointing = true", max_with(c)});
-    }
-    if (config.max_rollout() > 1 && !config.train.rollout_checkpointing) {
-      RunConfig c = on_device;
-      c.train.rollout_checkpointing = true;
-      report.suggestions.push_back({"train.rollout_checkpointing = true", max_with(c)});
-    }
-    if (config.train.precision != Precision::kBf16) {
-      RunConfig c = on_device;
-      c.train.precision = Precision::kBf16;
-      report.suggestions.push_back({"train.precision = \"bf16\"", max_with(c)});
-    }
-    if (report.world_size > 1 && config.distributed.zero_stage < 3) {
-      // ZeRO changes only the model states (activations are the same): no new trace needed.
-      estimator::Estimate z = e;
-      z.config.distributed.zero_stage = config.distributed.zero_stage + 1;
-      z.states = estimator::model_states(
-          e.activations.num_params,
-          estimator::state_layout(config.train.precision, config.train.optimizer, config.train.momentum),
-          z.config.distributed.zero_stage, report.world_size);
-      report.suggestions.push_back({"distributed.zero_stage = " + std::to_string(z.config.distributed.zero_stage) +
-                                        (z.config.distributed.zero_stage == 3 ? " (estimate only)" : ""),
-                                    max_of(z)});
+    for (const estimator::MemorySaver& saver : estimator::memory_savers(on_device, report.world_size)) {
+      // ZeRO shards the states anew over the same activations; the other savers are traced again.
+      estimator::Estimate changed = saver.states_only ? e : estimator::estimate(saver.config, shape, eo);
+      if (saver.states_only) {
+        changed.config = saver.config;
+        changed.states = estimator::model_states(
+            e.activations.num_params,
+            estimator::state_layout(config.train.precision, config.train.optimizer, config.train.momentum),
+            saver.config.distributed.zero_stage, report.world_size);
+      }
+      report.suggestions.push_back({saver.setting, max_of(changed)});
     }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

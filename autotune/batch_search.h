@@ -66,7 +66,7 @@ SearchResult secant_search(const SearchOptions& options, const ProbeFn& probe);
 // max_batch), then bisection. For the benchmark against secant_search on the same probes.
 SearchResult doubling_search(const SearchOptions& options, const ProbeFn& probe);
 
-// Runs real probes: each builds a fresh TrainingState (model, optimizer, DataParallel on `comm`),
+// Runs real probes: each builds a fresh TrainingState (model, ZeroDataParallel on `comm`),
 // runs memory.probe_steps TrainingStep::run calls on synthetic micro-batches of the configured
 // shape with the meter's budget set, then releases everything (and the caching allocator's
 // cache). Under MPI every rank probes the same batch and the ranks agree: a probe passes only
@@ -117,7 +117,8 @@ struct TuneReport {
 };
 
 struct TuneOptions {
-  // Re-estimate with checkpointing / bf16 / ZeRO stage + 1 to say what would allow more.
+  // Re-estimate with each of estimator::memory_savers (checkpointing, bf16, ZeRO's next stage, ...)
+  // to say what would allow more.
   bool suggestions = true;
   // Called after each probe (progress lines in the CLI); may be empty.
   std::function<void(const Probe&)> on_probe;

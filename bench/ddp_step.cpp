@@ -1,4 +1,4 @@
-// Two-rank (or N-rank) training step time of wxtrain: the real TrainingStep with DataParallel
+// Two-rank (or N-rank) training step time of wxtrain: the real TrainingStep with ZeroDataParallel
 // (bucketed allreduce overlapped with backward) under mpirun, for one run file. bench/peer/ddp_peer.py
 // is PyTorch's DistributedDataParallel (Gloo) on the same U-Net; bench/run_ddp_bench.sh alternates
 // the two and prints the comparison.
@@ -12,7 +12,7 @@
 // The micro-batches are synthetic (synthetic_micro_batches) on the storm grid, as in
 // bench/train_throughput.cpp: the data path is measured by bench/prefetch_epoch.cpp.
 //
-// Overlap (--overlap-steps N > 0): DataParallel's last_backward().wait_seconds is the time
+// Overlap (--overlap-steps N > 0): ZeroDataParallel's last_backward().wait_seconds is the time
 // finish_backward() still waited for communication after backward. N real steps give the exposed
 // wait with overlap; N steps whose backward runs without prepare_backward(true) (so every bucket is
 // issued only in finish_backward) give the whole communication time of the same buckets. The
@@ -32,6 +32,7 @@
 #include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "distributed/world.h"
+#include "models/unet/unet_options.h"
 #include "trainer/training_step.h"
 #include "step_bench_args.h"
 
@@ -109,9 +110,10 @@ int run(const Args& args) {
                   config.model.name.c_str(), static_cast<long long>(params), static_cast<long long>(shape.in_channels),
                   static_cast<long long>(shape.out_channels), static_cast<long long>(shape.lat),
                   static_cast<long long>(shape.lon));
-      for (size_t i = 0; i < config.model.channels.size(); ++i)
-        std::printf("%s%lld", i ? ", " : "", static_cast<long long>(config.model.channels[i]));
-      std::printf("], \"groups\": %lld, \"latitudes\": [", static_cast<long long>(config.model.groups));
+      const auto& unet = config.model.options.as<models::UNetOptions>();
+      for (size_t i = 0; i < unet.channels.size(); ++i)
+        std::printf("%s%lld", i ? ", " : "", static_cast<long long>(unet.channels[i]));
+      std::printf("], \"groups\": %lld, \"latitudes\": [", static_cast<long long>(unet.groups));
       for (size_t i = 0; i < latitudes.size(); ++i) std::printf("%s%.17g", i ? ", " : "", latitudes[i]);
       std::printf("]}\n");
     }

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Two-rank data-parallel training: wxtrain (bench/ddp_step.cpp, the real TrainingStep with
-# DataParallel under mpirun) vs PyTorch DDP with Gloo (bench/peer/ddp_peer.py), the share of the
+# ZeroDataParallel under mpirun) vs PyTorch DDP with Gloo (bench/peer/ddp_peer.py), the share of the
 # allreduce hidden behind backward, and comm_bandwidth repeated. Contenders alternate round by
 # round on the same machine; every figure is a median.
 #
@@ -45,7 +45,7 @@ params_py=$(head -1 "$tmp/py.txt" | field params)
 buckets=$(head -1 "$tmp/wx.txt" | field buckets)
 echo "| implementation | ranks | params | batch/rank | threads/rank | step time (median of $rounds rounds) | samples/s (global) |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-printf "| wxtrain TrainingStep + DataParallel (MPI, %s bucket(s)) | 2 | %s | %s | %s | %.1f ms | %.1f |\n" \
+printf "| wxtrain TrainingStep + ZeroDataParallel (MPI, %s bucket(s)) | 2 | %s | %s | %s | %.1f ms | %.1f |\n" \
   "$buckets" "$params_wx" "$batch" "$threads" "$wx" "$(echo "2*$batch*1000/$wx" | bc -l)"
 printf "| PyTorch DDP (Gloo, mp.spawn) | 2 | %s | %s | %s | %.1f ms | %.1f |\n" \
   "$params_py" "$batch" "$threads" "$py" "$(echo "2*$batch*1000/$py" | bc -l)"

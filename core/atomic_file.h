@@ -54,9 +54,6 @@ class AtomicFile {
   // appended) on any failure, including one the sink kept; PATH.tmp is removed then.
   void commit(const std::string& hint = "");
 
-  const std::string& path() const { return path_; }
-  const std::string& tmp_path() const { return tmp_; }
-
  private:
   [[noreturn]] void fail(int error_number, const std::string& hint = "");
   std::string path_, tmp_;

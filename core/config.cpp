@@ -2,20 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <map>
 #include <set>
 #include <sstream>
 
-#include <toml++/toml.h>
-
-#include "core/atomic_file.h"
+#include "core/config_reader.h"
 #include "core/error.h"
 #include "core/model_presets.h"
-#include "core/units.h"
+#include "core/run_file_text.h"
 
 namespace wxtrain {
 
@@ -124,263 +118,6 @@ int64_t RunConfig::max_rollout() const {
 
 namespace {
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string did_you_mean(const std::string& key, const std::vector<std::string>& known) {
-  std::string best;
-  size_t best_d = 3;  // further than two edits is not a typo
-  for (const auto& k : known) {
-    size_t d = edit_distance(key, k);
-    if (d < best_d) best_d = d, best = k;
-  }
-  return best.empty() ? "" : " (did you mean '" + best + "'?)";
-}
-
-std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
-// While config_keys() runs, every SectionReader records the keys it reads here.
-thread_local std::vector<ConfigKey>* g_catalogue = nullptr;
-
-// TOML text of a default value, shortest form that reads back the same.
-std::string toml_text(int64_t v) { return std::to_string(v); }
-std::string toml_text(double v) {
-  std::string best;
-  for (int precision = 1; precision <= 17; ++precision) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v && (best.empty() || std::strlen(buf) < best.size())) best = buf;
-  }
-  if (best.find_first_of(".eEn") == std::string::npos) best += ".0";  // a float, as TOML wants it
-  return best;
-}
-std::string toml_text(bool v) { return v ? "true" : "false"; }
-std::string toml_text(const std::string& v) {
-  std::string out = "\"";
-  for (char ch : v) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", ch);
-      out += esc;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-template <typename T>
-std::string toml_text(const std::vector<T>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_text(v[i]);
-  return out + "]";
-}
-
-// "1 to 64"; bounds at the type's practical limit are left out (">= 1").
-std::string range_text(int64_t min, int64_t max) {
-  if (max >= (int64_t{1} << 40)) return ">= " + std::to_string(min);
-  return std::to_string(min) + " to " + std::to_string(max);
-}
-
-// Whether a lower bound is itself allowed: eps = 0 would divide by zero in Adam.
-enum class Lower { kInclusive, kExclusive };
-
-std::string range_text(double min, double max, Lower lower) {
-  const std::string low = (lower == Lower::kExclusive ? "> " : ">= ") + toml_text(min);
-  if (max >= 1e9) return low;
-  return lower == Lower::kExclusive ? low + " and <= " + toml_text(max) : toml_text(min) + " to " + toml_text(max);
-}
-
-// Reads one [section]: every get() marks its key as known, finish() rejects the rest.
-class SectionReader {
- public:
-  SectionReader(const toml::table* table, std::string file, std::string section)
-      : table_(table), file_(std::move(file)), section_(std::move(section)) {}
-
-  std::string where(const toml::node* node) const {
-    if (node && node->source().begin.line > 0)
-      return file_ + ":" + std::to_string(node->source().begin.line);
-    return node ? std::string("command line (--set)") : file_;
-  }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    const toml::node* node = table_ ? table_->get(key) : nullptr;
-    throw ConfigError(where(node) + ": " + section_ + "." + key + " " + what);
-  }
-
-  const toml::node* node(const std::string& key) {
-    if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
-    record(key, "", "", "");
-    return table_ ? table_->get(key) : nullptr;
-  }
-
-  // Adds the key to config_keys()'s catalogue (when one is being made); empty fields leave what an
-  // earlier call recorded.
-  void record(const std::string& key, const std::string& type, const std::string& default_value,
-              const std::string& range) const {
-    if (!g_catalogue) return;
-    const std::string full = section_ + "." + key;
-    auto it = std::find_if(g_catalogue->begin(), g_catalogue->end(), [&](const ConfigKey& k) { return k.key == full; });
-    if (it == g_catalogue->end()) it = g_catalogue->insert(g_catalogue->end(), ConfigKey{full, "", "", "", ""});
-    if (!type.empty()) it->type = type;
-    if (!default_value.empty()) it->default_value = default_value;
-    if (!range.empty()) it->range = range;
-  }
-
-  void get(const std::string& key, int64_t& out, int64_t min, int64_t max) {
-    record(key, "integer", toml_text(out), range_text(min, max));
-    const toml::node* n = node(key);
-    if (!n) return;
-    if (!n->is_integer()) fail(key, "must be an integer, got " + type_name(*n));
-    int64_t v = n->as_integer()->get();
-    if (v < min || v > max)
-      fail(key, "= " + std::to_string(v) + " is out of range: expected " + range_text(min, max));
-    out = v;
-  }
-
-  void get(const std::string& key, double& out, double min, double max, Lower lower = Lower::kInclusive) {
-    record(key, "number", toml_text(out), range_text(min, max, lower));
-    const toml::node* n = node(key);
-    if (!n) return;
-    double v;
-    if (n->is_floating_point()) v = n->as_floating_point()->get();
-    else if (n->is_integer()) v = static_cast<double>(n->as_integer()->get());
-    else fail(key, "must be a number, got " + type_name(*n));
-    if (!(v >= min && v <= max) || (lower == Lower::kExclusive && v == min)) {
-      std::ostringstream s;
-      s << "= " << v << " is out of range: expected " << range_text(min, max, lower);
-      fail(key, s.str());
-    }
-    out = v;
-  }
-
-  void get(const std::string& key, bool& out) {
-    record(key, "boolean", toml_text(out), "");
-    const toml::node* n = node(key);
-    if (!n) return;
-    if (!n->is_boolean()) fail(key, "must be true or false, got " + type_name(*n));
-    out = n->as_boolean()->get();
-  }
-
-  void get(const std::string& key, std::string& out) {
-    record(key, "string", toml_text(out), "");
-    const toml::node* n = node(key);
-    if (!n) return;
-    if (!n->is_string()) fail(key, "must be a string, got " + type_name(*n));
-    out = n->as_string()->get();
-  }
-
-  void get_choice(const std::string& key, std::string& out, const std::vector<std::string>& choices) {
-    record(key, "", "", "one of " + join(choices));
-    get(key, out);
-    if (std::find(choices.begin(), choices.end(), out) == choices.end())
-      fail(key, "= '" + out + "' is not valid: expected one of " + join(choices) +
-                    did_you_mean(out, choices));
-  }
-
-  void get(const std::string& key, std::vector<int64_t>& out, int64_t min) {
-    record(key, "array of integers", toml_text(out), "entries >= " + std::to_string(min));
-    const toml::node* n = node(key);
-    if (!n) return;
-    if (!n->is_array()) fail(key, "must be an array of integers, got " + type_name(*n));
-    std::vector<int64_t> values;
-    for (const auto& e : *n->as_array()) {
-      if (!e.is_integer()) fail(key, "must be an array of integers, found " + type_name(e));
-      int64_t v = e.as_integer()->get();
-      if (v < min) fail(key, "has " + std::to_string(v) + ": every entry must be >= " + std::to_string(min));
-      values.push_back(v);
-    }
-    out = values;
-  }
-
-  void get(const std::string& key, std::vector<double>& out) {
-    record(key, "array of numbers", toml_text(out), "");
-    const toml::node* n = node(key);
-    if (!n) return;
-    if (!n->is_array()) fail(key, "must be an array of numbers, got " + type_name(*n));
-    std::vector<double> values;
-    for (const auto& e : *n->as_array()) {
-      if (e.is_integer()) values.push_back(static_cast<double>(e.as_integer()->get()));
-      else if (e.is_floating_point()) values.push_back(e.as_floating_point()->get());
-      else fail(key, "must be an array of numbers, found " + type_name(e));
-    }
-    out = values;
-  }
-
-  void get(const std::string& key, std::vector<std::string>& out) {
-    record(key, "array of strings", toml_text(out), "");
-    const toml::node* n = node(key);
-    if (!n) return;
-    if (!n->is_array()) fail(key, "must be an array of strings, got " + type_name(*n));
-    std::vector<std::string> values;
-    for (const auto& e : *n->as_array()) {
-      if (!e.is_string()) fail(key, "must be an array of strings, found " + type_name(e));
-      values.push_back(e.as_string()->get());
-    }
-    out = values;
-  }
-
-  void get_bytes(const std::string& key, int64_t& out) {
-    record(key, "size (\"24GiB\" or bytes)", toml_text(out), ">= 0");
-    const toml::node* n = node(key);
-    if (!n) return;
-    if (n->is_integer()) {
-      out = n->as_integer()->get();
-    } else if (n->is_string()) {
-      auto v = parse_bytes(n->as_string()->get());
-      if (!v) fail(key, "= '" + n->as_string()->get() + "' is not a size: expected e.g. \"24GiB\", \"80GB\", \"512MiB\"");
-      out = *v;
-    } else {
-      fail(key, "must be a size such as \"24GiB\", got " + type_name(*n));
-    }
-    if (out < 0) fail(key, "must not be negative");
-  }
-
-  void finish() const {
-    if (!table_) return;
-    for (const auto& [k, v] : *table_) {
-      std::string key(k.str());
-      if (std::find(known_.begin(), known_.end(), key) == known_.end())
-        throw ConfigError(where(&v) + ": unknown key " + section_ + "." + key + did_you_mean(key, known_) +
-                          "; known keys: " + join(known_));
-    }
-  }
-
-  static std::string type_name(const toml::node& n) {
-    switch (n.type()) {
-      case toml::node_type::string: return "a string";
-      case toml::node_type::integer: return "an integer";
-      case toml::node_type::floating_point: return "a float";
-      case toml::node_type::boolean: return "a boolean";
-      case toml::node_type::array: return "an array";
-      case toml::node_type::table: return "a table";
-      default: return "a date/time";
-    }
-  }
-
- private:
-  const toml::table* table_;
-  std::string file_;
-  std::string section_;
-  std::vector<std::string> known_;
-};
-
 // [train.loss_weights] / [train.level_weights]: a table of name = number, kept in file order.
 void read_number_table(SectionReader& r, const std::string& key, std::vector<std::pair<std::string, double>>& out) {
   r.record(key, "table of numbers", "{}", ">= 0");
@@ -458,71 +195,27 @@ RunConfig build(const toml::table& root, const std::string& file) {
     if (std::find(kSections.begin(), kSections.end(), key) == kSections.end() || !v.is_table()) {
       std::string line = v.source().begin.line ? ":" + std::to_string(v.source().begin.line) : "";
       throw ConfigError(file + line + ": unknown section or top-level key '" + key + "'" +
-                        did_you_mean(key, kSections) + "; expected sections " + join(kSections));
+                        did_you_mean(key, kSections) + "; expected sections " + join_list(kSections));
     }
   }
   RunConfig c;
   c.path = file;
 
-  {  // [model]
+  {  // [model]: name and preset; the rest are the chosen model's own keys, read by its schema.
     SectionReader r(root.get_as<toml::table>("model"), file, "model");
     auto& m = c.model;
-    r.get_choice("name", m.name, {"unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu"});
+    const std::vector<std::string> names = model_names();
+    m.name = names.front();  // the registry's first model is the default
+    r.get_choice("name", m.name, names);
     r.get("preset", m.preset);  // already merged into the tables (apply_model_preset)
-    r.get("channels", m.channels, 1);
-    r.get("groups", m.groups, 1, 1024);
-    r.get("patch_size", m.patch_size, 1, 64);
-    r.get("embed_dim", m.embed_dim, 1, 1 << 16);
-    r.get("depth", m.depth, 1, 512);
-    r.get("heads", m.heads, 1, 1024);
-    r.get("mlp_ratio", m.mlp_ratio, 0.25, 64.0);
-    r.get("latent", m.latent, 1, 1 << 16);
-    r.get("processor_layers", m.processor_layers, 1, 512);
-    r.get("neighbourhood", m.neighbourhood, 1, 8);
-    r.get("mlp_layers", m.mlp_layers, 1, 8);
-    r.get("afno_blocks", m.afno_blocks, 1, 1024);
-    r.get("sparsity_threshold", m.sparsity_threshold, 0.0, 1e9);
-    r.get("hard_thresholding_fraction", m.hard_thresholding_fraction, 0.0, 1.0, Lower::kExclusive);
-    r.get("mesh_refinement", m.mesh_refinement, 0, 7);
-    r.get("edge_block", m.edge_block, 0, int64_t{1} << 40);  // M7: 163,842 nodes, beyond any published GraphCast
-    r.get("upper_variables", m.upper_variables, 0, 1 << 16);
-    r.get("levels", m.levels, 0, 1 << 16);
-    r.get("level_patch", m.level_patch, 1, 64);
-    r.get("window", m.window, 1);
-    r.get("stage_depths", m.stage_depths, 1);
-    r.get("stage_heads", m.stage_heads, 1);
+    const ModelSchema& schema = *find_model_schema(m.name);
+    m.options = ModelOptionsBox(schema.make_defaults());
+    schema.read(r, *m.options.get());
+    // A run file that switches model.name may keep the other models' keys: they are known (a typo
+    // is still an unknown key with a did-you-mean) and this model ignores them.
+    for (const auto& other : model_schemas())
+      if (other.name != schema.name) r.accept(model_option_keys(other));
     r.finish();
-    if (m.channels.empty()) r.fail("channels", "must list at least one level, e.g. [32, 64, 128]");
-    for (int64_t ch : m.channels)
-      if (ch % m.groups != 0)
-        r.fail("channels", "entry " + std::to_string(ch) + " is not divisible by model.groups = " +
-                               std::to_string(m.groups));
-    // Each model checks only the keys it reads: heads means nothing to fourcastnet, afno_blocks
-    // nothing to the vit.
-    if (m.name == "vit" && m.embed_dim % m.heads != 0)
-      r.fail("embed_dim", "= " + std::to_string(m.embed_dim) + " must be divisible by model.heads = " +
-                              std::to_string(m.heads));
-    if (m.name == "fourcastnet" && m.embed_dim % m.afno_blocks != 0)
-      r.fail("embed_dim", "= " + std::to_string(m.embed_dim) + " must be divisible by model.afno_blocks = " +
-                              std::to_string(m.afno_blocks));
-    if (m.name == "pangu") {
-      // The shapes alone; whether upper_variables x levels fits the data's channels is checked
-      // where the channels are known (models/pangu.cpp).
-      if (m.window.size() != 3) r.fail("window", "must hold 3 entries (levels, lat, lon), e.g. [2, 6, 12]");
-      if (m.stage_depths.size() != 4) r.fail("stage_depths", "must hold 4 entries, e.g. [2, 6, 6, 2]");
-      if (m.stage_heads.size() != 4) r.fail("stage_heads", "must hold 4 entries, e.g. [6, 12, 12, 6]");
-      if ((m.upper_variables == 0) != (m.levels == 0))
-        r.fail(m.levels == 0 ? "levels" : "upper_variables",
-               "must be set with model." + std::string(m.levels == 0 ? "upper_variables" : "levels") +
-                   " (both 0: no upper-air volume)");
-      for (size_t i = 0; i < m.stage_heads.size(); ++i) {
-        const int64_t width = (i == 1 || i == 2 ? 2 : 1) * m.embed_dim;  // stages 2 and 3 run at 2 x embed_dim
-        if (width % m.stage_heads[i] != 0)
-          r.fail("stage_heads", "entry " + std::to_string(i) + " = " + std::to_string(m.stage_heads[i]) +
-                                    " must divide that stage's width " + std::to_string(width) +
-                                    " (model.embed_dim, doubled in stages 2 and 3)");
-      }
-    }
   }
 
   {  // [data]
@@ -578,7 +271,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
       const auto& known = computed_forcing_names();
       if (std::find(known.begin(), known.end(), f) == known.end())
         r.fail("forcings", "has '" + f + "', which is not a computed forcing" + did_you_mean(f, known) +
-                               ": expected " + join(known));
+                               ": expected " + join_list(known));
     }
     r.get("time_origin", d.time_origin);
     r.record("region", "inline table", "", "");
@@ -734,16 +427,6 @@ RunConfig build(const toml::table& root, const std::string& file) {
   return c;
 }
 
-toml::table parse_toml(const std::string& text, const std::string& source_name) {
-  try {
-    return toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
-                      std::to_string(e.source().begin.column) + ": malformed TOML: " +
-                      std::string(e.description()));
-  }
-}
-
 // model.preset: the preset's [model] keys under the run file's own, which win; its [data] shape
 // (variables, grid, history, ...) only for a run file without [[data.sources]], whose data is its own.
 void apply_model_preset(toml::table& root, const std::string& file) {
@@ -754,12 +437,12 @@ void apply_model_preset(toml::table& root, const std::string& file) {
       node->source().begin.line ? file + ":" + std::to_string(node->source().begin.line) : file + " (--set)";
   const std::vector<std::string> names = model_preset_names();
   const std::optional<std::string> name = node->value<std::string>();
-  if (!name) throw ConfigError(where + ": model.preset must be a string, one of " + join(names));
+  if (!name) throw ConfigError(where + ": model.preset must be a string, one of " + join_list(names));
   if (name->empty()) return;  // the default: no preset
   const ModelPreset* preset = find_model_preset(*name);
   if (!preset)
     throw ConfigError(where + ": model.preset = \"" + *name + "\" is not a preset" + did_you_mean(*name, names) +
-                      "; expected one of " + join(names));
+                      "; expected one of " + join_list(names));
   auto merge_under = [](toml::table& into, const toml::table& from) {
     for (auto&& [k, v] : from)
       if (!into.contains(k.str())) v.visit([&, key = std::string(k.str())](auto&& n) { into.insert(key, n); });
@@ -768,14 +451,6 @@ void apply_model_preset(toml::table& root, const std::string& file) {
   if (!root.contains("data")) root.insert("data", toml::table{});
   toml::table* data = root.get_as<toml::table>("data");
   if (!data->contains("sources")) merge_under(*data, parse_toml(preset->data_toml, "preset " + preset->name));
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open the run file (does it exist?)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -789,269 +464,7 @@ RunConfig parse_config(const std::string& toml_text, const std::string& source_n
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_config(read_file(path), path, overrides);
-}
-
-namespace {
-
-// Sets `key = value` in `section` of a run file's text, line by line so comments and layout stay.
-std::string set_value_in_text(const std::string& text, const std::string& section, const std::string& key,
-                              const std::string& toml_value) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  auto trim = [](std::string s) {
-    s.erase(0, s.find_first_not_of(" \t"));
-    s.erase(s.find_last_not_of(" \t\r") + 1);
-    return s;
-  };
-  std::string current;
-  int section_line = -1;
-  int key_line = -1;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::string t = trim(lines[i]);
-    if (!t.empty() && t[0] == '[') {
-      current = trim(t.substr(t[1] == '[' ? 2 : 1, t.find(']') - (t[1] == '[' ? 2 : 1)));
-      if (current == section && t[1] != '[') section_line = static_cast<int>(i);
-      continue;
-    }
-    if (current == section && t.rfind(key, 0) == 0) {
-      std::string rest = trim(t.substr(key.size()));
-      if (!rest.empty() && rest[0] == '=') key_line = static_cast<int>(i);
-    }
-  }
-  std::string entry = key + " = " + toml_value;
-  if (key_line >= 0) {
-    auto comment = lines[key_line].find('#');
-    lines[key_line] = entry + (comment != std::string::npos ? "  " + lines[key_line].substr(comment) : "");
-  } else if (section_line >= 0) {
-    lines.insert(lines.begin() + section_line + 1, entry);
-  } else {
-    lines.push_back("");
-    lines.push_back("[" + section + "]");
-    lines.push_back(entry);
-  }
-  std::string out;
-  for (const auto& l : lines) out += l + "\n";
-  return out;
-}
-
-}  // namespace
-
-void write_config_value(const std::string& path, const std::string& section, const std::string& key,
-                        const std::string& toml_value) {
-  const std::string out = set_value_in_text(read_file(path), section, key, toml_value);
-  parse_toml(out, path);  // never write a file we could not read back
-  write_file_atomically(path, out, "the run file is unchanged");
-}
-
-std::string apply_overrides_to_text(const std::string& original, const std::vector<std::string>& overrides) {
-  std::string text = original;
-  for (const auto& o : overrides) {
-    const auto eq = o.find('='), dot = o.find('.');
-    if (eq == std::string::npos || dot == std::string::npos || dot > eq) continue;  // load_config rejected it
-    std::string value = o.substr(eq + 1);
-    try {
-      (void)toml::parse("v = " + value);
-    } catch (const toml::parse_error&) {
-      value = wxtrain::toml_text(value);  // a bare word such as bf16-mixed is a string, as --set reads it
-    }
-    text = set_value_in_text(text, o.substr(0, dot), o.substr(dot + 1, eq - dot - 1), value);
-  }
-  try {
-    (void)toml::parse(text);
-    return text;
-  } catch (const toml::parse_error&) {
-    // A layout the line editor cannot place a key in: keep the file as written and say what was set.
-    std::string out = original;
-    out += "\n# applied on top of the above with --set:\n";
-    for (const auto& o : overrides) out += "#   " + o + "\n";
-    return out;
-  }
-}
-
-namespace {
-
-// What each key means, and a type where the parser's own word would mislead. The parser records
-// key, type, default and range itself; a key missing here still appears, with no description.
-const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
-  static const std::map<std::string, std::pair<std::string, std::string>> docs = {
-      {"model.name", {"", "architecture from the zoo"}},
-      {"model.preset", {"", "a published configuration (docs/estimator.md): its [model] keys, and for a run file "
-                            "without sources its [data] shape; keys set here win"}},
-      {"model.channels", {"", "unet: width per level"}},
-      {"model.groups", {"", "unet: GroupNorm groups (each width a multiple)"}},
-      {"model.patch_size", {"", "vit, fourcastnet, pangu: patch edge in grid points"}},
-      {"model.embed_dim", {"", "vit, fourcastnet, pangu: token width (a multiple of heads, of afno_blocks)"}},
-      {"model.depth", {"", "vit: transformer blocks; fourcastnet: AFNO blocks"}},
-      {"model.heads", {"", "vit: attention heads"}},
-      {"model.mlp_ratio", {"", "vit, fourcastnet, pangu: MLP width / embed_dim"}},
-      {"model.latent", {"", "gnn, graphcast: node and edge latent width"}},
-      {"model.processor_layers", {"", "gnn, graphcast: message-passing rounds"}},
-      {"model.neighbourhood", {"", "gnn: grid radius of each node's edges (1 = 8 neighbours)"}},
-      {"model.mlp_layers", {"", "gnn, graphcast: Linear layers of every MLP (GraphCast: 2)"}},
-      {"model.afno_blocks", {"", "fourcastnet: blocks of the block-diagonal spectral MLP (divides embed_dim)"}},
-      {"model.sparsity_threshold", {"", "fourcastnet: soft-shrinkage lambda on the filtered Fourier modes"}},
-      {"model.hard_thresholding_fraction", {"", "fourcastnet: share of the lowest Fourier modes filtered (1 = all)"}},
-      {"model.mesh_refinement", {"", "graphcast: icosahedron refinements of the multi-mesh (10 x 4^r + 2 nodes; GraphCast 0.25: 6)"}},
-      {"model.edge_block",
-       {"", "graphcast: grid2mesh/mesh2grid edges updated this many at a time (0 = all); with checkpointing "
-            "no edge-sized tensor of the whole set is held"}},
-      {"model.upper_variables", {"", "pangu: upper-air variables V; the first V x levels channels of each state, variable-major"}},
-      {"model.levels", {"", "pangu: pressure levels of each upper-air variable (0 with upper_variables = 0)"}},
-      {"model.level_patch", {"", "pangu: levels per patch of the 3-D embedding (patch_size is its lat/lon edge)"}},
-      {"model.window", {"", "pangu: attention window [levels, lat, lon] in tokens"}},
-      {"model.stage_depths", {"", "pangu: transformer blocks of the four stages"}},
-      {"model.stage_heads", {"", "pangu: attention heads of the four stages (stages 2 and 3 are 2 x embed_dim wide)"}},
-      {"data.sources", {"array of tables", "[[data.sources]]: one variable from one file each (keys below)"}},
-      {"data.sources.file", {"", "NetCDF file, Zarr store or GRIB file (required)"}},
-      {"data.sources.variable", {"", "the variable's name in the file (required)"}},
-      {"data.sources.name", {"", "wxtrain's name for it (default: variable); unique"}},
-      {"data.sources.levels", {"", "level coordinate values to take, one channel <name>_<level> each"}},
-      {"data.sources.role", {"", "prognostic (input and predicted), forcing (input only) or diagnostic (predicted only)"}},
-      {"data.static", {"array of tables", "[[data.static]]: constant 2-D input fields (keys below)"}},
-      {"data.static.file", {"", "file holding the field (required)"}},
-      {"data.static.variable", {"", "the field's name in the file (required)"}},
-      {"data.static.name", {"", "wxtrain's name for it (default: variable); unique"}},
-      {"data.static.regrid", {"", "none: on the data's grid; nearest: nearest point of another lat/lon grid"}},
-      {"data.forcings", {"", "computed input forcings, each at the step's valid time: " + join(computed_forcing_names())}},
-      {"data.time_origin", {"", "date of the first state for data without CF time units (with time_step)"}},
-      {"data.region", {"", "{ lat = [south, north], lon = [west, east] }: crop every source (west > east crosses 0/360)"}},
-      {"data.region.lat", {"", "[south, north] in degrees"}},
-      {"data.region.lon", {"", "[west, east] in degrees"}},
-      {"data.boundary", {"", "cells of the region's frame overwritten by the truth each step and kept out of the loss"}},
-      {"data.variables", {"", "without sources: prognostic channel names, to estimate without data"}},
-      {"data.diagnostic_variables", {"", "without sources: predicted-only channel names"}},
-      {"data.forcing_variables", {"", "without sources: input-only channel names from files"}},
-      {"data.grid", {"", "without sources: [lat, lon]"}},
-      {"data.history", {"", "input states per sample"}},
-      {"data.rollout_steps", {"", "predicted states per sample (autoregressive); or train.rollout_schedule"}},
-      {"data.val_fraction", {"", "trailing share of the time axis for validation"}},
-      {"data.time_step", {"", "the model's step, e.g. \"6h\"; \"\" = the data's spacing"}},
-      {"data.train_period", {"", "[first, last] dates of training samples (with val_period)"}},
-      {"data.val_period", {"", "[first, last] dates of validation samples (with train_period)"}},
-      {"data.prefetch", {"", "background loader workers (0 = load inline)"}},
-      {"data.queue_depth", {"", "batches buffered ahead"}},
-      {"data.load_delay_ms", {"", "artificial delay per batch (benchmarks)"}},
-      {"train.batch_size", {"integer or \"auto\"", "micro-batch per rank; \"auto\" tunes it first"}},
-      {"train.accumulation", {"", "micro-batches per optimizer step"}},
-      {"train.precision", {"", "fp32, autocast mixed (bf16/fp16), or pure bf16 with fp32 master weights"}},
-      {"train.checkpointing", {"", "recompute each block in backward (activation checkpointing)"}},
-      {"train.rollout_checkpointing",
-       {"", "keep only each rollout step's input and replay the step in backward (long rollouts)"}},
-      {"train.optimizer", {"", "optimizer"}},
-      {"train.lr", {"", "peak learning rate"}},
-      {"train.weight_decay", {"", "decoupled (adamw) or L2 (adam, sgd) weight decay"}},
-      {"train.momentum", {"", "sgd: momentum (0 = none)"}},
-      {"train.beta1", {"", "adam, adamw: first-moment decay"}},
-      {"train.beta2", {"", "adam, adamw: second-moment decay"}},
-      {"train.eps", {"", "adam, adamw: denominator term"}},
-      {"train.steps", {"", "optimizer steps in the run"}},
-      {"train.warmup_steps", {"", "linear warmup steps, then cosine decay"}},
-      {"train.min_lr_ratio", {"", "cosine floor as a fraction of lr"}},
-      {"train.grad_clip", {"", "max global gradient norm (0 = off)"}},
-      {"train.seed", {"", "model init, shuffling, dropout"}},
-      {"train.device", {"", "auto, cpu, cuda or cuda:N"}},
-      {"train.out_dir", {"", "the run's folder: checkpoint.pt, metrics.csv, validation.csv, run.toml, command.txt"}},
-      {"train.checkpoint_every", {"", "steps between checkpoints (0 = only at the end and on a stop)"}},
-      {"train.log_every", {"", "steps between progress lines when not on a terminal"}},
-      {"train.val_every", {"", "steps between validations (0 = at each epoch's end)"}},
-      {"train.val_lead_steps", {"", "validation rollout length in steps (0 = the longest training rollout)"}},
-      {"train.climatology_window", {"", "climatology: training states within this many days of the day of year"}},
-      {"train.loss_weights", {"", "[train.loss_weights] channel or glob = weight (first match in file order)"}},
-      {"train.level_weighting", {"", "uniform, linear (proportional to the level, as GraphCast) or table"}},
-      {"train.level_weights", {"", "[train.level_weights] \"500\" = weight (level_weighting = \"table\")"}},
-      {"train.rollout_schedule", {"", "curriculum: [[from step, rollout], ...]; replaces data.rollout_steps"}},
-      {"train.residual_normalization", {"", "scale the predicted tendency by the std of one-step differences"}},
-      {"train.loss_scale", {"", "fp16-mixed: initial loss scale"}},
-      {"train.scale_growth", {"", "fp16-mixed: scale factor after scale_interval finite steps"}},
-      {"train.scale_backoff", {"", "fp16-mixed: scale factor after a non-finite step"}},
-      {"train.scale_interval", {"", "fp16-mixed: finite steps before the scale grows"}},
-      {"train.init_from", {"", "checkpoint whose weights start this run (\"\" = none)"}},
-      {"train.strict", {"", "init_from: every name must match"}},
-      {"train.freeze", {"", "glob patterns of parameter names to freeze"}},
-      {"train.frozen_lr_scale", {"", "lr multiplier of frozen groups (0 = frozen)"}},
-      {"memory.limit", {"", "device budget for tune-batch and estimate (0 = the device's size)"}},
-      {"memory.margin", {"", "share of the budget tune-batch keeps free"}},
-      {"memory.multiple_of", {"", "tune-batch keeps batch sizes multiples of this"}},
-      {"memory.max_batch", {"", "tune-batch never goes above"}},
-      {"memory.probe_steps", {"", "training steps per tune-batch probe"}},
-      {"distributed.zero_stage", {"", "0 = DDP, 1-2 = ZeRO (3: estimate only)"}},
-      {"distributed.world_size", {"", "ranks for estimate (0 = from MPI)"}},
-      {"distributed.bucket_mb", {"", "gradient bucket size in MB"}},
-      {"distributed.backend", {"", "collectives: auto, mpi or nccl"}},
-  };
-  return docs;
-}
-
-}  // namespace
-
-std::vector<ConfigKey> config_keys() {
-  // The smallest run file every section accepts: one source, so [[data.sources]]'s keys are read
-  // too. Defaults are recorded from the structs before a key is read, so nothing here shows.
-  std::vector<ConfigKey> keys;
-  g_catalogue = &keys;
-  try {
-    build(parse_toml("[data]\nregion = { lat = [0, 1], lon = [0, 1] }\n[[data.sources]]\nfile = \"f\"\n"
-                     "variable = \"v\"\n[[data.static]]\nfile = \"f\"\nvariable = \"s\"\n",
-                     "config_keys"),
-          "config_keys");
-  } catch (...) {
-    g_catalogue = nullptr;
-    throw;
-  }
-  g_catalogue = nullptr;
-  for (auto& k : keys) {
-    auto it = key_docs().find(k.key);
-    if (it == key_docs().end()) continue;
-    if (!it->second.first.empty()) k.type = it->second.first;
-    k.doc = it->second.second;
-  }
-  return keys;
-}
-
-std::string config_keys_markdown() {
-  auto cell = [](const std::string& text) {
-    std::string out;
-    for (char ch : text) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
-    return out;
-  };
-  std::string md =
-      "# Run-file keys\n\n"
-      "Every key of the run file (TOML) with its type, built-in default and accepted range. A value\n"
-      "outside its range is an error naming the file, line and key (exit code 2). This file is\n"
-      "generated from the parser itself (core/config.cpp) by `wxtrain config-keys --markdown`; the\n"
-      "CTest `docs.config_keys` fails when the two differ. Regenerate it with\n\n"
-      "    build/cli/wxtrain config-keys --markdown > docs/config.md\n";
-  // Sections in the order the parser reads them, [[data.sources]] after the rest of [data].
-  std::vector<ConfigKey> keys = config_keys();
-  auto section_of = [](const ConfigKey& k) { return k.key.substr(0, k.key.rfind('.')); };
-  std::vector<std::string> order;
-  for (const auto& k : keys)
-    if (std::find(order.begin(), order.end(), section_of(k)) == order.end()) order.push_back(section_of(k));
-  auto rank = [&](const std::string& s) {
-    const auto own = std::find(order.begin(), order.end(), s) - order.begin();
-    // Sub-tables of [data] ([[data.sources]], [[data.static]], data.region) follow [data] itself.
-    if (s.rfind("data.", 0) == 0)
-      return 2.0 * static_cast<double>(std::find(order.begin(), order.end(), "data") - order.begin()) + 1 +
-             static_cast<double>(own) / 1000.0;
-    return 2.0 * static_cast<double>(own);
-  };
-  std::stable_sort(keys.begin(), keys.end(),
-                   [&](const ConfigKey& a, const ConfigKey& b) { return rank(section_of(a)) < rank(section_of(b)); });
-  std::string section;
-  for (const auto& k : keys) {
-    const std::string s = section_of(k);
-    if (s != section) {
-      section = s;
-      md += "\n## " + (s == "data.sources" || s == "data.static" ? "[[" + s + "]]" : "[" + s + "]") + "\n\n";
-      md += "| key | type | default | range | meaning |\n|---|---|---|---|---|\n";
-    }
-    md += "| `" + k.key.substr(s.size() + 1) + "` | " + cell(k.type) + " | " +
-          (k.default_value.empty() ? "" : "`" + cell(k.default_value) + "`") + " | " + cell(k.range) + " | " +
-          cell(k.doc) + " |\n";
-  }
-  return md;
+  return parse_config(read_run_file(path), path, overrides);
 }
 
 }  // namespace wxtrain

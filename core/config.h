@@ -1,11 +1,16 @@
 #pragma once
 // The run file: one TOML file with [model], [data], [train], [memory], [distributed], parsed once
-// into these typed structs. Nothing else in wxtrain reads TOML. Every field documents its key.
+// into these typed structs (the schema: core/config.cpp, written with core/config_reader.h; the
+// model's own [model] keys are read by the model's schema, core/model_options.h). Every field
+// documents its key. Its text is edited in place by core/run_file_text.h; its keys are listed by
+// core/config_keys.h. Nothing else in wxtrain reads TOML.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/model_options.h"
 
 namespace wxtrain {
 
@@ -16,41 +21,20 @@ enum class Precision { kFp32, kBf16Mixed, kFp16Mixed, kBf16 };
 std::string to_string(Precision p);
 Precision parse_precision(const std::string& text);  // throws ConfigError naming the accepted values
 
+// [model]: which architecture, and its own keys. The options struct is the model's
+// (models/<name>/<name>_options.h); `options.as<UNetOptions>()` reads it, and a ModelConfig built
+// in code without a run file holds that model's defaults until set.
 struct ModelConfig {
-  std::string name = "unet";  // model.name: unet | vit | gnn | fourcastnet | graphcast | pangu
-  std::string preset;         // model.preset: the published configuration it started from (core/model_presets.h)
-  // unet
-  std::vector<int64_t> channels = {32, 64, 128};  // model.channels: width per level
-  int64_t groups = 8;                             // model.groups: GroupNorm groups
-  // vit (and fourcastnet: patch_size, embed_dim, depth, mlp_ratio)
-  int64_t patch_size = 4;     // model.patch_size
-  int64_t embed_dim = 128;    // model.embed_dim
-  int64_t depth = 4;          // model.depth: transformer (or AFNO) blocks
-  int64_t heads = 4;          // model.heads
-  double mlp_ratio = 4.0;     // model.mlp_ratio
-  // fourcastnet
-  int64_t afno_blocks = 8;                  // model.afno_blocks: block-diagonal blocks of the spectral MLP
-  double sparsity_threshold = 0.01;         // model.sparsity_threshold: softshrink lambda on the modes
-  double hard_thresholding_fraction = 1.0;  // model.hard_thresholding_fraction: share of modes kept
-  // gnn
-  int64_t latent = 64;            // model.latent: node and edge latent width
-  int64_t processor_layers = 4;   // model.processor_layers: message-passing rounds
-  int64_t neighbourhood = 1;      // model.neighbourhood: grid radius of each node's edges (1 = 8 neighbours)
-  int64_t mlp_layers = 2;         // model.mlp_layers: depth of every GNN MLP
-  // graphcast (and latent, processor_layers, mlp_layers above)
-  int64_t mesh_refinement = 5;    // model.mesh_refinement: icosahedron refinements of the multi-mesh (GraphCast 0.25: 6)
-  // model.edge_block: grid2mesh and mesh2grid edges updated this many at a time (0 = all at once);
-  // with train.checkpointing each block is replayed on its own in backward.
-  int64_t edge_block = 0;
-  // pangu (and patch_size, embed_dim, mlp_ratio): the first upper_variables x levels channels of
-  // each state are upper air, variable-major (v0 at every level, then v1, ...); the rest is 2-D.
-  int64_t upper_variables = 0;                       // model.upper_variables: V (0 = no upper-air volume)
-  int64_t levels = 0;                                // model.levels: Z, pressure levels per upper-air variable
-  int64_t level_patch = 2;                           // model.level_patch: levels per 3-D patch
-  std::vector<int64_t> window = {2, 6, 12};          // model.window: attention window (levels, lat, lon) in tokens
-  std::vector<int64_t> stage_depths = {2, 6, 6, 2};  // model.stage_depths: blocks of the four stages
-  std::vector<int64_t> stage_heads = {4, 8, 8, 4};   // model.stage_heads: attention heads of the four stages
+  std::string name;    // model.name: a model of the registry (models/registry.cpp); by default its first
+  std::string preset;  // model.preset: the published configuration it started from (ModelPreset)
+  ModelOptionsBox options;
 };
+
+// The ranges and rules of the model's keys, checked on options set in code (models::build_model
+// calls it): a ConfigError "model.<key> ..." as the run file would give, without file and line.
+void check_model_options(const ModelConfig& config);
+// The model's options as TOML lines ("channels = [32, 64, 128]\ngroups = 8\n"), every key.
+std::string model_options_text(const ModelConfig& config);
 
 // One variable taken from one file (NetCDF, a Zarr store's directory, GRIB); `name` is how wxtrain
 // calls it (u in two files -> u10, u500). With `levels` the variable has a level dimension and each
@@ -106,7 +90,7 @@ struct DataConfig {
   std::vector<std::string> forcing_variables;     // data.forcing_variables: input-only channels from files
   int64_t lat = 0;                     // data.grid = [lat, lon]
   int64_t lon = 0;
-  // Not keys: the grid's coordinates in degrees, filled in where the data is opened (load_run,
+  // Not keys: the grid's coordinates in degrees, filled in where the data is opened (setup_run,
   // train, forecast) for the models that place the grid on the sphere (graphcast). Empty: unknown,
   // and such a model assumes a regular global grid of lat x lon.
   std::vector<double> lat_coords, lon_coords;
@@ -247,28 +231,5 @@ struct RunConfig {
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 RunConfig parse_config(const std::string& toml_text, const std::string& source_name,
                        const std::vector<std::string>& overrides = {});
-
-// Writes `key = value` into `section` of the run file in place, keeping everything else
-// (used by tune-batch --write). The value is TOML text. The file is replaced atomically; a failed
-// write throws WriteError ("cannot write <path>: No space left on device") and leaves it as it was.
-void write_config_value(const std::string& path, const std::string& section, const std::string& key,
-                        const std::string& toml_value);
-
-// The run file's text with the --set values written into it (comments and layout kept), so the
-// result alone reproduces the run: what `train` records as <out_dir>/run.toml.
-std::string apply_overrides_to_text(const std::string& toml_text, const std::vector<std::string>& overrides);
-
-// One key of the run file as the parser reads it. The parser records these itself as it reads each
-// section (SectionReader), so `wxtrain config-keys` and docs/config.md cannot drift from the code.
-struct ConfigKey {
-  std::string key;            // "train.steps", "data.sources.file"
-  std::string type;           // "integer", "number", "string", "array of integers", ...
-  std::string default_value;  // TOML text of the built-in default
-  std::string range;          // ">= 1", "0 to 0.9", "one of fp32, bf16-mixed, ...", "" = any
-  std::string doc;            // what it means
-};
-std::vector<ConfigKey> config_keys();
-// docs/config.md: every key in a Markdown table per section.
-std::string config_keys_markdown();
 
 }  // namespace wxtrain

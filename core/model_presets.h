@@ -1,25 +1,16 @@
 #pragma once
-// The published configurations of the models people train, by name: `[model] preset =
-// "fourcastnet-0.25"` fills the [model] keys of the paper's model and, for a run file without
-// data sources (an estimate before the data exists), the [data] shape of its inputs and outputs:
-// variables and levels, forcings, static fields, grid, history. Keys the run file sets itself win;
-// a run file with [[data.sources]] keeps its own data. Each preset cites where its figures come
-// from; docs/estimator.md sets the parameter counts and memory beside the papers'.
+// The published configurations of the models people train, by name (`[model] preset =
+// "graphcast-0.25"`, ModelPreset in core/model_options.h). Each model registers its own presets
+// beside its options (models/<name>/<name>_options.cpp); these look them up across the registry.
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/model_options.h"
+
 namespace wxtrain {
 
-struct ModelPreset {
-  std::string name;       // the value of model.preset
-  std::string summary;    // one line: the model, its grid, its channels
-  std::string citation;   // the paper (and table) the figures come from
-  std::string model_toml; // [model] keys, TOML
-  std::string data_toml;  // [data] keys for a run file without sources, TOML
-};
-
-const std::vector<ModelPreset>& model_presets();
+const std::vector<ModelPreset>& model_presets();  // every model's, in registry order
 const ModelPreset* find_model_preset(std::string_view name);  // nullptr when there is none
 std::vector<std::string> model_preset_names();
 
@@ -27,5 +18,7 @@ std::vector<std::string> model_preset_names();
 // channel names a source with `levels` gets.
 std::vector<std::string> level_channel_names(const std::vector<std::string>& variables,
                                              const std::vector<int>& levels);
+// A TOML array of strings: ["z_50", "z_100"].
+std::string toml_string_list(const std::vector<std::string>& names);
 
 }  // namespace wxtrain

@@ -44,4 +44,10 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
+std::string format_gib(double bytes, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, bytes / kGiB);
+  return buf;
+}
+
 }  // namespace wxtrain

@@ -16,5 +16,8 @@ std::optional<int64_t> parse_bytes(const std::string& text);
 
 // "23.4 GiB" style with a sensible unit; for tables and logs.
 std::string format_bytes(double bytes);
+// The number of GiB alone, with `decimals` decimals ("1.234"): for table columns and lines that
+// name the unit once ("peak GiB").
+std::string format_gib(double bytes, int decimals);
 
 }  // namespace wxtrain

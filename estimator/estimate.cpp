@@ -1,7 +1,6 @@
 #include "estimator/estimate.h"
 
-#include <cstdio>
-
+#include "core/units.h"
 #include "estimator/analytic.h"
 
 namespace wxtrain::estimator {
@@ -92,10 +91,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
     const double trace_bytes = static_cast<double>(formula.traced_states) + formula.at(4.0);
     if (!options.force_trace && trace_bytes > options.max_trace_bytes) {
       e.activations = formula;
-      char why[160];
-      std::snprintf(why, sizeof why, "analytic formulas (tracing would need ~%.1f GiB here; --trace forces it)",
-                    trace_bytes / (1024.0 * 1024 * 1024));
-      e.method = why;
+      e.method = "analytic formulas (tracing would need ~" + format_gib(trace_bytes, 1) + " GiB here; --trace forces it)";
     } else {
       e.activations = trace_activations(config, shape, options.mode);
       e.method = "training step traced on the CPU (counting allocator)";
@@ -116,7 +112,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   e.states = model_states(e.activations.num_params, layout, config.distributed.zero_stage, world);
   if (config.distributed.zero_stage == 2 && config.train.accumulation > 1 && world > 1) {
     // Accumulating micro-batches hold full-size gradients until the step's reduce-scatter
-    // (distributed/data_parallel.h), on top of the owned shard.
+    // (distributed/gradient_reducer.h), on top of the owned shard.
     e.states.grads += static_cast<double>(e.activations.num_params) * layout.param_bytes;
   }
   // Registered buffers (the gnn's graph, normalisation constants) and the optimizer's padding are in
@@ -126,12 +122,34 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   return e;
 }
 
+std::vector<MemorySaver> memory_savers(const RunConfig& config, int64_t world_size) {
+  std::vector<MemorySaver> savers;
+  auto add = [&](std::string setting, auto apply, bool states_only = false) {
+    RunConfig changed = config;
+    apply(changed);
+    savers.push_back({std::move(setting), std::move(changed), states_only});
+  };
+  if (!config.train.checkpointing) {
+    add("train.checkpointing = true", [](RunConfig& c) { c.train.checkpointing = true; });
+  }
+  if (config.max_rollout() > 1 && !config.train.rollout_checkpointing) {
+    add("train.rollout_checkpointing = true", [](RunConfig& c) { c.train.rollout_checkpointing = true; });
+  }
+  if (config.train.precision != Precision::kBf16) {
+    add("train.precision = \"bf16\"", [](RunConfig& c) { c.train.precision = Precision::kBf16; });
+  }
+  if (world_size > 1 && config.distributed.zero_stage < 3) {
+    const int64_t stage = config.distributed.zero_stage + 1;
+    add("distributed.zero_stage = " + std::to_string(stage) + (stage == 3 ? " (estimate only)" : ""),
+        [&](RunConfig& c) { c.distributed.zero_stage = stage; }, /*states_only=*/true);
+  }
+  return savers;
+}
+
 std::string ways_to_save_memory(const RunConfig& config, int64_t batch) {
   std::vector<std::string> ways;
-  const TrainConfig& t = config.train;
-  if (!t.checkpointing) ways.push_back("train.checkpointing = true");
-  if (config.max_rollout() > 1 && !t.rollout_checkpointing) ways.push_back("train.rollout_checkpointing = true");
-  if (t.precision != Precision::kBf16) ways.push_back("train.precision = \"bf16\"");
+  // The savers of one rank; ZeRO, which needs more of them, comes last.
+  for (const MemorySaver& saver : memory_savers(config, /*world_size=*/1)) ways.push_back(saver.setting);
   if (batch > 1) ways.push_back("a smaller batch");
   ways.push_back("distributed.zero_stage with more ranks");
   std::string out;

@@ -72,6 +72,21 @@ struct Estimate {
 
 Estimate estimate(const RunConfig& config, const models::ModelShape& shape, const EstimateOptions& options);
 
+// A setting that makes a run need less memory, as the run file writes it, and the run with it.
+struct MemorySaver {
+  std::string setting;  // "train.checkpointing = true"
+  RunConfig config;     // the run with the setting applied
+  // ZeRO shards the model states and leaves the activations as they are: an estimate of the run
+  // with it needs no new trace.
+  bool states_only = false;
+};
+
+// The settings that make `config` need less memory and that it does not use yet, in the order
+// `estimate` suggests them and `tune-batch` re-estimates them: activation checkpointing, rollout
+// checkpointing, bf16, then ZeRO's next stage when `world_size` ranks share the states (on one
+// rank ZeRO shards nothing).
+std::vector<MemorySaver> memory_savers(const RunConfig& config, int64_t world_size);
+
 // For a run that fits nowhere: the settings that would make it smaller ("train.checkpointing =
 // true, a smaller batch, or ..."), leaving out what it already does.
 std::string ways_to_save_memory(const RunConfig& config, int64_t batch);

@@ -120,8 +120,8 @@ double cublaslt_workspace_bytes(const GpuSpec& gpu, const OverheadEnv& e) {
 }
 
 LibraryUse library_use(const std::string& model_name) {
-  if (model_name == "unet") return {false, true};
-  if (model_name == "gnn" || model_name == "graphcast") return {true, false};
+  for (const auto& entry : models::model_registry())
+    if (entry.schema.name == model_name) return entry.gpu_libraries;
   return {true, true};
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "estimator/gpu_catalog.h"
+#include "models/registry.h"
 
 namespace wxtrain::estimator {
 
@@ -39,12 +40,9 @@ double cublaslt_workspace_bytes(const GpuSpec& gpu, const OverheadEnv& env = {})
 // The GPU libraries a model's step calls. cuBLAS creates its handles, workspaces and kernels only
 // when the step runs a GEMM (Linear, matmul): a convolution-only U-Net has none of them (measured
 // on an H100: docs/benchmarks.md, "The first GPU check").
-struct LibraryUse {
-  bool gemms = true;
-  bool convolutions = true;
-};
-// The zoo's models by name: unet convolutions only; gnn and graphcast GEMMs only; vit, fourcastnet
-// and pangu both (patch embedding convolutions). An unknown name gets both, the larger overhead.
+// Which of cuBLAS and cuDNN a model's step calls: its registry entry says (models/registry.h).
+using LibraryUse = models::GpuLibraries;
+// The registered model's; an unknown name gets both, the larger overhead.
 LibraryUse library_use(const std::string& model_name);
 
 // Driver context and the kernels a training step loads lazily, by architecture; without GEMMs,

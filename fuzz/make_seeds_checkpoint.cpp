@@ -2,7 +2,7 @@
 // seed corpus (fuzz/make_seeds_checkpoint.sh runs it): a real one from `wxtrain train` holds a
 // 5 KB RNG state and the model's weights, which the fuzzer would spend its time mutating. These hold
 // a few elements each, with the structures a real one has: parameters as views of one flat buffer
-// (DataParallel), optimizer and scaler state, normalisation, overrides.
+// (FlatParameters), optimizer and scaler state, normalisation, overrides.
 //   make_checkpoint_seeds OUTPUT_DIR
 #include <cstdio>
 #include <string>
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   c.overrides = {"train.steps=3"};
   c.model_name = "unet";
   c.world_size = 2;
-  // Parameters as views of one flat buffer, as DataParallel keeps them.
+  // Parameters as views of one flat buffer, as distributed::FlatParameters keeps them.
   const torch::Tensor flat = torch::arange(6, torch::kFloat32);
   c.model["conv.weight"] = flat.narrow(0, 0, 4).view({2, 2});
   c.model["conv.bias"] = flat.narrow(0, 4, 2);

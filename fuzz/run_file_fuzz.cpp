@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/run_file_text.h"
 
 namespace {
 
@@ -23,10 +24,7 @@ namespace {
 std::string fingerprint(const wxtrain::RunConfig& c) {
   std::ostringstream s;
   s.precision(17);
-  const auto& m = c.model;
-  s << m.name << '|' << m.groups << '|' << m.patch_size << '|' << m.embed_dim << '|' << m.depth << '|' << m.heads << '|'
-    << m.mlp_ratio << '|' << m.latent << '|' << m.processor_layers << '|' << m.neighbourhood << '|' << m.mlp_layers;
-  for (int64_t ch : m.channels) s << ',' << ch;
+  s << c.model.name << '|' << c.model.preset << '\n' << wxtrain::model_options_text(c.model);
   const auto& d = c.data;
   s << "\n" << d.lat << '|' << d.lon << '|' << d.history << '|' << d.rollout_steps << '|' << d.val_fraction << '|'
     << d.time_step << '|' << d.prefetch << '|' << d.queue_depth << '|' << d.load_delay_ms;

@@ -1,12 +1,6 @@
 #include "models/weather_model.h"
 
 #include "core/error.h"
-#include "models/fourcastnet.h"
-#include "models/gnn.h"
-#include "models/graphcast.h"
-#include "models/pangu.h"
-#include "models/unet.h"
-#include "models/vit.h"
 
 namespace wxtrain::models {
 
@@ -63,10 +57,6 @@ void WeatherModelImpl::to(torch::Device device, bool non_blocking) {
   move_keeping_indices([&] { torch::nn::Module::to(device, non_blocking); }, device, non_blocking);
 }
 
-void require_positive(int64_t value, const char* key) {
-  if (value <= 0) throw ConfigError(std::string(key) + " must be positive (got " + std::to_string(value) + ")");
-}
-
 std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const ops::BlockFn& fn,
                                                        const std::vector<torch::Tensor>& inputs) const {
   if (!checkpointing_ || !torch::GradMode::is_enabled()) return fn(inputs);
@@ -79,16 +69,6 @@ torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
   auto wrapped = [fn](  // by value: checkpoint keeps it until backward
                      const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; };
   return run_block(block, ops::BlockFn(wrapped), {input})[0];
-}
-
-WeatherModel build_model(const ModelConfig& config, const ModelShape& shape) {
-  if (config.name == "unet") return std::make_shared<UNetImpl>(config, shape);
-  if (config.name == "vit") return std::make_shared<ViTImpl>(config, shape);
-  if (config.name == "gnn") return std::make_shared<GraphNetImpl>(config, shape);
-  if (config.name == "fourcastnet") return std::make_shared<FourCastNetImpl>(config, shape);
-  if (config.name == "graphcast") return std::make_shared<GraphCastImpl>(config, shape);
-  if (config.name == "pangu") return std::make_shared<PanguImpl>(config, shape);
-  throw ConfigError("invalid model name '" + config.name + "': expected unet, vit, gnn, fourcastnet, graphcast or pangu");
 }
 
 }  // namespace wxtrain::models

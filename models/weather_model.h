@@ -111,11 +111,8 @@ class WeatherModelImpl : public torch::nn::Module {
 
 using WeatherModel = std::shared_ptr<WeatherModelImpl>;
 
-// Throws ConfigError "<key> must be positive (got v)" — for the [model] sizes each model reads.
-void require_positive(int64_t value, const char* key);
-
-// Builds the zoo model `config.model.name` for `shape`; an unknown name is a ConfigError listing
-// the accepted ones.
+// Builds the zoo model `config.name` for `shape` (models/registry.cpp), after checking its options
+// against the model's rules; an unknown name is a ConfigError listing the accepted ones.
 WeatherModel build_model(const ModelConfig& config, const ModelShape& shape);
 
 }  // namespace wxtrain::models

@@ -11,6 +11,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/svg_plot.h"
 
 namespace wxtrain::trainer {
 
@@ -20,6 +21,23 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string date_only(int64_t seconds, data::Calendar calendar) {
   return data::from_seconds(seconds, calendar).to_iso().substr(0, 10);
+}
+
+// Day of year (1-based) of a time point, as xarray's dayofyear (see Climatology::compute).
+int day_of_year(int64_t seconds, data::Calendar calendar) {
+  const data::DateTime date = data::from_seconds(seconds, calendar);
+  int day = date.day;
+  for (int m = 1; m < date.month; ++m) day += data::days_in_month(date.year, m, calendar);
+  return day;
+}
+
+// The length the climatology's window wraps over: 360, 365 or 366.
+int year_length(data::Calendar calendar) {
+  switch (calendar) {
+    case data::Calendar::k360Day: return 360;
+    case data::Calendar::kNoLeap: return 365;
+    default: return 366;
+  }
 }
 
 // Distance in days between two days of year on a year of `length` days that wraps around.
@@ -51,21 +69,6 @@ std::string lead_label(const LeadScores& s, int64_t l) {
 
 // ---------------------------------------------------------------------------------------------
 // Climatology
-
-int Climatology::year_length(data::Calendar calendar) {
-  switch (calendar) {
-    case data::Calendar::k360Day: return 360;
-    case data::Calendar::kNoLeap: return 365;
-    default: return 366;
-  }
-}
-
-int Climatology::day_of_year(int64_t seconds, data::Calendar calendar) {
-  const data::DateTime date = data::from_seconds(seconds, calendar);
-  int day = date.day;
-  for (int m = 1; m < date.month; ++m) day += data::days_in_month(date.year, m, calendar);
-  return day;
-}
 
 Climatology Climatology::compute(const data::Dataset& dataset, int64_t time_begin, int64_t time_end,
                                  const std::vector<int64_t>& valid_seconds, int window_days) {
@@ -156,12 +159,6 @@ std::string Climatology::describe() const {
 
 // ---------------------------------------------------------------------------------------------
 // Scores
-
-int LeadScores::forecaster_index(const std::string& name) const {
-  for (size_t i = 0; i < forecasters.size(); ++i)
-    if (forecasters[i] == name) return static_cast<int>(i);
-  return -1;
-}
 
 ScoreAccumulator::ScoreAccumulator(std::vector<std::string> names, int64_t leads, std::vector<std::string> forecasters,
                                    torch::Tensor weights, std::vector<std::string> units)
@@ -367,43 +364,6 @@ void write_scores_csv(const std::string& path, const LeadScores& s, bool append)
 
 namespace {
 
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char ch : text) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
-
-// Ticks at 1, 2 or 5 x 10^k covering [lo, hi] with about `want` of them; the axis spans the first
-// to the last tick.
-std::vector<double> nice_ticks(double lo, double hi, int want = 5) {
-  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
-  if (hi - lo <= 0) {
-    const double pad = std::max(std::abs(lo) * 0.1, 1e-6);
-    lo -= pad;
-    hi += pad;
-  }
-  const double raw = (hi - lo) / std::max(want - 1, 1);
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = magnitude;
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * magnitude;
-    if (step >= raw) break;
-  }
-  std::vector<double> ticks;
-  const double first = std::floor(lo / step + 1e-9) * step, last = std::ceil(hi / step - 1e-9) * step;
-  for (double t = first; t <= last + step * 0.5; t += step) ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
-  return ticks;
-}
-
 const char* color_of(size_t forecaster, const std::string& name) {
   if (name == "model") return "#1f77b4";
   if (name == "persistence") return "#ff7f0e";
@@ -412,116 +372,37 @@ const char* color_of(size_t forecaster, const std::string& name) {
   return palette[forecaster % 7];
 }
 
-constexpr double kPanelW = 270, kPanelH = 200;
-constexpr double kLeft = 58, kRight = 12, kTop = 26, kBottom = 36;
-
-// One panel: `values[f][l]` against the leads, one polyline (and dots) per forecaster.
-void panel(std::ostringstream& out, double x0, double y0, const std::string& title, const std::vector<double>& xs,
-           const std::string& x_label, const std::vector<std::vector<double>>& values, const LeadScores& s) {
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (const auto& line : values)
-    for (double v : line)
-      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-  const std::vector<double> yt = nice_ticks(lo, hi);
-  const std::vector<double> xt = nice_ticks(xs.front(), xs.back());
-  const double plot_w = kPanelW - kLeft - kRight, plot_h = kPanelH - kTop - kBottom;
-  auto px = [&](double x) { return kLeft + (x - xt.front()) / (xt.back() - xt.front()) * plot_w; };
-  auto py = [&](double y) { return kTop + plot_h - (y - yt.front()) / (yt.back() - yt.front()) * plot_h; };
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "<g transform=\"translate(%.1f,%.1f)\">\n", x0, y0);
-  out << buf;
-  std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"16\" text-anchor=\"middle\" font-weight=\"bold\">", kPanelW / 2);
-  out << buf << xml_escape(title) << "</text>\n";
-  std::snprintf(buf, sizeof buf,
-                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n", kLeft,
-                kTop, plot_w, plot_h);
-  out << buf;
-  for (double t : yt) {
-    std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-                  kLeft, py(t), kLeft + plot_w, py(t), kLeft - 4, py(t) + 4, format_number(t, "%g").c_str());
-    out << buf;
-  }
-  for (double t : xt) {
-    std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-                  px(t), kTop + plot_h, px(t), kTop + plot_h + 4, px(t), kTop + plot_h + 16,
-                  format_number(t, "%g").c_str());
-    out << buf;
-  }
-  std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", kLeft + plot_w / 2,
-                kPanelH - 4);
-  out << buf << xml_escape(x_label) << "</text>\n";
-  for (size_t f = 0; f < values.size(); ++f) {
-    const char* color = color_of(f, s.forecasters[f]);
-    std::string points;
-    for (size_t l = 0; l < xs.size(); ++l) {
-      if (!std::isfinite(values[f][l])) continue;
-      std::snprintf(buf, sizeof buf, "%s%.2f,%.2f", points.empty() ? "" : " ", px(xs[l]), py(values[f][l]));
-      points += buf;
-    }
-    out << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"" << points << "\"/>\n";
-    for (size_t l = 0; l < xs.size(); ++l) {
-      if (!std::isfinite(values[f][l])) continue;
-      std::snprintf(buf, sizeof buf, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"2\" fill=\"%s\"/>\n", px(xs[l]),
-                    py(values[f][l]), color);
-      out << buf;
-    }
-  }
-  out << "</g>\n";
-}
-
 }  // namespace
 
 std::string scores_svg(const LeadScores& s, const std::string& title) {
   const size_t V = s.names.size(), F = s.forecasters.size(), L = static_cast<size_t>(s.num_leads());
   if (V == 0 || L == 0) throw Error("scores_svg: no channels or no leads to draw");
-  const size_t cols = std::min<size_t>(V, 3), rows = (V + cols - 1) / cols;
-  const double header = 64;
-  const double width = static_cast<double>(cols) * kPanelW + 20;
-  const double height = header + 2.0 * static_cast<double>(rows) * kPanelH + 10;
+  const size_t columns = std::min<size_t>(V, 3);
   std::vector<double> xs;
   for (size_t l = 0; l < L; ++l)
     xs.push_back(s.lead_hours.empty() ? static_cast<double>(s.lead_steps[l]) : s.lead_hours[l]);
-  const std::string x_label = s.lead_hours.empty() ? "lead (steps)" : "lead (hours)";
 
-  std::ostringstream out;
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-                "font-family=\"sans-serif\" font-size=\"11\">\n",
-                width, height, width, height);
-  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" << buf;
-  out << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  out << "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << xml_escape(title) << "</text>\n";
-  // The legend: one swatch per forecaster (lines, not polylines: the panels' polylines stay one
-  // per forecaster per panel).
-  double x = 10;
-  for (size_t f = 0; f < F; ++f) {
-    std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"44\" x2=\"%.1f\" y2=\"44\" stroke=\"%s\" stroke-width=\"3\"/>"
-                  "<text x=\"%.1f\" y=\"48\">",
-                  x, x + 22, color_of(f, s.forecasters[f]), x + 27);
-    out << buf << xml_escape(s.forecasters[f]) << "</text>\n";
-    x += 40 + 7.0 * static_cast<double>(s.forecasters[f].size());
-  }
-  for (int section = 0; section < 2; ++section) {  // 0: RMSE, 1: ACC
-    const bool acc = section == 1;
+  // The RMSE plots in rows of up to three channels, then the ACC plots in rows of their own.
+  FigureSpec figure;
+  figure.title = title;
+  for (const bool acc : {false, true}) {
     for (size_t v = 0; v < V; ++v) {
-      std::vector<std::vector<double>> values(F, std::vector<double>(L));
-      for (size_t f = 0; f < F; ++f)
-        for (size_t l = 0; l < L; ++l) values[f][l] = acc ? s.acc[f][l][v] : s.rmse[f][l][v];
-      std::string panel_title = s.names[v] + (acc ? " ACC" : " RMSE");
-      if (!acc && v < s.units.size() && !s.units[v].empty()) panel_title += " [" + s.units[v] + "]";
-      const double px = 10 + static_cast<double>(v % cols) * kPanelW;
-      const double py = header + (static_cast<double>(section * rows + v / cols)) * kPanelH;
-      panel(out, px, py, panel_title, xs, x_label, values, s);
+      PlotSpec plot;
+      plot.title = s.names[v] + (acc ? " ACC" : " RMSE");
+      if (!acc && v < s.units.size() && !s.units[v].empty()) plot.title += " [" + s.units[v] + "]";
+      plot.x_label = s.lead_hours.empty() ? "lead (steps)" : "lead (hours)";
+      plot.y_includes_zero = false;
+      for (size_t f = 0; f < F; ++f) {
+        Series line{s.forecasters[f], xs, {}, color_of(f, s.forecasters[f])};
+        for (size_t l = 0; l < L; ++l) line.y.push_back(acc ? s.acc[f][l][v] : s.rmse[f][l][v]);
+        line.dots = true;
+        plot.series.push_back(std::move(line));
+      }
+      if (v % columns == 0) figure.rows.emplace_back();
+      figure.rows.back().push_back(std::move(plot));
     }
   }
-  out << "</svg>\n";
-  return out.str();
+  return render_svg(figure);
 }
 
 }  // namespace wxtrain::trainer

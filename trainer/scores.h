@@ -60,19 +60,12 @@ class Climatology {
   torch::Tensor mean() const { return mean_; }
 
   bool has_dates() const { return has_dates_; }
-  int window_days() const { return window_days_; }
   int64_t days_needed() const { return static_cast<int64_t>(by_day_.size()); }
   int64_t fallback_days() const { return fallback_days_; }
-  int64_t num_states() const { return num_states_; }
   // One line: "climatology: day of year ±15 days over 1979-01-01..2015-12-31 (54056 states), 366
   // days needed" (plus ", K of them from the all-time mean: no training state within ±15 days"),
   // or "climatology: mean of the N training states (no dates)".
   std::string describe() const;
-
-  // Day of year (1-based) of a time point, as used here; exposed for tests and callers.
-  static int day_of_year(int64_t seconds, data::Calendar calendar);
-  // The length the window wraps over: 360, 365 or 366.
-  static int year_length(data::Calendar calendar);
 
  private:
   bool has_dates_ = false;
@@ -98,8 +91,6 @@ struct LeadScores {
   std::vector<int64_t> samples;           // validation samples per lead (over all ranks)
 
   int64_t num_leads() const { return static_cast<int64_t>(lead_steps.size()); }
-  // Index of a forecaster by name, -1 when absent.
-  int forecaster_index(const std::string& name) const;
 };
 
 class ScoreAccumulator {
@@ -153,7 +144,8 @@ void write_scores_csv(const std::string& path, const LeadScores& scores, bool ap
 // one per channel, of RMSE against lead (title "<channel> RMSE [units]"), and beneath them the same
 // grid for ACC: one figure holds both. Each panel has one <polyline> per forecaster (with a dot
 // per lead so a single lead still shows), axes with tick labels, and the lead in hours (steps
-// without dates) on the x axis. NaN values are left out of the lines.
+// without dates) on the x axis. NaN values are left out of the lines. Drawn by core/svg_plot.h, as
+// the CLI's plots are.
 std::string scores_svg(const LeadScores& scores, const std::string& title);
 
 }  // namespace wxtrain::trainer

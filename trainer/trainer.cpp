@@ -17,6 +17,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
+#include "core/run_file_text.h"
 #include "core/units.h"
 #include "data/dataset.h"
 #include "data/forcings.h"
@@ -163,9 +164,9 @@ data::Normalization keep_pretrained_statistics(const data::Normalization& fresh,
 
 // The checkpoint's record of its channels (Checkpoint::channels): what fine-tuning maps by name
 // and what a reader of the checkpoint needs to know about each channel.
-std::string channels_record(const data::Dataset& dataset, const RunConfig& config, const data::Normalization& norm) {
+std::string channels_record(const data::Dataset& dataset, const RunConfig& config, const ChannelLayout& layout,
+                            const data::Normalization& norm) {
   nlohmann::json j;
-  const ChannelLayout layout = config.channels();
   j["inputs"] = layout.input_names();
   j["outputs"] = layout.output_names();
   j["history"] = config.data.history;
@@ -203,18 +204,24 @@ std::string channels_record(const data::Dataset& dataset, const RunConfig& confi
   return j.dump();
 }
 
-// Everything the loop touches, built once.
+// Everything the loop touches, built once by start_run.
 struct Run {
   RunConfig config;
+  ChannelLayout layout;  // config.channels()
+  RunSource source;
+  TrainOptions options;
   distributed::World world;
   torch::Device device{torch::kCPU};
   std::shared_ptr<data::Dataset> dataset;
   std::optional<data::TimeSplit> split;      // training windows: history + the longest rollout
   std::optional<data::TimeSplit> val_split;  // validation windows: history + train.val_lead_steps
+  std::vector<int64_t> val_times;            // the validation samples' times (none: no validation)
   std::optional<Climatology> climatology;    // from the training split, for the days validation needs
   data::Normalization normalization;
+  torch::Tensor residual_scale;  // per prognostic channel with train.residual_normalization, else undefined
   std::unique_ptr<TrainingState> state;
   std::unique_ptr<data::Loader> loader;
+  int64_t first_step = 0;   // the step this invocation starts from (a resumed run's checkpoint step)
   int64_t saved_step = -1;  // the step checkpoint.pt holds (-1: none from this run yet)
   bool is_root() const { return world.rank == 0; }
 };
@@ -314,7 +321,7 @@ void write_validation(const RunConfig& c, const Validation& v, bool& started) {
                         scores_svg(v.scores, c.model.name + " at step " + std::to_string(v.step) + " (" + c.path + ")"));
 }
 
-Checkpoint make_checkpoint(Run& run, int64_t step, const RunSource& source) {
+Checkpoint make_checkpoint(Run& run, int64_t step) {
   Checkpoint c;
   c.step = step;
   c.loader = run.loader->state();
@@ -322,17 +329,17 @@ Checkpoint make_checkpoint(Run& run, int64_t step, const RunSource& source) {
   c.optimizer = run.state->parallel->optimizer_state();  // collective: every rank calls it
   c.scaler = run.state->scaler.state();
   c.normalization = run.normalization.to_map();
-  c.channels = channels_record(*run.dataset, run.config, run.normalization);
+  c.channels = channels_record(*run.dataset, run.config, run.layout, run.normalization);
   c.rng_state = at::globalContext().defaultGenerator(torch::Device(torch::kCPU)).get_state();
-  c.config_text = source.text;
-  c.overrides = source.overrides;
+  c.config_text = run.source.text;
+  c.overrides = run.source.overrides;
   c.model_name = run.config.model.name;
   c.world_size = run.world.size;
   return c;
 }
 
-void save(Run& run, int64_t step, const RunSource& source) {
-  Checkpoint c = make_checkpoint(run, step, source);
+void save(Run& run, int64_t step) {
+  Checkpoint c = make_checkpoint(run, step);
   if (run.is_root()) save_checkpoint(checkpoint_path(run.config), c);
   run.state->comm->barrier();
   run.saved_step = step;
@@ -344,6 +351,338 @@ std::string after_write_failure(const Run& run) {
   return "checkpoint.pt still holds step " + std::to_string(run.saved_step) +
          ": free some space, then continue with --resume";
 }
+
+// ---- The setup: everything the loop needs, built once, and the run's header. ----
+
+// The training and validation windows, and the climatology of the days validation scores (each
+// valid time of each lead), computed from the training split.
+void split_samples(Run& run) {
+  const RunConfig& c = run.config;
+  const data::TimeAxis& axis = run.dataset->time_axis();
+  run.split.emplace(axis, c.data, data::SampleWindow{c.data.history, c.max_rollout()});
+  const int64_t val_leads = c.train.val_lead_steps > 0 ? c.train.val_lead_steps : c.max_rollout();
+  run.val_split.emplace(axis, c.data, data::SampleWindow{c.data.history, val_leads});
+  if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split, *run.val_split) << "\n";
+  run.val_times = run.val_split->sample_times(data::Split::kValidation);
+  std::vector<int64_t> valid_seconds;
+  if (axis.has_dates)
+    for (int64_t s0 : run.val_times)
+      for (int64_t k = 1; k <= val_leads; ++k) valid_seconds.push_back(axis.seconds[static_cast<size_t>(s0 + k)]);
+  run.climatology.emplace(Climatology::compute(*run.dataset, run.split->begin(data::Split::kTrain),
+                                               run.split->end(data::Split::kTrain), valid_seconds,
+                                               static_cast<int>(c.train.climatology_window)));
+  if (run.is_root() && !run.val_times.empty())
+    std::cerr << "validation: " << run.val_times.size() << " samples rolled out " << val_leads << " step(s); "
+              << run.climatology->describe() << "\n";
+}
+
+// The checkpoint a run continues from (--resume) or takes its weights from (train.init_from).
+struct StartingPoint {
+  std::optional<Checkpoint> resume_from, init_from;
+};
+
+StartingPoint load_starting_point(const Run& run) {
+  StartingPoint from;
+  const TrainConfig& t = run.config.train;
+  const std::string path = checkpoint_path(run.config);
+  if (run.options.resume) {
+    if (!fs::exists(path)) throw Error("--resume: no checkpoint at " + path + " (train.out_dir = \"" + t.out_dir + "\")");
+    from.resume_from = load_checkpoint(path);
+  } else if (!t.init_from.empty()) {
+    from.init_from = load_checkpoint(t.init_from);
+  }
+  return from;
+}
+
+// A resumed model keeps the normalisation it was trained with, exactly; a fine-tuned one keeps
+// the pretrained statistics of the channels it shares with this run (its weights expect them)
+// and takes this run's for new channels.
+data::Normalization choose_normalization(const Run& run, const StartingPoint& from) {
+  if (from.resume_from && !from.resume_from->normalization.empty()) {
+    data::Normalization trained = data::Normalization::from_map(from.resume_from->normalization);
+    const auto expected = normalization_names(*run.dataset);
+    if (trained.names() != expected)
+      throw ConfigError(run.config.path + ": the checkpoint was trained on channels [" + join(trained.names()) +
+                        "] but [data] has [" + join(expected) + "] (names and order must match to resume; "
+                        "to train on other channels start a new run with train.init_from)");
+    return trained;
+  }
+  data::Normalization fresh = data::Normalization::compute(*run.dataset, run.split->begin(data::Split::kTrain),
+                                                           run.split->end(data::Split::kTrain));
+  if (from.init_from && !from.init_from->normalization.empty())
+    return keep_pretrained_statistics(fresh, data::Normalization::from_map(from.init_from->normalization));
+  return fresh;
+}
+
+// train.residual_normalization: the tendency scale per prognostic channel (undefined: off, or no
+// one-step differences to take it from).
+torch::Tensor residual_scale_for(const Run& run) {
+  if (!run.config.train.residual_normalization) return {};
+  const data::Normalization prognostic = run.normalization.subset(run.layout.prognostic_names());
+  if (!prognostic.diff_std().defined()) return {};
+  return residual_scale_from(prognostic.diff_std(), prognostic.std());
+}
+
+// The new model's weights before DataParallel takes its fp32 copies: the resumed checkpoint's,
+// or init_from's mapped onto this run's channels, or (empty) the model's own initialisation.
+// The returned function refers to `run` and `from`: call it while both live.
+ModelInit weight_init(const Run& run, const StartingPoint& from) {
+  if (from.resume_from)
+    return [&run, &from](models::WeatherModelImpl& m) {
+      load_weights(m, from.resume_from->model, true, checkpoint_path(run.config));
+    };
+  if (!from.init_from) return {};
+  return [&run, &from](models::WeatherModelImpl& m) {
+    const TrainConfig& t = run.config.train;
+    // The checkpoint's channel names (older checkpoints: its run file's), mapped onto this run's:
+    // the first and last layers' slices move with their channels, new channels start fresh.
+    const ChannelNames old_channels = checkpoint_channels(*from.init_from, t.init_from);
+    auto report = transfer_weights(m, from.init_from->model, old_channels.inputs, old_channels.outputs,
+                                   run.layout.input_names(), run.layout.output_names(), t.strict, t.init_from);
+    if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
+  };
+}
+
+// The model, optimizer and DataParallel on the device. A resumed run continues with the
+// checkpoint's optimizer state, loss scale and CPU generator; a new one broadcasts rank 0's weights.
+void build_state(Run& run, const StartingPoint& from) {
+  auto comm = distributed::make_communicator(run.world, run.config.distributed, run.device);
+  run.state = build_training_state(run.config, models::model_shape(run.config), comm, run.device,
+                                   run.dataset->has_coordinates() ? run.dataset->lat() : std::vector<double>{},
+                                   weight_init(run, from), run.residual_scale);
+  auto& parallel = *run.state->parallel;
+  if (!from.resume_from) {
+    parallel.broadcast_parameters();
+    return;
+  }
+  parallel.load_optimizer_state(from.resume_from->optimizer);
+  if (!from.resume_from->scaler.empty()) run.state->scaler.load_state(from.resume_from->scaler);
+  if (from.resume_from->rng_state.defined()) {
+    at::Generator cpu_generator = at::globalContext().defaultGenerator(torch::Device(torch::kCPU));
+    cpu_generator.set_state(from.resume_from->rng_state);
+  }
+}
+
+// This rank's share of the training samples, at the checkpoint's position when resuming.
+void open_loader(Run& run, const StartingPoint& from) {
+  const TrainConfig& t = run.config.train;
+  data::LoaderOptions options = data::LoaderOptions::from_config(run.config, t.batch_size, t.seed);
+  options.rank = run.world.rank;
+  options.world_size = run.world.size;
+  options.device = run.device;
+  run.loader = std::make_unique<data::Loader>(run.dataset, run.normalization,
+                                              run.split->sample_times(data::Split::kTrain), options);
+  if (from.resume_from) run.loader->set_state(from.resume_from->loader);
+}
+
+// Rank 0's header: the model, grid and batches per epoch; the effective batch and how the step
+// runs; the loss weights; the rollout curriculum and the residual scales where they are used.
+void print_header(const Run& run) {
+  const RunConfig& config = run.config;
+  const TrainConfig& t = config.train;
+  std::cerr << "wxtrain train: " << config.model.name << " on " << run.dataset->num_variables() << " channels, grid "
+            << run.dataset->num_lat() << " x " << run.dataset->num_lon() << ", " << run.loader->batches_per_epoch()
+            << " batches/epoch/rank\n"
+            << "effective batch " << t.batch_size * t.accumulation * run.world.size << " = micro-batch "
+            << t.batch_size << " x accumulation " << t.accumulation << " x " << run.world.size
+            << " rank(s); precision " << to_string(t.precision) << ", checkpointing " << describe_checkpointing(t)
+            << ", ZeRO-" << config.distributed.zero_stage
+            << (run.options.resume ? ", resuming at step " + std::to_string(run.first_step) : "") << "\n"
+            << describe_loss_weights(config) << "\n";
+  if (!t.rollout_schedule.empty()) {
+    std::cerr << "rollout curriculum:";
+    for (size_t i = 0; i < t.rollout_schedule.size(); ++i) {
+      const auto& [from, steps] = t.rollout_schedule[i];
+      std::cerr << (i ? ", " : " ") << steps << (i ? "" : " step(s)") << " from step " << from;
+    }
+    std::cerr << "\n";
+  }
+  if (run.residual_scale.defined()) {
+    std::cerr << "residual normalisation: tendency scale (one-step difference std / state std)";
+    const auto names = run.layout.prognostic_names();
+    for (size_t i = 0; i < names.size(); ++i) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%.3g", run.residual_scale[static_cast<int64_t>(i)].item<double>());
+      std::cerr << (i ? ", " : " ") << names[i] << " " << v;
+    }
+    std::cerr << "\n";
+  }
+}
+
+// The setup, in the order its lines print: samples and validation, init_from's transfer, header.
+void start_run(Run& run) {
+  run.world = distributed::current_world();
+  run.device = resolve_device(run.config.train.device, run.world.local_rank);
+  run.layout = run.config.channels();
+  make_directories(run.config.train.out_dir);
+  split_samples(run);
+  const StartingPoint from = load_starting_point(run);
+  run.normalization = choose_normalization(run, from);
+  run.residual_scale = residual_scale_for(run);
+  build_state(run, from);
+  open_loader(run, from);
+  if (from.resume_from) run.first_step = run.saved_step = from.resume_from->step;
+  if (run.is_root()) print_header(run);
+  install_stop_handlers();
+}
+
+// ---- The loop: step, metrics row, progress line, validation, checkpoint. ----
+
+// Just before the first step (so a run that fails to start takes nothing over), on rank 0: this
+// run's run.toml and command.txt, the rows a resumed run redoes dropped, and metrics.csv opened.
+std::unique_ptr<MetricsCsv> open_run_files(const Run& run) {
+  if (!run.is_root()) return nullptr;
+  record_run(run.config, run.source, run.options, run.first_step, run.world.size);
+  if (run.options.resume) {
+    drop_rows_after(in_out_dir(run.config, "metrics.csv"), run.first_step);
+    drop_rows_after(in_out_dir(run.config, "validation.csv"), run.first_step);
+  }
+  return std::make_unique<MetricsCsv>(in_out_dir(run.config, "metrics.csv"), run.options.resume);
+}
+
+class TrainingLoop {
+ public:
+  explicit TrainingLoop(Run& run)
+      : run_(run), t_(run.config.train), meter_(memory_meter(run.device)), csv_(open_run_files(run)),
+        progress_(run.first_step, run.config.train.steps), step_runner_(*run.state), step_(run.first_step),
+        validation_csv_started_(run.options.resume) {}
+
+  // Steps to train.steps or to a stop request; a file that cannot be written (full disk, I/O
+  // error) ends the run with what the user can do.
+  TrainSummary run() {
+    summary_.first_step = run_.first_step;
+    summary_.checkpoint = checkpoint_path(run_.config);
+    const auto start = Clock::now();
+    try {
+      while (step_ < t_.steps && step_once()) {
+      }
+      finish_progress();
+      const bool validated_last_step = t_.val_every > 0 && step_ % t_.val_every == 0;
+      if (!summary_.stopped_early && step_ == t_.steps && step_ > run_.first_step && !validated_last_step)
+        validate_now();
+    } catch (const WriteError& e) {
+      finish_progress();
+      throw WriteError(e.path(), e.error_number(), after_write_failure(run_));
+    }
+    summary_.last_step = step_;
+    const double total = std::chrono::duration<double>(Clock::now() - start).count();
+    summary_.samples_per_s = total > 0 ? static_cast<double>(samples_seen_) / total : 0.0;
+    return summary_;
+  }
+
+ private:
+  // One optimizer step and what follows it; false when the run stops before train.steps.
+  bool step_once() {
+    const auto t0 = Clock::now();
+    const std::vector<MicroBatch> micro = next_micro_batches();
+    const double lr = learning_rate(t_, step_);
+    meter_.reset_peak();
+    const int64_t rollout = run_.config.rollout_at(step_);
+    StepResult r = step_runner_.run(micro, lr, rollout);
+    // Each rank's loss is over its own shard: log the mean over ranks, the loss of the whole
+    // effective batch (what one process with that batch reports).
+    if (run_.world.size > 1) r.loss = run_.state->comm->sum(r.loss) / run_.world.size;
+    if (!r.applied && !run_.state->scaler.enabled()) stop_on_non_finite_loss(r);
+    ++step_;
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    samples_seen_ += t_.batch_size * t_.accumulation;
+    log_step(r, lr, rollout, seconds);
+    if (t_.val_every > 0 && step_ % t_.val_every == 0) validate_now();
+    return checkpoint_or_stop();
+  }
+
+  std::vector<MicroBatch> next_micro_batches() {
+    std::vector<MicroBatch> micro;
+    for (int64_t m = 0; m < t_.accumulation; ++m) {
+      data::Batch b = next_batch();
+      micro.push_back({b.input, b.forcings, b.target, b.target_mask});
+    }
+    return micro;
+  }
+
+  // Across an epoch's end; with train.val_every = 0 each epoch ends with a validation.
+  data::Batch next_batch() {
+    if (auto b = run_.loader->next()) return std::move(*b);
+    if (t_.val_every == 0) validate_now();
+    if (auto b = run_.loader->next()) return std::move(*b);
+    throw Error("the data loader produced no batch for a new epoch");
+  }
+
+  // Without a loss scaler the step was not applied, so the weights are still the last good ones:
+  // keep them and stop with what to change.
+  [[noreturn]] void stop_on_non_finite_loss(const StepResult& r) {
+    save(run_, step_);
+    throw Error("non-finite loss or gradients at step " + std::to_string(step_ + 1) + " (loss " +
+                std::to_string(r.loss) + "); saved the last good state to " + checkpoint_path(run_.config) +
+                " — lower train.lr, raise train.warmup_steps or enable train.grad_clip");
+  }
+
+  // The step's row in metrics.csv and the progress line, on rank 0.
+  void log_step(const StepResult& r, double lr, int64_t rollout, double seconds) {
+    StepMetrics m;
+    m.step = step_;
+    m.epoch = run_.loader->state().epoch;
+    m.loss = r.loss;
+    m.lr = lr;
+    m.grad_norm = r.grad_norm;
+    m.loss_scale = r.loss_scale;
+    m.samples_per_s = static_cast<double>(t_.batch_size * t_.accumulation * run_.world.size) / seconds;
+    const MemorySnapshot mem = meter_.snapshot();
+    m.allocated_gb = mem.allocated / kGB;
+    m.reserved_gb = mem.reserved / kGB;
+    m.peak_gb = mem.peak / kGB;
+    m.applied = r.applied;
+    m.rollout = rollout;
+    summary_.last_loss = r.loss;
+    if (!run_.is_root()) return;
+    csv_->write(m);
+    if (!run_.options.quiet) progress_.update(m, t_.log_every);
+  }
+
+  // Saves on train.checkpoint_every, at the last step and on a stop request (SIGINT/SIGTERM,
+  // --stop-after), which every rank obeys at the same step; false when the stop ends the run early.
+  bool checkpoint_or_stop() {
+    const TrainOptions& o = run_.options;
+    const bool local_stop = stop_requested() || (o.stop_after > 0 && step_ - run_.first_step >= o.stop_after);
+    const bool stop = run_.state->comm->any(local_stop);
+    if (stop || (t_.checkpoint_every > 0 && step_ % t_.checkpoint_every == 0) || step_ == t_.steps)
+      save(run_, step_);
+    if (!stop || step_ >= t_.steps) return true;
+    summary_.stopped_early = true;
+    if (run_.is_root()) {
+      progress_.finish();
+      std::cerr << "stopped at step " << step_ << "; checkpoint saved to " << checkpoint_path(run_.config)
+                << " (continue with --resume)\n";
+    }
+    return false;
+  }
+
+  // A run without validation samples does not validate.
+  void validate_now() {
+    if (run_.val_times.empty()) return;
+    Validation v = validate(run_, step_);
+    if (run_.is_root()) {
+      print_validation(v);
+      write_validation(run_.config, v, validation_csv_started_);
+    }
+    summary_.validations.push_back(v);
+  }
+
+  void finish_progress() {
+    if (run_.is_root() && !run_.options.quiet) progress_.finish();
+  }
+
+  Run& run_;
+  const TrainConfig& t_;
+  MemoryMeter& meter_;
+  std::unique_ptr<MetricsCsv> csv_;  // rank 0's metrics.csv
+  ProgressLine progress_;
+  TrainingStep step_runner_;
+  TrainSummary summary_;
+  int64_t step_;
+  int64_t samples_seen_ = 0;
+  bool validation_csv_started_;
+};
 
 }  // namespace
 
@@ -366,255 +705,16 @@ void check_run_folder(const RunConfig& config, const TrainOptions& options) {
                     "e.g. --set train.out_dir=" + dir + "_2");
 }
 
-TrainSummary train(const RunConfig& config, const RunSource& source, const TrainOptions& options) {
+
+TrainSummary train(const RunConfig& config, std::shared_ptr<data::Dataset> dataset, const RunSource& source,
+                   const TrainOptions& options) {
   Run run;
   run.config = config;
-  run.world = distributed::current_world();
-  const TrainConfig& t = config.train;
-  // Rank 0 writes the folder's files; the others must not race it over them.
-  if (run.world.rank == 0) check_run_folder(config, options);
-  run.device = resolve_device(config.train.device, run.world.local_rank);
-  make_directories(t.out_dir);
-
-  run.dataset = std::make_shared<data::Dataset>(config.data);
-  const data::SampleWindow window{config.data.history, config.max_rollout()};
-  run.split.emplace(run.dataset->time_axis(), config.data, window);
-  const int64_t val_leads = t.val_lead_steps > 0 ? t.val_lead_steps : config.max_rollout();
-  run.val_split.emplace(run.dataset->time_axis(), config.data, data::SampleWindow{config.data.history, val_leads});
-  if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split, *run.val_split) << "\n";
-  const std::vector<int64_t> val_times = run.val_split->sample_times(data::Split::kValidation);
-  {
-    // The climatology of the days validation scores (each valid time of each lead).
-    std::vector<int64_t> valid_seconds;
-    const data::TimeAxis& axis = run.dataset->time_axis();
-    if (axis.has_dates)
-      for (int64_t s0 : val_times)
-        for (int64_t k = 1; k <= val_leads; ++k) valid_seconds.push_back(axis.seconds[static_cast<size_t>(s0 + k)]);
-    run.climatology.emplace(Climatology::compute(*run.dataset, run.split->begin(data::Split::kTrain),
-                                                 run.split->end(data::Split::kTrain), valid_seconds,
-                                                 static_cast<int>(t.climatology_window)));
-    if (run.is_root() && !val_times.empty())
-      std::cerr << "validation: " << val_times.size() << " samples rolled out " << val_leads << " step(s); "
-                << run.climatology->describe() << "\n";
-  }
-
-  std::optional<Checkpoint> resume_from, init_from;
-  const std::string ckpt_path = checkpoint_path(config);
-  if (options.resume) {
-    if (!std::filesystem::exists(ckpt_path))
-      throw Error("--resume: no checkpoint at " + ckpt_path + " (train.out_dir = \"" + t.out_dir + "\")");
-    resume_from = load_checkpoint(ckpt_path);
-  } else if (!t.init_from.empty()) {
-    init_from = load_checkpoint(t.init_from);
-  }
-  // A resumed model keeps the normalisation it was trained with, exactly; a fine-tuned one keeps
-  // the pretrained statistics of the channels it shares with this run (its weights expect them)
-  // and takes this run's for new channels.
-  if (resume_from && !resume_from->normalization.empty()) {
-    run.normalization = data::Normalization::from_map(resume_from->normalization);
-    const auto expected = normalization_names(*run.dataset);
-    if (run.normalization.names() != expected) {
-      throw ConfigError(config.path + ": the checkpoint was trained on channels [" + join(run.normalization.names()) +
-                        "] but [data] has [" + join(expected) + "] (names and order must match to resume; "
-                        "to train on other channels start a new run with train.init_from)");
-    }
-  } else {
-    run.normalization = data::Normalization::compute(*run.dataset, run.split->begin(data::Split::kTrain),
-                                                     run.split->end(data::Split::kTrain));
-    if (init_from && !init_from->normalization.empty())
-      run.normalization = keep_pretrained_statistics(run.normalization, data::Normalization::from_map(init_from->normalization));
-  }
-
-  models::ModelShape shape = models::model_shape(config);
-  shape.lat = run.dataset->num_lat();
-  shape.lon = run.dataset->num_lon();
-  if (run.dataset->has_coordinates()) {  // where the grid lies, for graphcast's mesh
-    shape.latitudes = run.dataset->lat();
-    shape.longitudes = run.dataset->lon();
-  }
-  auto comm = distributed::make_communicator(run.world, config.distributed, run.device);
-  ModelInit init;
-  if (resume_from) {
-    init = [&](models::WeatherModelImpl& m) { load_weights(m, resume_from->model, true, ckpt_path); };
-  } else if (init_from) {
-    init = [&](models::WeatherModelImpl& m) {
-      // The checkpoint's channel names (older checkpoints: its run file's), mapped onto this run's:
-      // the first and last layers' slices move with their channels, new channels start fresh.
-      const ChannelNames old_channels = checkpoint_channels(*init_from, t.init_from);
-      const ChannelLayout layout = config.channels();
-      auto report = transfer_weights(m, init_from->model, old_channels.inputs, old_channels.outputs,
-                                     layout.input_names(), layout.output_names(), t.strict, t.init_from);
-      if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
-    };
-  }
-  torch::Tensor residual_scale;
-  if (t.residual_normalization) {
-    const data::Normalization prognostic = run.normalization.subset(config.channels().prognostic_names());
-    if (prognostic.diff_std().defined()) residual_scale = residual_scale_from(prognostic.diff_std(), prognostic.std());
-  }
-  run.state = build_training_state(config, shape, comm, run.device,
-                                   run.dataset->has_coordinates() ? run.dataset->lat() : std::vector<double>{}, init,
-                                   residual_scale);
-  auto& parallel = *run.state->parallel;
-  if (resume_from) {
-    parallel.load_optimizer_state(resume_from->optimizer);
-    if (!resume_from->scaler.empty()) run.state->scaler.load_state(resume_from->scaler);
-    if (resume_from->rng_state.defined()) {
-      at::Generator cpu_generator = at::globalContext().defaultGenerator(torch::Device(torch::kCPU));
-      cpu_generator.set_state(resume_from->rng_state);
-    }
-  } else {
-    parallel.broadcast_parameters();
-  }
-
-  data::LoaderOptions lo = data::LoaderOptions::from_config(config, t.batch_size, t.seed);
-  lo.rank = run.world.rank;
-  lo.world_size = run.world.size;
-  lo.device = run.device;
-  run.loader = std::make_unique<data::Loader>(run.dataset, run.normalization,
-                                              run.split->sample_times(data::Split::kTrain), lo);
-  if (resume_from) run.loader->set_state(resume_from->loader);
-
-  const int64_t first_step = resume_from ? resume_from->step : 0;
-  const int64_t effective = t.batch_size * t.accumulation * run.world.size;
-  if (run.is_root()) {
-    std::cerr << "wxtrain train: " << config.model.name << " on " << run.dataset->num_variables() << " channels, grid "
-              << shape.lat << " x " << shape.lon << ", " << run.loader->batches_per_epoch() << " batches/epoch/rank\n"
-              << "effective batch " << effective << " = micro-batch " << t.batch_size << " x accumulation "
-              << t.accumulation << " x " << run.world.size << " rank(s); precision " << to_string(t.precision)
-              << ", checkpointing " << describe_checkpointing(t) << ", ZeRO-" << config.distributed.zero_stage
-              << (resume_from ? ", resuming at step " + std::to_string(first_step) : "") << "\n"
-              << describe_loss_weights(config) << "\n";
-    if (!t.rollout_schedule.empty()) {
-      std::cerr << "rollout curriculum:";
-      for (size_t i = 0; i < t.rollout_schedule.size(); ++i) {
-        const auto& [from, steps] = t.rollout_schedule[i];
-        std::cerr << (i ? ", " : " ") << steps << (i ? "" : " step(s)") << " from step " << from;
-      }
-      std::cerr << "\n";
-    }
-    if (residual_scale.defined()) {
-      std::cerr << "residual normalisation: tendency scale (one-step difference std / state std)";
-      const auto names = config.channels().prognostic_names();
-      for (size_t i = 0; i < names.size(); ++i) {
-        char v[32];
-        std::snprintf(v, sizeof v, "%.3g", residual_scale[static_cast<int64_t>(i)].item<double>());
-        std::cerr << (i ? ", " : " ") << names[i] << " " << v;
-      }
-      std::cerr << "\n";
-    }
-  }
-
-  install_stop_handlers();
-  MemoryMeter& meter = memory_meter(run.device);
-  std::unique_ptr<MetricsCsv> csv;
-  if (resume_from) run.saved_step = first_step;
-  if (run.is_root()) {
-    record_run(config, source, options, first_step, run.world.size);
-    if (resume_from) {
-      drop_rows_after(in_out_dir(config, "metrics.csv"), first_step);
-      drop_rows_after(in_out_dir(config, "validation.csv"), first_step);
-    }
-    csv = std::make_unique<MetricsCsv>(in_out_dir(config, "metrics.csv"), options.resume);
-  }
-  ProgressLine progress(first_step, t.steps);
-  TrainingStep step_runner(*run.state);
-
-  TrainSummary summary;
-  summary.first_step = first_step;
-  summary.checkpoint = ckpt_path;
-  int64_t step = first_step;
-  int64_t samples_seen = 0;
-  bool validation_csv_started = options.resume;
-  const auto run_start = Clock::now();
-  auto validate_now = [&]() {
-    Validation v = validate(run, step);
-    if (run.is_root()) {
-      print_validation(v);
-      write_validation(config, v, validation_csv_started);
-    }
-    summary.validations.push_back(v);
-  };
-  auto next_batch = [&]() -> data::Batch {
-    if (auto b = run.loader->next()) return std::move(*b);
-    if (t.val_every == 0 && !val_times.empty()) validate_now();
-    if (auto b = run.loader->next()) return std::move(*b);
-    throw Error("the data loader produced no batch for a new epoch");
-  };
-
-  // A file that cannot be written (full disk, I/O error) ends the run with what the user can do.
-  try {
-    while (step < t.steps) {
-      const auto t0 = Clock::now();
-      std::vector<MicroBatch> micro;
-      for (int64_t m = 0; m < t.accumulation; ++m) {
-        data::Batch b = next_batch();
-        micro.push_back({b.input, b.forcings, b.target, b.target_mask});
-      }
-      const double lr = learning_rate(t, step);
-      meter.reset_peak();
-      const int64_t rollout_now = config.rollout_at(step);
-      StepResult r = step_runner.run(micro, lr, rollout_now);
-      // Each rank's loss is over its own shard: log the mean over ranks, the loss of the whole
-      // effective batch (what one process with that batch reports).
-      if (run.world.size > 1) r.loss = run.state->comm->sum(r.loss) / run.world.size;
-      if (!r.applied && !run.state->scaler.enabled()) {
-        // The step was not applied, so the weights are still the last good ones: keep them.
-        save(run, step, source);
-        throw Error("non-finite loss or gradients at step " + std::to_string(step + 1) + " (loss " +
-                    std::to_string(r.loss) + "); saved the last good state to " + ckpt_path +
-                    " — lower train.lr, raise train.warmup_steps or enable train.grad_clip");
-      }
-      ++step;
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      samples_seen += t.batch_size * t.accumulation;
-      StepMetrics m;
-      m.step = step;
-      m.epoch = run.loader->state().epoch;
-      m.loss = r.loss;
-      m.lr = lr;
-      m.grad_norm = r.grad_norm;
-      m.loss_scale = r.loss_scale;
-      m.samples_per_s = static_cast<double>(effective) / seconds;
-      const MemorySnapshot mem = meter.snapshot();
-      m.allocated_gb = mem.allocated / kGB;
-      m.reserved_gb = mem.reserved / kGB;
-      m.peak_gb = mem.peak / kGB;
-      m.applied = r.applied;
-      m.rollout = rollout_now;
-      summary.last_loss = r.loss;
-      if (run.is_root()) {
-        csv->write(m);
-        if (!options.quiet) progress.update(m, t.log_every);
-      }
-      if (t.val_every > 0 && step % t.val_every == 0 && !val_times.empty()) validate_now();
-
-      const bool local_stop = stop_requested() || (options.stop_after > 0 && step - first_step >= options.stop_after);
-      const bool stop = run.state->comm->any(local_stop);  // all ranks stop together
-      if (stop || (t.checkpoint_every > 0 && step % t.checkpoint_every == 0) || step == t.steps)
-        save(run, step, source);
-      if (stop && step < t.steps) {
-        summary.stopped_early = true;
-        if (run.is_root()) {
-          progress.finish();
-          std::cerr << "stopped at step " << step << "; checkpoint saved to " << ckpt_path
-                    << " (continue with --resume)\n";
-        }
-        break;
-      }
-    }
-    if (run.is_root() && !options.quiet) progress.finish();
-    const bool validated_last_step = t.val_every > 0 && step % t.val_every == 0;
-    if (!summary.stopped_early && step == t.steps && step > first_step && !validated_last_step && !val_times.empty())
-      validate_now();
-  } catch (const WriteError& e) {
-    if (run.is_root() && !options.quiet) progress.finish();
-    throw WriteError(e.path(), e.error_number(), after_write_failure(run));
-  }
-  summary.last_step = step;
-  const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
-  summary.samples_per_s = total > 0 ? static_cast<double>(samples_seen) / total : 0.0;
-  return summary;
+  run.dataset = std::move(dataset);
+  run.source = source;
+  run.options = options;
+  start_run(run);
+  return TrainingLoop(run).run();
 }
 
 }  // namespace wxtrain::trainer

@@ -3,12 +3,17 @@
 // curriculum), validation rollouts scored against persistence and climatology, metrics,
 // checkpoints, resume, fine-tuning (onto other channels too) and graceful stops. One code path for one
 // process and for every rank under mpirun.
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "distributed/world.h"
 #include "trainer/scores.h"
+
+namespace wxtrain::data {
+class Dataset;
+}
 
 namespace wxtrain::trainer {
 
@@ -44,8 +49,8 @@ std::string checkpoint_path(const RunConfig& config);  // <out_dir>/checkpoint.p
 
 // A run folder belongs to one run. Without --resume or --overwrite, a folder holding another run's
 // files (checkpoint.pt, metrics.csv, validation.csv, run.toml, command.txt) is refused with a
-// ConfigError that offers --resume, --overwrite or a new folder. train() checks it; the CLI also
-// checks before tuning a batch size, so the refusal comes first.
+// ConfigError that offers --resume, --overwrite or a new folder. The run setup (cli/run_setup.h)
+// checks it once, on rank 0, before the data is opened or a batch tuned, so the refusal comes first.
 void check_run_folder(const RunConfig& config, const TrainOptions& options);
 
 // The run file as the user wrote it and the --set values applied to it; checkpoints keep both so
@@ -55,8 +60,11 @@ struct RunSource {
   std::vector<std::string> overrides;
 };
 
+// Trains the run the setup resolved (cli/run_setup.h): `config` with the data's grid and a micro-batch
+// (not "auto") in it, `dataset` the data opened from config.data, the run folder already checked.
 // Beside its outputs a run records its run file with the --set values written in (run.toml) and
 // its command line (command.txt; a resumed run appends its own), both written atomically.
-TrainSummary train(const RunConfig& config, const RunSource& source, const TrainOptions& options);
+TrainSummary train(const RunConfig& config, std::shared_ptr<data::Dataset> dataset, const RunSource& source,
+                   const TrainOptions& options);
 
 }  // namespace wxtrain::trainer

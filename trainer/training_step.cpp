@@ -171,9 +171,9 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   opt.eps = t.eps;
   opt.momentum = t.momentum;
   state->comm = std::move(comm);
-  state->parallel = std::make_unique<distributed::DataParallel>(state->comm, std::move(groups), opt,
-                                                                static_cast<int>(config.distributed.zero_stage),
-                                                                config.distributed.bucket_mb);
+  state->parallel = std::make_unique<distributed::ZeroDataParallel>(state->comm, std::move(groups), opt,
+                                                                    static_cast<int>(config.distributed.zero_stage),
+                                                                    config.distributed.bucket_mb);
   state->scaler = LossScaler::from_config(t);
 
   torch::Tensor w = torch::ones({shape.lat}, torch::kFloat32);

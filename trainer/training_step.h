@@ -12,7 +12,7 @@
 #include "core/autocast.h"
 #include "core/config.h"
 #include "core/memory_meter.h"
-#include "distributed/data_parallel.h"
+#include "distributed/zero_data_parallel.h"
 #include "models/weather_model.h"
 #include "trainer/loss_scaler.h"
 
@@ -60,7 +60,7 @@ struct TrainingState {
   torch::Device device{torch::kCPU};
   models::WeatherModel model;
   std::shared_ptr<distributed::Communicator> comm;
-  std::unique_ptr<distributed::DataParallel> parallel;
+  std::unique_ptr<distributed::ZeroDataParallel> parallel;
   LossScaler scaler{LossScaler::Options{}};
   torch::Tensor lat_weights;  // [lat] cos(latitude) normalised to mean 1, on the device
   // [P+D] per output channel: train.loss_weights x level weighting, mean 1 (core/config.h).
@@ -77,8 +77,8 @@ struct TrainingState {
 using ModelInit = std::function<void(models::WeatherModelImpl&)>;
 
 // Builds the model (seeded by train.seed), applies `init`, moves it to the device and precision,
-// freezes the train.freeze patterns, and creates the parameter groups and the DataParallel
-// updater. `latitudes` in degrees (one per grid row); empty means uniform weights.
+// freezes the train.freeze patterns, and creates the parameter groups and their ZeroDataParallel
+// (gradient reduction and the optimizer). `latitudes` in degrees (one per grid row); empty means uniform weights.
 // `residual_scale` [P] (RolloutSetup); undefined = 1 (estimate and tune-batch: the same memory).
 std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, const models::ModelShape& shape,
                                                      std::shared_ptr<distributed::Communicator> comm,

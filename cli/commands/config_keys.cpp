@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "core/config_keys.h"
 
 namespace wxtrain::cli {
 

@@ -1,14 +1,14 @@
 #include <chrono>
-#include <cstdio>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/svg_plot.h"
+#include "cli/run_setup.h"
 #include "cli/table.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/svg_plot.h"
 #include "core/units.h"
 #include "estimator/estimate.h"
 
@@ -28,12 +28,6 @@ struct EstimateArgs {
   int64_t batch = 0;
   int64_t world_size = 0;
 };
-
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
-  return buf;
-}
 
 nlohmann::json breakdown_json(const estimator::Breakdown& b) {
   return {{"batch", b.batch},           {"params_bytes", b.params},     {"grads_bytes", b.grads},
@@ -71,7 +65,7 @@ void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFi
 }
 
 int run_estimate(const EstimateArgs& args) {
-  RunConfig config = load_run(args.run);
+  const RunConfig config = setup_run(args.run).config;
   const auto shape = models::model_shape(config);
   estimator::EstimateOptions options;
   if (args.mode != "train" && args.mode != "inference")
@@ -165,13 +159,13 @@ int run_estimate(const EstimateArgs& args) {
     Table g({"GPU", "memory GiB", "at batch " + std::to_string(batch), "fits", "max batch"},
             {false, true, true, false, true});
     for (const auto& f : fits)
-      g.add({f.gpu.label, gib(f.gpu.memory_bytes), gib(f.at_batch.total()), f.fits ? "yes" : "no",
+      g.add({f.gpu.label, format_gib(f.gpu.memory_bytes, 2), format_gib(f.at_batch.total(), 2), f.fits ? "yes" : "no",
              std::to_string(f.max_batch)});
     std::cout << g.str();
     if (!args.svg.empty()) std::cout << "\nplot: " << args.svg << "\n";
   }
   if (!any_fits) {
-    std::cerr << "error: at micro-batch " << batch << " this run needs " << gib(gpu.total())
+    std::cerr << "error: at micro-batch " << batch << " this run needs " << format_gib(gpu.total(), 2)
               << " GiB per rank and fits " << (targets.empty() ? "no GPU in the catalog" : "none of the given targets")
               << "; try " << estimator::ways_to_save_memory(config, batch) << "\n";
     return 1;

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/run_setup.h"
 #include "core/autocast.h"
 #include "core/error.h"
 #include "data/dataset.h"
@@ -70,22 +71,20 @@ int64_t start_index(const data::Dataset& dataset, const std::string& text, int64
 
 int run_forecast(const ForecastArgs& args) {
   trainer::Checkpoint ckpt = trainer::load_checkpoint(args.checkpoint);
-  RunConfig config = parse_config(ckpt.config_text, args.checkpoint + " (embedded run file)", ckpt.overrides);
   if (args.steps <= 0) throw ConfigError("--steps " + std::to_string(args.steps) + ": expected a positive number of steps");
   if (args.precision != "fp32" && args.precision != "bf16")
     throw ConfigError("--precision " + args.precision + ": expected fp32 or bf16 (forecasts run on the CPU)");
-  auto dataset = std::make_shared<data::Dataset>(config.data);
+  // The run the checkpoint was trained as, on the data as it lies now (graphcast's graph is built on its grid).
+  SetupRequest request;
+  request.open_data = true;
+  const RunSetup run = setup_run({ckpt.config_text, ckpt.overrides}, args.checkpoint + " (embedded run file)", request);
+  const RunConfig& config = run.config;
+  const std::shared_ptr<data::Dataset>& dataset = run.dataset;
   const int64_t history = config.data.history;
   const int64_t start = start_index(*dataset, args.start, history);
-  config.data.lat = dataset->num_lat();
-  config.data.lon = dataset->num_lon();
-  if (dataset->has_coordinates()) {  // the grid graphcast's graph was built on
-    config.data.lat_coords = dataset->lat();
-    config.data.lon_coords = dataset->lon();
-  }
   const data::Normalization norm = data::Normalization::from_map(ckpt.normalization);
   const data::SampleMaker maker(*dataset, norm, {history, 1});
-  const ChannelLayout layout = config.channels();
+  const ChannelLayout& layout = run.channels;
   const data::TimeAxis& axis = dataset->time_axis();
 
   // A step's inputs that only the archive can give: file forcings at its valid time, and for a

@@ -13,11 +13,12 @@
 
 #include "autotune/memory_profile.h"
 #include "cli/commands.h"
-#include "cli/svg_plot.h"
+#include "cli/run_setup.h"
 #include "cli/table.h"
 #include "core/atomic_file.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/svg_plot.h"
 #include "core/units.h"
 #include "distributed/world.h"
 
@@ -63,12 +64,6 @@ std::string snapshot_path(const std::string& path, int rank) {
   return has_ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
 }
 
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", bytes / kGiB);
-  return buf;
-}
-
 // The sampled step as allocated GiB over milliseconds, with the phase boundary (and the threshold)
 // drawn as lines. Long steps are reduced to their per-bucket maxima so peaks survive.
 void write_timeline(const autotune::ProfileReport& r, const std::string& model, int64_t threshold,
@@ -94,7 +89,7 @@ void write_timeline(const autotune::ProfileReport& r, const std::string& model, 
   if (threshold > 0) top = std::max(top, threshold / kGiB);
   Series optimizer{"optimizer starts", {t.optimizer_start_ms, t.optimizer_start_ms}, {0.0, top}, "#d62728", true};
   Series end{"step ends", {t.end_ms, t.end_ms}, {0.0, top}, "#7f7f7f", true};
-  Series peak{"peak " + gib(static_cast<double>(r.peak())) + " GiB", {0.0, t.end_ms},
+  Series peak{"peak " + format_gib(static_cast<double>(r.peak()), 3) + " GiB", {0.0, t.end_ms},
               {r.peak() / kGiB, r.peak() / kGiB}, "#2ca02c", true};
   plot.series = {mem, optimizer, end, peak};
   if (threshold > 0)
@@ -111,7 +106,7 @@ int run_profile(const ProfileArgs& args) {
   const bool snapshot = !args.snapshot.empty();
   const distributed::World& world = distributed::current_world();  // main() initialised it
   return distributed::run_or_abort([&] {
-    RunConfig config = load_run(args.run);
+    const RunConfig config = setup_run(args.run).config;
     const torch::Device device = resolve_device(config.train.device, world.local_rank);
     autotune::ProfileOptions options;
     options.steps = args.steps;
@@ -159,17 +154,18 @@ int run_profile(const ProfileArgs& args) {
       for (const auto& s : r.steps) {
         char sec[32];
         std::snprintf(sec, sizeof sec, "%.3f", s.seconds);
-        t.add({std::to_string(s.step), sec, gib(static_cast<double>(s.allocated)), gib(static_cast<double>(s.reserved)),
-               gib(static_cast<double>(s.peak_forward_backward)), gib(static_cast<double>(s.peak_optimizer))});
+        t.add({std::to_string(s.step), sec, format_gib(static_cast<double>(s.allocated), 3),
+               format_gib(static_cast<double>(s.reserved), 3), format_gib(static_cast<double>(s.peak_forward_backward), 3),
+               format_gib(static_cast<double>(s.peak_optimizer), 3)});
       }
       std::cout << t.str() << "\n";
       Table sum({"summary", "GiB"}, {false, true});
-      sum.add({"before the model", gib(static_cast<double>(r.baseline))});
-      sum.add({"model, optimizer, inputs (built)", gib(static_cast<double>(r.states))});
-      sum.add({"steady-state allocated", gib(static_cast<double>(r.steady_allocated()))});
-      sum.add({"peak forward/backward", gib(static_cast<double>(r.peak_forward_backward()))});
-      sum.add({"peak optimizer", gib(static_cast<double>(r.peak_optimizer()))});
-      sum.add({"peak", gib(static_cast<double>(r.peak()))});
+      sum.add({"before the model", format_gib(static_cast<double>(r.baseline), 3)});
+      sum.add({"model, optimizer, inputs (built)", format_gib(static_cast<double>(r.states), 3)});
+      sum.add({"steady-state allocated", format_gib(static_cast<double>(r.steady_allocated()), 3)});
+      sum.add({"peak forward/backward", format_gib(static_cast<double>(r.peak_forward_backward()), 3)});
+      sum.add({"peak optimizer", format_gib(static_cast<double>(r.peak_optimizer()), 3)});
+      sum.add({"peak", format_gib(static_cast<double>(r.peak()), 3)});
       std::cout << sum.str();
       if (!args.csv.empty()) std::cout << "\nper-step log: " << args.csv << "\n";
       if (!args.svg.empty())

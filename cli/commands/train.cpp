@@ -1,9 +1,7 @@
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli/commands.h"
-#include "core/error.h"
+#include "cli/run_setup.h"
 #include "distributed/world.h"
 #include "trainer/trainer.h"
 
@@ -19,28 +17,24 @@ struct TrainArgs {
   bool quiet = false;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string g_command_line;
 
 int run_train(const TrainArgs& args) {
-  RunConfig config = load_run(args.run);
   trainer::TrainOptions options;
   options.resume = args.resume;
   options.overwrite = args.overwrite;
   options.quiet = args.quiet;
   options.stop_after = args.stop_after;
   options.command_line = command_line();
-  // A taken run folder is refused before minutes of batch tuning, not after.
-  if (distributed::current_world().rank == 0) trainer::check_run_folder(config, options);
-  if (config.train.batch_auto) config.train.batch_size = resolve_auto_batch(config);
-  trainer::TrainSummary s = trainer::train(config, {read_text(args.run.config_path), args.run.overrides}, options);
+  SetupRequest request;
+  request.open_data = true;
+  request.tune_auto_batch = true;
+  request.run_folder = &options;
+  const RunSetup setup = setup_run(args.run, request);
+  const trainer::TrainSummary s = trainer::train(setup.config, setup.dataset, setup.source, options);
   if (distributed::current_world().rank == 0) {
     std::cout << (s.stopped_early ? "stopped" : "finished") << " at step " << s.last_step << " of "
-              << config.train.steps << ", last loss " << s.last_loss << ", " << s.samples_per_s
+              << setup.config.train.steps << ", last loss " << s.last_loss << ", " << s.samples_per_s
               << " samples/s per rank; checkpoint " << s.checkpoint << "\n";
     if (!s.validations.empty()) {
       const auto& v = s.validations.back();
@@ -51,6 +45,20 @@ int run_train(const TrainArgs& args) {
 }
 
 }  // namespace
+
+void set_command_line(int argc, char** argv) {
+  g_command_line.clear();
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool plain = !arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789-_./=:,+@%") == std::string::npos;
+    std::string quoted = "'";
+    for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    g_command_line += (i ? " " : "") + (plain ? arg : quoted + "'");
+  }
+}
+
+const std::string& command_line() { return g_command_line; }
 
 Action add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();

@@ -8,9 +8,11 @@
 
 #include "autotune/batch_search.h"
 #include "cli/commands.h"
+#include "cli/run_setup.h"
 #include "cli/table.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/run_file_text.h"
 #include "core/units.h"
 #include "distributed/world.h"
 
@@ -29,12 +31,6 @@ struct TuneArgs {
   bool tensors_only = false;
   bool json = false;
 };
-
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", bytes / kGiB);
-  return buf;
-}
 
 std::string secs(double s) {
   char buf[32];
@@ -102,7 +98,7 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
 int run_tune(const TuneArgs& args) {
   const distributed::World& world = distributed::current_world();  // main() initialised it
   return distributed::run_or_abort([&] {
-    RunConfig config = load_run(args.run);
+    RunConfig config = setup_run(args.run).config;
     apply_flags(args, config);
     const torch::Device device = resolve_device(config.train.device, world.local_rank);
     const bool lead = world.rank == 0;
@@ -120,8 +116,10 @@ int run_tune(const TuneArgs& args) {
       options.on_probe = [](const autotune::Probe& p) {
         std::cout << "  probe batch " << p.batch << ": "
                   << (p.oom ? std::string("out of memory")
-                            : "peak " + gib(static_cast<double>(p.peak)) + " GiB" +
-                                  (p.overhead > 0 ? " + " + gib(static_cast<double>(p.overhead)) + " GiB outside the allocator" : "") +
+                            : "peak " + format_gib(static_cast<double>(p.peak), 3) + " GiB" +
+                                  (p.overhead > 0
+                                       ? " + " + format_gib(static_cast<double>(p.overhead), 3) + " GiB outside the allocator"
+                                       : "") +
                                   ", " + (p.passed ? "pass" : "over the margin"))
                   << " (" << secs(p.seconds) << " s)\n"
                   << std::flush;
@@ -138,19 +136,19 @@ int run_tune(const TuneArgs& args) {
     }
     char margin[16];
     std::snprintf(margin, sizeof margin, "%.0f%%", r.margin * 100);
-    std::cout << "budget     " << gib(static_cast<double>(r.budget)) << " GiB (" << r.meter << "), margin " << margin
-              << " -> target peak " << gib(static_cast<double>(r.target)) << " GiB\n"
+    std::cout << "budget     " << format_gib(static_cast<double>(r.budget), 3) << " GiB (" << r.meter << "), margin " << margin
+              << " -> target peak " << format_gib(static_cast<double>(r.target), 3) << " GiB\n"
               << "estimate   largest batch " << r.estimated_batch << " (search starts there)\n";
     if (r.cpu_overhead.process > 0 || r.cpu_overhead.per_sample > 0)
-      std::cout << "overhead   " << gib(r.cpu_overhead.process) << " GiB + " << gib(r.cpu_overhead.per_sample * 1024)
+      std::cout << "overhead   " << format_gib(r.cpu_overhead.process, 3) << " GiB + " << format_gib(r.cpu_overhead.per_sample * 1024, 3)
                 << " GiB per 1024 samples held outside the allocator (estimator/cpu_overhead.h)\n";
     std::cout << "\n";
     Table t({"probe", "batch", "peak GiB", "budget GiB", "result", "seconds"}, {true, true, true, true, false, true});
     for (size_t i = 0; i < r.probes.size(); ++i) {
       const auto& p = r.probes[i];
       t.add({std::to_string(i + 1), std::to_string(p.batch),
-             p.oom ? "> " + gib(static_cast<double>(r.budget)) : gib(static_cast<double>(p.peak)),
-             gib(static_cast<double>(r.budget)), p.passed ? "pass" : p.oom ? "OOM" : "over margin", secs(p.seconds)});
+             p.oom ? "> " + format_gib(static_cast<double>(r.budget), 3) : format_gib(static_cast<double>(p.peak), 3),
+             format_gib(static_cast<double>(r.budget), 3), p.passed ? "pass" : p.oom ? "OOM" : "over margin", secs(p.seconds)});
     }
     std::cout << t.str() << "\n";
     std::cout << "micro-batch " << r.batch << " (" << r.probes.size() << " probes, " << secs(r.seconds)

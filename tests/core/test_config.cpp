@@ -4,8 +4,11 @@
 #include <fstream>
 
 #include "core/config.h"
+#include "core/config_keys.h"
+#include "core/run_file_text.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "models/vit/vit_options.h"
 
 using namespace wxtrain;
 
@@ -46,7 +49,7 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
 TEST(Config, ParsesTypedSections) {
   RunConfig c = parse_config(kValid, "run.toml");
   EXPECT_EQ(c.model.name, "vit");
-  EXPECT_EQ(c.model.patch_size, 3);
+  EXPECT_EQ(c.model.options.as<models::ViTOptions>().patch_size, 3);
   EXPECT_EQ(c.num_variables(), 3);
   EXPECT_EQ(c.in_channels(), 6);
   EXPECT_EQ(c.data.lat, 33);
@@ -203,5 +206,5 @@ TEST(Config, OverridesWrittenIntoTheTextReproduceTheRun) {
   EXPECT_EQ(recorded.train.precision, direct.train.precision);
   EXPECT_DOUBLE_EQ(recorded.memory.margin, 0.25);
   EXPECT_EQ(recorded.distributed.zero_stage, 1);
-  EXPECT_EQ(recorded.model.patch_size, direct.model.patch_size);
+  EXPECT_EQ(recorded.model.options.as<models::ViTOptions>().patch_size, direct.model.options.as<models::ViTOptions>().patch_size);
 }

@@ -1,4 +1,4 @@
-// Run under `mpirun -np 2`: DataParallel on two ranks trains exactly like one process with the
+// Run under `mpirun -np 2`: ZeroDataParallel on two ranks trains exactly like one process with the
 // whole batch (checked against torch::optim), in every ZeRO stage, and shards what it says it does.
 #include <gtest/gtest.h>
 
@@ -23,10 +23,10 @@ class TwoRanks : public ::testing::Test {
     rank = comm->rank();
   }
   // Every rank starts from a different initialisation; broadcast_parameters() must fix that.
-  torch::nn::Sequential trained(int stage, int micro, int steps, std::unique_ptr<DataParallel>* keep = nullptr,
+  torch::nn::Sequential trained(int stage, int micro, int steps, std::unique_ptr<ZeroDataParallel>* keep = nullptr,
                                 torch::nn::Sequential* keep_model = nullptr, const OptimizerOptions& o = {}) {
     auto model = make_model(100 + rank);
-    auto dp = std::make_unique<DataParallel>(comm, make_groups(model, kDecay, kBiasScale), o, stage, kTinyBuckets);
+    auto dp = std::make_unique<ZeroDataParallel>(comm, make_groups(model, kDecay, kBiasScale), o, stage, kTinyBuckets);
     dp->broadcast_parameters();
     for (int step = 0; step < steps; ++step) EXPECT_TRUE(dp_step(model, *dp, step, kBatch, rank, 2, micro, kMaxNorm, kLr));
     if (keep) *keep = std::move(dp);
@@ -74,7 +74,7 @@ TEST_F(TwoRanks, EveryStageMatchesOneProcessWithTheWholeBatch) {
 
 TEST_F(TwoRanks, BucketsAreReducedDuringBackward) {
   for (int stage : {0, 2}) {
-    std::unique_ptr<DataParallel> dp;
+    std::unique_ptr<ZeroDataParallel> dp;
     trained(stage, 1, 1, &dp);
     EXPECT_GT(dp->bucket_count(), 2);
     EXPECT_EQ(dp->last_backward().buckets, dp->bucket_count());
@@ -85,7 +85,7 @@ TEST_F(TwoRanks, BucketsAreReducedDuringBackward) {
 
 TEST_F(TwoRanks, NoCommunicationWithoutSync) {
   auto model = make_model(3);
-  DataParallel dp(comm, make_groups(model, kDecay), OptimizerOptions{}, 2, kTinyBuckets);
+  ZeroDataParallel dp(comm, make_groups(model, kDecay), OptimizerOptions{}, 2, kTinyBuckets);
   auto [x, y] = make_batch(0, 8);
   dp.zero_grad();
   const CommStats before = comm->stats();
@@ -104,7 +104,7 @@ TEST_F(TwoRanks, NoCommunicationWithoutSync) {
 TEST_F(TwoRanks, NonFiniteGradientOnOneRankIsSeenByAll) {
   for (int stage : {0, 2}) {
     auto model = make_model(4);
-    DataParallel dp(comm, make_groups(model, 0.0), OptimizerOptions{}, stage, kTinyBuckets);
+    ZeroDataParallel dp(comm, make_groups(model, 0.0), OptimizerOptions{}, stage, kTinyBuckets);
     auto [x, y] = make_batch(0, 8);
     dp.zero_grad();
     dp.prepare_backward(true);
@@ -120,7 +120,7 @@ TEST_F(TwoRanks, ShardingHalvesOptimizerAndGradientMemory) {
     auto model = make_model(5);
     auto groups = make_groups(model, 0.0);
     const int64_t before = meter.snapshot().allocated;
-    auto dp = std::make_unique<DataParallel>(c, groups, OptimizerOptions{}, stage, 25.0);
+    auto dp = std::make_unique<ZeroDataParallel>(c, groups, OptimizerOptions{}, stage, 25.0);
     *grown = meter.snapshot().allocated - before;
     return dp;
   };
@@ -134,7 +134,7 @@ TEST_F(TwoRanks, ShardingHalvesOptimizerAndGradientMemory) {
   EXPECT_EQ(zero2->optimizer_state_bytes() * 2, one->optimizer_state_bytes());
   EXPECT_EQ(zero1->gradient_bytes(), one->gradient_bytes());
   EXPECT_EQ(zero2->gradient_bytes() * 2, one->gradient_bytes());
-  // The counting allocator agrees: what each DataParallel added is its gradients and its state.
+  // The counting allocator agrees: what each ZeroDataParallel added is its gradients and its state.
   EXPECT_NEAR(double(grown_one), double(one->gradient_bytes() + one->optimizer_state_bytes()), 512.0);
   EXPECT_NEAR(double(grown_zero1), double(zero1->gradient_bytes() + zero1->optimizer_state_bytes()), 512.0);
   EXPECT_NEAR(double(grown_zero2), double(zero2->gradient_bytes() + zero2->optimizer_state_bytes()), 512.0);
@@ -144,7 +144,7 @@ TEST_F(TwoRanks, ShardingHalvesOptimizerAndGradientMemory) {
 TEST_F(TwoRanks, StateFromTwoRanksContinuesInOneProcess) {
   for (int stage : {0, 2}) {
     SCOPED_TRACE("saved from zero_stage " + std::to_string(stage));
-    std::unique_ptr<DataParallel> dp;
+    std::unique_ptr<ZeroDataParallel> dp;
     torch::nn::Sequential model;
     trained(stage, 1, 5, &dp, &model);
     const torch::Tensor saved_params = flat_params(model);
@@ -156,8 +156,8 @@ TEST_F(TwoRanks, StateFromTwoRanksContinuesInOneProcess) {
 
     auto single = make_model(7);
     set_params(single, saved_params);
-    DataParallel resumed(std::make_shared<LocalCommunicator>(), make_groups(single, kDecay, kBiasScale),
-                         OptimizerOptions{}, 0, 25.0);
+    ZeroDataParallel resumed(std::make_shared<LocalCommunicator>(), make_groups(single, kDecay, kBiasScale),
+                             OptimizerOptions{}, 0, 25.0);
     resumed.load_optimizer_state(state);
     dp_step(single, resumed, 5, kBatch, 0, 1, 1, kMaxNorm, kLr);  // step 6 in one process
     EXPECT_LT(max_abs_diff(flat_params(single), flat_params(model)), 1e-6);

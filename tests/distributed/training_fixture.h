@@ -1,13 +1,13 @@
 #pragma once
 // A small model, seeded data and a torch::optim reference, shared by the single-process and the
-// mpirun tests: DataParallel must train the model exactly as torch.optim does on the full batch.
+// mpirun tests: ZeroDataParallel must train the model exactly as torch.optim does on the full batch.
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include <torch/torch.h>
 
-#include "distributed/data_parallel.h"
+#include "distributed/zero_data_parallel.h"
 
 namespace wxtrain::distributed::fixture {
 
@@ -93,9 +93,9 @@ inline void reference_step(torch::nn::Sequential& model, torch::optim::Optimizer
   opt.step();
 }
 
-// One DataParallel step: this rank's share of the global batch, in `micro` accumulation micro-steps
+// One ZeroDataParallel step: this rank's share of the global batch, in `micro` accumulation micro-steps
 // (only the last synchronised). Returns finish_backward's verdict.
-inline bool dp_step(torch::nn::Sequential& model, DataParallel& dp, int step, int64_t global_batch, int rank, int world,
+inline bool dp_step(torch::nn::Sequential& model, ZeroDataParallel& dp, int step, int64_t global_batch, int rank, int world,
                     int micro, double max_norm, double lr, torch::Dtype dtype = torch::kFloat) {
   dp.zero_grad();
   auto [x, y] = make_batch(step, global_batch, dtype);

@@ -12,7 +12,12 @@
 #include "estimator/activation_trace.h"
 #include "estimator/analytic.h"
 #include "estimator/estimate.h"
-#include "models/graphcast.h"
+#include "models/fourcastnet/fourcastnet.h"
+#include "models/gnn/gnn.h"
+#include "models/graphcast/graphcast.h"
+#include "models/pangu/pangu.h"
+#include "models/unet/unet.h"
+#include "models/vit/vit.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::estimator {
@@ -29,25 +34,48 @@ models::ModelShape storm_shape() { return {12, 6, 33, 36}; }
 ModelConfig small(const std::string& name) {
   ModelConfig c;
   c.name = name;
-  c.channels = {16, 32, 48};
-  c.groups = 8;
-  c.patch_size = 3;
-  c.embed_dim = 48;
-  c.depth = 2;
-  c.heads = 4;
-  c.mlp_ratio = 4.0;
-  c.latent = 16;
-  c.processor_layers = 2;
-  c.mlp_layers = 2;
-  c.neighbourhood = 1;
-  c.mesh_refinement = 4;
-  // pangu: u, v at two levels of the 12 bare channels form the volume: tokens (2, 11, 12) and
-  // (2, 6, 6), one window type per coarse block.
-  c.upper_variables = 2;
-  c.levels = 2;
-  c.window = {2, 6, 12};
-  c.stage_depths = {2, 2, 2, 2};
-  c.stage_heads = {2, 4, 4, 2};
+  if (name == "unet") {
+    auto& o = c.options.as<models::UNetOptions>();
+    o.channels = {16, 32, 48};
+    o.groups = 8;
+  } else if (name == "vit") {
+    auto& o = c.options.as<models::ViTOptions>();
+    o.patch_size = 3;
+    o.embed_dim = 48;
+    o.depth = 2;
+    o.heads = 4;
+    o.mlp_ratio = 4.0;
+  } else if (name == "fourcastnet") {
+    auto& o = c.options.as<models::FourCastNetOptions>();
+    o.patch_size = 3;
+    o.embed_dim = 48;
+    o.depth = 2;
+    o.mlp_ratio = 4.0;
+  } else if (name == "gnn") {
+    auto& o = c.options.as<models::GraphNetOptions>();
+    o.latent = 16;
+    o.processor_layers = 2;
+    o.mlp_layers = 2;
+    o.neighbourhood = 1;
+  } else if (name == "graphcast") {
+    auto& o = c.options.as<models::GraphCastOptions>();
+    o.latent = 16;
+    o.processor_layers = 2;
+    o.mlp_layers = 2;
+    o.mesh_refinement = 4;
+  } else if (name == "pangu") {
+    // u, v at two levels of the 12 bare channels form the volume: tokens (2, 11, 12) and (2, 6, 6),
+    // one window type per coarse block.
+    auto& o = c.options.as<models::PanguOptions>();
+    o.patch_size = 3;
+    o.embed_dim = 48;
+    o.mlp_ratio = 4.0;
+    o.upper_variables = 2;
+    o.levels = 2;
+    o.window = {2, 6, 12};
+    o.stage_depths = {2, 2, 2, 2};
+    o.stage_heads = {2, 4, 4, 2};
+  }
   return c;
 }
 
@@ -63,7 +91,7 @@ TEST(AnalyticParams, UNetMatchesInstantiatedModel) {
   for (const auto& channels : std::vector<std::vector<int64_t>>{{8}, {16, 32, 48}, {8, 16, 24, 32}, {32, 64, 128}}) {
     for (const models::ModelShape& s : {storm_shape(), models::ModelShape{5, 3, 17, 23}, models::ModelShape{1, 1, 8, 8}}) {
       ModelConfig c = small("unet");
-      c.channels = channels;
+      c.options.as<models::UNetOptions>().channels = channels;
       EXPECT_EQ(analytic_param_count(c, s), instantiated_params(c, s)) << channels.size() << " levels on " << s.lat << "x" << s.lon;
     }
   }
@@ -74,9 +102,10 @@ TEST(AnalyticParams, ViTMatchesInstantiatedModelOnIndivisibleGrids) {
     for (double ratio : {1.0, 2.5, 4.0}) {
       for (const models::ModelShape& s : {storm_shape(), models::ModelShape{5, 3, 17, 23}}) {
         ModelConfig c = small("vit");
-        c.patch_size = patch;
-        c.mlp_ratio = ratio;
-        c.depth = 3;
+        auto& o = c.options.as<models::ViTOptions>();
+        o.patch_size = patch;
+        o.mlp_ratio = ratio;
+        o.depth = 3;
         EXPECT_EQ(analytic_param_count(c, s), instantiated_params(c, s))
             << "patch " << patch << " ratio " << ratio << " on " << s.lat << "x" << s.lon;
       }
@@ -88,16 +117,17 @@ TEST(AnalyticParams, GnnMatchesInstantiatedModelAndIgnoresTheGraph) {
   for (int64_t mlp : {1, 2, 3}) {
     for (int64_t radius : {1, 2}) {
       ModelConfig c = small("gnn");
-      c.mlp_layers = mlp;
-      c.neighbourhood = radius;
-      c.processor_layers = 3;
+      auto& o = c.options.as<models::GraphNetOptions>();
+      o.mlp_layers = mlp;
+      o.neighbourhood = radius;
+      o.processor_layers = 3;
       EXPECT_EQ(analytic_param_count(c, storm_shape()), instantiated_params(c, storm_shape()))
           << "mlp_layers " << mlp << " radius " << radius;
     }
   }
   // Edges are buffers, not parameters: the count does not move with the neighbourhood or the grid.
   ModelConfig a = small("gnn"), b = small("gnn");
-  b.neighbourhood = 3;
+  b.options.as<models::GraphNetOptions>().neighbourhood = 3;
   EXPECT_EQ(analytic_param_count(a, storm_shape()), analytic_param_count(b, storm_shape()));
   EXPECT_EQ(analytic_param_count(a, storm_shape()), analytic_param_count(a, models::ModelShape{12, 6, 10, 11}));
 }
@@ -107,10 +137,11 @@ TEST(AnalyticParams, FourCastNetMatchesInstantiatedModel) {
     for (int64_t blocks : {1, 4, 8}) {
       for (const models::ModelShape& s : {storm_shape(), models::ModelShape{5, 3, 17, 23}, models::ModelShape{20, 20, 24, 48}}) {
         ModelConfig c = small("fourcastnet");
-        c.patch_size = patch;
-        c.afno_blocks = blocks;
-        c.mlp_ratio = blocks == 4 ? 2.5 : 4.0;
-        c.depth = 3;
+        auto& o = c.options.as<models::FourCastNetOptions>();
+        o.patch_size = patch;
+        o.afno_blocks = blocks;
+        o.mlp_ratio = blocks == 4 ? 2.5 : 4.0;
+        o.depth = 3;
         EXPECT_EQ(analytic_param_count(c, s), instantiated_params(c, s))
             << "patch " << patch << " blocks " << blocks << " on " << s.lat << "x" << s.lon;
       }
@@ -124,11 +155,12 @@ TEST(AnalyticParams, FourCastNetPublishedConfiguration) {
   // LayerNorm it never applies (2 x 768 parameters more); wxtrain leaves it out.
   ModelConfig c;
   c.name = "fourcastnet";
-  c.patch_size = 8;
-  c.embed_dim = 768;
-  c.depth = 12;
-  c.afno_blocks = 8;
-  c.mlp_ratio = 4.0;
+  auto& o = c.options.as<models::FourCastNetOptions>();
+  o.patch_size = 8;
+  o.embed_dim = 768;
+  o.depth = 12;
+  o.afno_blocks = 8;
+  o.mlp_ratio = 4.0;
   const models::ModelShape s{20, 20, 720, 1440};
   const int64_t embed = 20 * 768 * 64 + 768 + 90 * 180 * 768;
   const int64_t block = 4 * 768 + 4 * 8 * 96 * 96 + 4 * 8 * 96 + (768 * 3072 + 3072) + (3072 * 768 + 768);
@@ -142,13 +174,13 @@ TEST(AnalyticParams, FourCastNetPublishedConfiguration) {
 TEST(AnalyticParams, GraphCastMatchesInstantiatedModelAndIgnoresTheMesh) {
   for (int64_t mlp : {1, 2, 3}) {
     ModelConfig c = small("graphcast");
-    c.mlp_layers = mlp;
-    c.processor_layers = 3;
+    c.options.as<models::GraphCastOptions>().mlp_layers = mlp;
+    c.options.as<models::GraphCastOptions>().processor_layers = 3;
     EXPECT_EQ(analytic_param_count(c, storm_shape()), instantiated_params(c, storm_shape())) << "mlp_layers " << mlp;
   }
   // The graph is buffers: neither the refinement nor the grid changes the count.
   ModelConfig a = small("graphcast"), b = small("graphcast");
-  b.mesh_refinement = 2;
+  b.options.as<models::GraphCastOptions>().mesh_refinement = 2;
   EXPECT_EQ(analytic_param_count(a, storm_shape()), analytic_param_count(b, storm_shape()));
   EXPECT_EQ(analytic_param_count(a, storm_shape()), instantiated_params(b, models::ModelShape{12, 6, 10, 11}));
 }
@@ -158,10 +190,11 @@ TEST(AnalyticParams, GraphCastMatchesInstantiatedModelAndIgnoresTheMesh) {
 ModelConfig published_graphcast(int64_t refinement) {
   ModelConfig c;
   c.name = "graphcast";
-  c.latent = 512;
-  c.processor_layers = 16;
-  c.mlp_layers = 2;
-  c.mesh_refinement = refinement;
+  auto& o = c.options.as<models::GraphCastOptions>();
+  o.latent = 512;
+  o.processor_layers = 16;
+  o.mlp_layers = 2;
+  o.mesh_refinement = refinement;
   return c;
 }
 
@@ -210,13 +243,14 @@ TEST(AnalyticParams, PanguMatchesInstantiatedModel) {
                                                {1, 3, 2, 2, {2, 3, 4}}, {2, 3, 1, 3, {3, 2, 5}}}) {
     for (const models::ModelShape& s : {storm_shape(), models::ModelShape{7, 7, 17, 23}}) {
       ModelConfig c = small("pangu");
-      c.upper_variables = v.V;
-      c.levels = v.Z;
-      c.level_patch = v.pz;
-      c.patch_size = v.patch;
-      c.window = v.window;
-      c.stage_depths = {1, 2, 3, 2};
-      c.mlp_ratio = v.V == 1 ? 2.5 : 4.0;
+      auto& o = c.options.as<models::PanguOptions>();
+      o.upper_variables = v.V;
+      o.levels = v.Z;
+      o.level_patch = v.pz;
+      o.patch_size = v.patch;
+      o.window = v.window;
+      o.stage_depths = {1, 2, 3, 2};
+      o.mlp_ratio = v.V == 1 ? 2.5 : 4.0;
       EXPECT_EQ(analytic_param_count(c, s), instantiated_params(c, s))
           << v.V << " x " << v.Z << " upper air, patch " << v.patch << " on " << s.lat << "x" << s.lon;
     }
@@ -231,15 +265,16 @@ TEST(AnalyticParams, PanguPublishedConfiguration) {
   // then 8 x 91 x 180; window types 4 x 31 = 124 and 4 x 16 = 64.
   ModelConfig c;
   c.name = "pangu";
-  c.upper_variables = 5;
-  c.levels = 13;
-  c.level_patch = 2;
-  c.patch_size = 4;
-  c.embed_dim = 192;
-  c.mlp_ratio = 4.0;
-  c.window = {2, 6, 12};
-  c.stage_depths = {2, 6, 6, 2};
-  c.stage_heads = {6, 12, 12, 6};
+  auto& o = c.options.as<models::PanguOptions>();
+  o.upper_variables = 5;
+  o.levels = 13;
+  o.level_patch = 2;
+  o.patch_size = 4;
+  o.embed_dim = 192;
+  o.mlp_ratio = 4.0;
+  o.window = {2, 6, 12};
+  o.stage_depths = {2, 6, 6, 2};
+  o.stage_heads = {6, 12, 12, 6};
   models::ModelShape s{5 * 13 + 4 + 3, 5 * 13 + 4, 721, 1440};
   s.state_channels = 5 * 13 + 4;
   s.history = 1;
@@ -380,12 +415,12 @@ TEST(AnalyticVsTrace, GraphCastEdgeBlocksWithinEightPercent) {
   for (const Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
     RunConfig whole;
     whole.model = small("graphcast");
-    whole.model.mesh_refinement = 2;
+    whole.model.options.as<models::GraphCastOptions>().mesh_refinement = 2;
     whole.train.precision = precision;
     whole.train.checkpointing = true;
     whole.train.device = "cuda";
     RunConfig blocked = whole;
-    blocked.model.edge_block = 400;
+    blocked.model.options.as<models::GraphCastOptions>().edge_block = 400;
     const ActivationFit traced_whole = trace_activations(whole, shape, Mode::kTrain, {4, 16});
     const ActivationFit traced = trace_activations(blocked, shape, Mode::kTrain, {4, 16});
     const ActivationFit analytic = analytic_activations(blocked, shape, Mode::kTrain);

@@ -130,6 +130,36 @@ TEST(Estimate, MaxBatchIsTheLargestThatFits) {
   EXPECT_EQ(e.max_batch(256LL << 20, t4), 0);
 }
 
+// What estimate's "try ..." line lists and tune-batch re-estimates: what the run does not use yet,
+// in one order, ZeRO's next stage only where ranks share the states.
+TEST(Estimate, MemorySaversAreWhatTheRunDoesNotUseYet) {
+  auto settings = [](const std::vector<MemorySaver>& savers) {
+    std::vector<std::string> out;
+    for (const MemorySaver& s : savers) out.push_back(s.setting);
+    return out;
+  };
+  const RunConfig plain = small_run(kUnet, {"data.rollout_steps=2"});
+  EXPECT_EQ(settings(memory_savers(plain, 1)),
+            (std::vector<std::string>{"train.checkpointing = true", "train.rollout_checkpointing = true",
+                                      "train.precision = \"bf16\""}));
+  const std::vector<MemorySaver> four_ranks = memory_savers(plain, 4);
+  ASSERT_EQ(four_ranks.size(), 4u);
+  EXPECT_EQ(four_ranks[0].config.train.checkpointing, true);
+  EXPECT_EQ(four_ranks[2].config.train.precision, Precision::kBf16);
+  EXPECT_EQ(four_ranks[3].setting, "distributed.zero_stage = 1");
+  EXPECT_EQ(four_ranks[3].config.distributed.zero_stage, 1);
+  EXPECT_TRUE(four_ranks[3].states_only);
+  EXPECT_FALSE(four_ranks[0].states_only);
+  EXPECT_EQ(ways_to_save_memory(plain, 8),
+            "train.checkpointing = true, train.rollout_checkpointing = true, train.precision = \"bf16\", a smaller "
+            "batch, or distributed.zero_stage with more ranks");
+
+  const RunConfig saving = small_run(kUnet, {"train.checkpointing=true", "train.precision=bf16",
+                                             "distributed.zero_stage=2"});
+  EXPECT_EQ(settings(memory_savers(saving, 4)), (std::vector<std::string>{"distributed.zero_stage = 3 (estimate only)"}));
+  EXPECT_EQ(ways_to_save_memory(saving, 1), "distributed.zero_stage with more ranks");
+}
+
 TEST(GpuCatalog, HasTheCardsUsersRentAndFindsThemLoosely) {
   for (const char* name : {"T4", "RTX3080", "RTX4060Ti", "RTX4090", "RTX6000Ada", "A10G", "L4", "L40S", "V100",
                            "A100-40", "A100-80", "H100", "H100-PCIe", "H100-NVL", "GH200", "H200", "B200", "MI250X",

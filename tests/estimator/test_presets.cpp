@@ -9,6 +9,9 @@
 #include "core/error.h"
 #include "core/model_presets.h"
 #include "estimator/analytic.h"
+#include "models/fourcastnet/fourcastnet.h"
+#include "models/graphcast/graphcast.h"
+#include "models/pangu/pangu.h"
 #include "models/weather_model.h"
 
 using namespace wxtrain;
@@ -25,10 +28,10 @@ TEST(ModelPresets, FourCastNetSetsThePapersModelAndData) {
   const RunConfig c = parse("[model]\npreset = \"fourcastnet-0.25\"\n");
   EXPECT_EQ(c.model.preset, "fourcastnet-0.25");
   EXPECT_EQ(c.model.name, "fourcastnet");
-  EXPECT_EQ(c.model.patch_size, 8);
-  EXPECT_EQ(c.model.embed_dim, 768);
-  EXPECT_EQ(c.model.depth, 12);
-  EXPECT_EQ(c.model.afno_blocks, 8);
+  EXPECT_EQ(c.model.options.as<models::FourCastNetOptions>().patch_size, 8);
+  EXPECT_EQ(c.model.options.as<models::FourCastNetOptions>().embed_dim, 768);
+  EXPECT_EQ(c.model.options.as<models::FourCastNetOptions>().depth, 12);
+  EXPECT_EQ(c.model.options.as<models::FourCastNetOptions>().afno_blocks, 8);
   ASSERT_EQ(c.data.variables.size(), 20u);
   EXPECT_EQ(c.data.variables.front(), "u10");
   EXPECT_EQ(c.data.variables.back(), "tcwv");
@@ -43,9 +46,9 @@ TEST(ModelPresets, FourCastNetSetsThePapersModelAndData) {
 TEST(ModelPresets, TheRunFilesOwnKeysWin) {
   const RunConfig c = parse("[model]\npreset = \"fourcastnet-0.25\"\nembed_dim = 384\n[data]\ngrid = [360, 720]\n",
                             {"model.depth=6"});
-  EXPECT_EQ(c.model.embed_dim, 384);
-  EXPECT_EQ(c.model.depth, 6);
-  EXPECT_EQ(c.model.patch_size, 8);  // from the preset
+  EXPECT_EQ(c.model.options.as<models::FourCastNetOptions>().embed_dim, 384);
+  EXPECT_EQ(c.model.options.as<models::FourCastNetOptions>().depth, 6);
+  EXPECT_EQ(c.model.options.as<models::FourCastNetOptions>().patch_size, 8);  // from the preset
   EXPECT_EQ(c.data.lat, 360);
   EXPECT_EQ(c.data.lon, 720);
   EXPECT_EQ(c.data.variables.size(), 20u);  // from the preset
@@ -76,9 +79,9 @@ TEST(ModelPresets, AnUnknownPresetIsNamedWithTheChoices) {
 TEST(ModelPresets, PanguHasTheVolumeFirstAndTheMasksAsInputs) {
   const RunConfig c = parse("[model]\npreset = \"pangu-0.25\"\n");
   EXPECT_EQ(c.model.name, "pangu");
-  EXPECT_EQ(c.model.upper_variables, 5);
-  EXPECT_EQ(c.model.levels, 13);
-  EXPECT_EQ(c.model.stage_heads, (std::vector<int64_t>{6, 12, 12, 6}));
+  EXPECT_EQ(c.model.options.as<models::PanguOptions>().upper_variables, 5);
+  EXPECT_EQ(c.model.options.as<models::PanguOptions>().levels, 13);
+  EXPECT_EQ(c.model.options.as<models::PanguOptions>().stage_heads, (std::vector<int64_t>{6, 12, 12, 6}));
   const models::ModelShape s = models::model_shape(c);
   EXPECT_EQ(s.out_channels, 5 * 13 + 4);
   EXPECT_EQ(s.in_channels, 5 * 13 + 4 + 3);
@@ -118,7 +121,7 @@ TEST(ModelPresets, ParameterCountsMatchThePublishedFigures) {
 }
 
 // GraphCast: the paper's 36.7 million (Lam et al. 2023, main text) counts the reference code's
-// parameters, 767 thousand of which cannot change its output and which models/graphcast.h leaves
+// parameters, 767 thousand of which cannot change its output and which models/graphcast/graphcast.h leaves
 // out (tests/estimator/test_analytic.cpp, GraphCastPublishedConfigurations): the mesh-node
 // embedding's weights on the grid features, which are zero on mesh nodes, and the decoder's mesh
 // node MLP, whose result is discarded. Counted with them, the preset is within 1% of the paper; the
@@ -127,9 +130,9 @@ TEST(ModelPresets, ParameterCountsMatchThePublishedFigures) {
 TEST(ModelPresets, GraphCastCountsThePapersParametersWithTheReferencesInertOnes) {
   const RunConfig c = parse("[model]\npreset = \"graphcast-0.25\"\n");
   EXPECT_EQ(c.model.name, "graphcast");
-  EXPECT_EQ(c.model.latent, 512);
-  EXPECT_EQ(c.model.processor_layers, 16);
-  EXPECT_EQ(c.model.mesh_refinement, 6);
+  EXPECT_EQ(c.model.options.as<models::GraphCastOptions>().latent, 512);
+  EXPECT_EQ(c.model.options.as<models::GraphCastOptions>().processor_layers, 16);
+  EXPECT_EQ(c.model.options.as<models::GraphCastOptions>().mesh_refinement, 6);
   const models::ModelShape s = models::model_shape(c);
   EXPECT_EQ(s.out_channels, 227);                  // 5 + 6 x 37
   EXPECT_EQ(s.in_channels, 2 * 227 + 5 + 2);       // two states, 5 forcings, 2 constants
@@ -144,7 +147,7 @@ TEST(ModelPresets, GraphCastCountsThePapersParametersWithTheReferencesInertOnes)
   EXPECT_LT(model, paper);
 
   const RunConfig small = parse("[model]\npreset = \"graphcast-1.0\"\n");
-  EXPECT_EQ(small.model.mesh_refinement, 5);
+  EXPECT_EQ(small.model.options.as<models::GraphCastOptions>().mesh_refinement, 5);
   EXPECT_EQ(models::model_shape(small).out_channels, 5 + 6 * 13);
   EXPECT_EQ(models::model_shape(small).lat, 181);
 }

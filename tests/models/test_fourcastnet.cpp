@@ -10,7 +10,7 @@
 #include "core/autocast.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "models/fourcastnet.h"
+#include "models/fourcastnet/fourcastnet.h"
 #include "models/weather_model.h"
 #include "tests/models/step_gradients.h"
 
@@ -20,11 +20,12 @@ namespace {
 ModelConfig small_fourcastnet() {
   ModelConfig c;
   c.name = "fourcastnet";
-  c.patch_size = 4;
-  c.embed_dim = 24;
-  c.depth = 2;
-  c.mlp_ratio = 2.0;
-  c.afno_blocks = 4;
+  auto& o = c.options.as<FourCastNetOptions>();
+  o.patch_size = 4;
+  o.embed_dim = 24;
+  o.depth = 2;
+  o.mlp_ratio = 2.0;
+  o.afno_blocks = 4;
   return c;
 }
 
@@ -146,7 +147,7 @@ TEST(FourCastNet, ForwardShapesOnOddGrids) {
   for (const auto& [patch, lat, lon] :
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4, 17, 23}, {4, 13, 17}, {3, 19, 7}, {1, 5, 9}}) {
     ModelConfig c = small_fourcastnet();
-    c.patch_size = patch;
+    c.options.as<FourCastNetOptions>().patch_size = patch;
     torch::manual_seed(0);
     auto model = std::dynamic_pointer_cast<FourCastNetImpl>(build_model(c, {5, 3, lat, lon}));
     ASSERT_TRUE(model);
@@ -160,7 +161,7 @@ TEST(FourCastNet, ForwardShapesOnOddGrids) {
 
 TEST(FourCastNet, CheckpointedEqualsPlainOutputsAndGradients) {
   ModelConfig c = small_fourcastnet();
-  c.hard_thresholding_fraction = 0.6;  // the mask too
+  c.options.as<FourCastNetOptions>().hard_thresholding_fraction = 0.6;  // the mask too
   torch::manual_seed(8);
   WeatherModel model = build_model(c, {5, 3, 17, 23});
   testing::expect_checkpointed_equals_plain(*model, torch::randn({2, 5, 17, 23}), 1e-5, 1e-6,
@@ -206,9 +207,10 @@ TEST(FourCastNet, ConfigKeysAndErrors) {
       "[model]\nname = \"fourcastnet\"\nembed_dim = 48\nafno_blocks = 6\nsparsity_threshold = 0.02\n"
       "hard_thresholding_fraction = 0.5\nheads = 5\n[data]\ngrid = [17, 23]\nvariables = [\"a\"]\n",
       "afno.toml");
-  EXPECT_EQ(r.model.afno_blocks, 6);
-  EXPECT_DOUBLE_EQ(r.model.sparsity_threshold, 0.02);
-  EXPECT_DOUBLE_EQ(r.model.hard_thresholding_fraction, 0.5);
+  const auto& m = r.model.options.as<FourCastNetOptions>();
+  EXPECT_EQ(m.afno_blocks, 6);
+  EXPECT_DOUBLE_EQ(m.sparsity_threshold, 0.02);
+  EXPECT_DOUBLE_EQ(m.hard_thresholding_fraction, 0.5);
   auto error = [](const std::string& model) {
     try {
       parse_config("[model]\nname = \"fourcastnet\"\n" + model + "[data]\ngrid = [17, 23]\nvariables = [\"a\"]\n",
@@ -223,7 +225,7 @@ TEST(FourCastNet, ConfigKeysAndErrors) {
   EXPECT_NE(error("hard_thresholding_fraction = 0\n").find("model.hard_thresholding_fraction"), std::string::npos);
   EXPECT_NE(error("sparsity_threshold = -1\n").find("model.sparsity_threshold"), std::string::npos);
   ModelConfig bad = small_fourcastnet();
-  bad.afno_blocks = 5;
+  bad.options.as<FourCastNetOptions>().afno_blocks = 5;
   EXPECT_THROW(build_model(bad, {5, 3, 17, 23}), ConfigError);
 }
 

@@ -16,7 +16,7 @@
 #include "core/autocast.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "models/graphcast.h"
+#include "models/graphcast/graphcast.h"
 #include "models/weather_model.h"
 #include "tests/models/step_gradients.h"
 
@@ -26,10 +26,11 @@ namespace {
 ModelConfig small_graphcast() {
   ModelConfig c;
   c.name = "graphcast";
-  c.latent = 16;
-  c.processor_layers = 2;
-  c.mlp_layers = 2;
-  c.mesh_refinement = 2;
+  auto& o = c.options.as<GraphCastOptions>();
+  o.latent = 16;
+  o.processor_layers = 2;
+  o.mlp_layers = 2;
+  o.mesh_refinement = 2;
   return c;
 }
 
@@ -280,7 +281,7 @@ TEST(GraphCast, EdgeBlocksEqualTheWholeEdgeSet) {
   // when checkpointing is on): the same model, weights and graph give the unblocked outputs and
   // gradients, plain and checkpointed. 500 edges do not divide either edge set, so the last block is short.
   ModelConfig blocked_config = small_graphcast();
-  blocked_config.edge_block = 500;
+  blocked_config.options.as<GraphCastOptions>().edge_block = 500;
   torch::manual_seed(8);
   WeatherModel whole = build_model(small_graphcast(), storm_shape_with_coordinates());
   torch::manual_seed(8);
@@ -372,7 +373,7 @@ TEST(GraphCast, ConfigKeysAndErrors) {
       "[data]\ngrid = [17, 23]\nvariables = [\"a\"]\n",
       "graphcast.toml");
   EXPECT_EQ(r.model.name, "graphcast");
-  EXPECT_EQ(r.model.mesh_refinement, 6);
+  EXPECT_EQ(r.model.options.as<GraphCastOptions>().mesh_refinement, 6);
   auto error = [](const std::string& model) {
     try {
       parse_config("[model]\nname = \"graphcast\"\n" + model + "[data]\ngrid = [17, 23]\nvariables = [\"a\"]\n",
@@ -386,7 +387,7 @@ TEST(GraphCast, ConfigKeysAndErrors) {
   EXPECT_NE(error("mesh_refinement = -1\n").find("model.mesh_refinement"), std::string::npos);
   EXPECT_NE(error("mesh_refinement = 2.5\n").find("model.mesh_refinement"), std::string::npos);
   ModelConfig bad = small_graphcast();
-  bad.mesh_refinement = 9;
+  bad.options.as<GraphCastOptions>().mesh_refinement = 9;
   try {
     build_model(bad, {5, 3, 17, 23});
     FAIL() << "no error";
@@ -394,7 +395,7 @@ TEST(GraphCast, ConfigKeysAndErrors) {
     EXPECT_NE(std::string(e.what()).find("model.mesh_refinement"), std::string::npos) << e.what();
   }
   bad = small_graphcast();
-  bad.latent = 0;
+  bad.options.as<GraphCastOptions>().latent = 0;
   EXPECT_THROW(build_model(bad, {5, 3, 17, 23}), ConfigError);
 }
 

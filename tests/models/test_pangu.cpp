@@ -14,8 +14,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
+#include "models/pangu/pangu.h"
 #include "ops/cpu_fusion.h"
-#include "models/pangu.h"
 #include "models/weather_model.h"
 #include "tests/models/step_gradients.h"
 
@@ -25,15 +25,16 @@ namespace {
 ModelConfig small_pangu() {
   ModelConfig c;
   c.name = "pangu";
-  c.patch_size = 2;
-  c.level_patch = 2;
-  c.embed_dim = 12;
-  c.mlp_ratio = 2.0;
-  c.window = {2, 3, 4};
-  c.stage_depths = {2, 2, 2, 2};
-  c.stage_heads = {2, 4, 4, 2};
-  c.upper_variables = 2;
-  c.levels = 3;  // odd: the level patch pads
+  auto& o = c.options.as<PanguOptions>();
+  o.patch_size = 2;
+  o.level_patch = 2;
+  o.embed_dim = 12;
+  o.mlp_ratio = 2.0;
+  o.window = {2, 3, 4};
+  o.stage_depths = {2, 2, 2, 2};
+  o.stage_heads = {2, 4, 4, 2};
+  o.upper_variables = 2;
+  o.levels = 3;  // odd: the level patch pads
   return c;
 }
 
@@ -367,7 +368,7 @@ TEST(Pangu, ForwardShapesWithAndWithoutUpperAir) {
   EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 8, 13, 19}));
   EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
   ModelConfig flat = small_pangu();
-  flat.upper_variables = flat.levels = 0;  // surface only: the volume is one level
+  flat.options.as<PanguOptions>().upper_variables = flat.options.as<PanguOptions>().levels = 0;  // surface only
   const torch::Tensor y2 = build_model(flat, small_shape())->forward(torch::randn({2, 17, 13, 19}));
   EXPECT_EQ(y2.sizes(), (std::vector<int64_t>{2, 8, 13, 19}));
   // Every output an upper-air variable: no surface head.
@@ -455,14 +456,15 @@ TEST(Pangu, PublishedConfigurationHas64MillionParameters) {
   // "about 256 million parameters in total" for four such models (arXiv:2211.02556, abstract).
   ModelConfig c;
   c.name = "pangu";
-  c.upper_variables = 5;
-  c.levels = 13;
-  c.level_patch = 2;
-  c.patch_size = 4;
-  c.embed_dim = 192;
-  c.window = {2, 6, 12};
-  c.stage_depths = {2, 6, 6, 2};
-  c.stage_heads = {6, 12, 12, 6};
+  auto& o = c.options.as<PanguOptions>();
+  o.upper_variables = 5;
+  o.levels = 13;
+  o.level_patch = 2;
+  o.patch_size = 4;
+  o.embed_dim = 192;
+  o.window = {2, 6, 12};
+  o.stage_depths = {2, 6, 6, 2};
+  o.stage_heads = {6, 12, 12, 6};
   ModelShape s{5 * 13 + 4 + 3, 5 * 13 + 4, 721, 1440};
   s.state_channels = 5 * 13 + 4;
   auto model = std::dynamic_pointer_cast<PanguImpl>(build_model(c, s));
@@ -493,12 +495,13 @@ TEST(Pangu, ConfigKeysAndErrors) {
       "window = [1, 4, 8]\nstage_depths = [2, 4, 4, 2]\nstage_heads = [3, 6, 6, 3]\n"
       "[data]\ngrid = [17, 23]\nvariables = [\"u_500\", \"u_850\", \"v_500\", \"v_850\", \"p\"]\n",
       "pangu.toml");
-  EXPECT_EQ(r.model.upper_variables, 2);
-  EXPECT_EQ(r.model.levels, 2);
-  EXPECT_EQ(r.model.level_patch, 1);
-  EXPECT_EQ(r.model.window, (std::vector<int64_t>{1, 4, 8}));
-  EXPECT_EQ(r.model.stage_depths, (std::vector<int64_t>{2, 4, 4, 2}));
-  EXPECT_EQ(r.model.stage_heads, (std::vector<int64_t>{3, 6, 6, 3}));
+  const auto& m = r.model.options.as<PanguOptions>();
+  EXPECT_EQ(m.upper_variables, 2);
+  EXPECT_EQ(m.levels, 2);
+  EXPECT_EQ(m.level_patch, 1);
+  EXPECT_EQ(m.window, (std::vector<int64_t>{1, 4, 8}));
+  EXPECT_EQ(m.stage_depths, (std::vector<int64_t>{2, 4, 4, 2}));
+  EXPECT_EQ(m.stage_heads, (std::vector<int64_t>{3, 6, 6, 3}));
   const ModelShape shape = model_shape(r);
   EXPECT_EQ(shape.state_channels, 5);
   EXPECT_EQ(shape.history, 2);
@@ -527,7 +530,7 @@ TEST(Pangu, ConfigKeysAndErrors) {
   // The layout must fit the data: 2 x 2 upper-air channels in a 3-channel state.
   expect_error("upper_variables = 2\nlevels = 2\n", "model.upper_variables x model.levels");
   ModelConfig c = small_pangu();
-  c.stage_heads = {5, 4, 4, 2};
+  c.options.as<PanguOptions>().stage_heads = {5, 4, 4, 2};
   EXPECT_THROW(build_model(c, small_shape()), ConfigError);
 }
 

@@ -10,9 +10,12 @@
 #include "core/autocast.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
-#include "models/gnn.h"
-#include "models/unet.h"
-#include "models/vit.h"
+#include "models/fourcastnet/fourcastnet.h"
+#include "models/gnn/gnn.h"
+#include "models/graphcast/graphcast.h"
+#include "models/pangu/pangu.h"
+#include "models/unet/unet.h"
+#include "models/vit/vit.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::models {
@@ -30,26 +33,17 @@ ModelConfig named(const std::string& name) {
   return c;
 }
 
-// Small configurations that still exercise every part (several levels / heads / MLP layers).
+// Small configurations that still exercise every part (several levels / heads / MLP layers): one
+// [model] table for the whole zoo (a model ignores the others' keys), read as a run file is.
 ModelConfig small(const std::string& name) {
-  ModelConfig c = named(name);
-  c.channels = {8, 16, 24};
-  c.groups = 4;
-  c.patch_size = 4;
-  c.embed_dim = 24;
-  c.depth = 2;
-  c.heads = 3;
-  c.mlp_ratio = 2.0;
-  c.latent = 16;
-  c.processor_layers = 2;
-  c.mlp_layers = 3;
-  c.neighbourhood = 1;
-  c.afno_blocks = 4;
-  c.mesh_refinement = 2;
-  c.window = {2, 3, 4};
-  c.stage_depths = {2, 2, 2, 2};
-  c.stage_heads = {2, 4, 4, 2};
-  return c;
+  return parse_config("[model]\nname = \"" + name +
+                          "\"\nchannels = [8, 16, 24]\ngroups = 4\npatch_size = 4\nembed_dim = 24\ndepth = 2\n"
+                          "heads = 3\nmlp_ratio = 2.0\nlatent = 16\nprocessor_layers = 2\nmlp_layers = 3\n"
+                          "neighbourhood = 1\nafno_blocks = 4\nmesh_refinement = 2\nwindow = [2, 3, 4]\n"
+                          "stage_depths = [2, 2, 2, 2]\nstage_heads = [2, 4, 4, 2]\n"
+                          "[data]\nvariables = [\"a\"]\ngrid = [8, 8]\n",
+                      "small.toml")
+      .model;
 }
 
 WeatherModel build_seeded(const ModelConfig& config, const ModelShape& shape, uint64_t seed = 0) {
@@ -280,7 +274,7 @@ TEST(UNet, OneLevelAndFourLevels) {
   ModelConfig c = small("unet");
   torch::NoGradGuard no_grad;
   for (const std::vector<int64_t>& channels : {std::vector<int64_t>{8}, std::vector<int64_t>{8, 8, 16, 16}}) {
-    c.channels = channels;
+    c.options.as<UNetOptions>().channels = channels;
     auto model = std::dynamic_pointer_cast<UNetImpl>(build_model(c, {5, 3, 17, 23}));
     ASSERT_TRUE(model);
     EXPECT_EQ(model->grid_multiple(), int64_t{1} << (channels.size() - 1));
@@ -314,8 +308,8 @@ TEST(GraphNet, ParameterCountMatchesTheArchitecture) {
 
 TEST(GraphNet, SingleLayerMlpsAreOneLinear) {
   ModelConfig c = small("gnn");
-  c.mlp_layers = 1;
-  c.processor_layers = 1;
+  c.options.as<GraphNetOptions>().mlp_layers = 1;
+  c.options.as<GraphNetOptions>().processor_layers = 1;
   const int64_t L = 16;
   const int64_t expected = (7 * L + L + 2 * L) + (3 * L + L + 2 * L)  // encoder
                            + (3 * L * L + L + 2 * L) + (2 * L * L + L + 2 * L)  // processor0
@@ -415,22 +409,22 @@ TEST(BuildModel, UnknownNameListsTheZoo) {
 
 TEST(BuildModel, InconsistentSettingsAreConfigErrors) {
   ModelConfig unet = named("unet");
-  unet.channels = {32, 60};  // 8 groups do not divide 60
+  unet.options.as<UNetOptions>().channels = {32, 60};  // 8 groups do not divide 60
   EXPECT_THROW(build_model(unet, storm_shape()), ConfigError);
   ModelConfig vit = named("vit");
-  vit.heads = 5;  // does not divide 128
+  vit.options.as<ViTOptions>().heads = 5;  // does not divide 128
   EXPECT_THROW(build_model(vit, storm_shape()), ConfigError);
   ModelConfig gnn = named("gnn");
-  gnn.neighbourhood = 0;
+  gnn.options.as<GraphNetOptions>().neighbourhood = 0;
   EXPECT_THROW(build_model(gnn, storm_shape()), ConfigError);
   ModelConfig fourcastnet = named("fourcastnet");
-  fourcastnet.afno_blocks = 5;  // does not divide 128
+  fourcastnet.options.as<FourCastNetOptions>().afno_blocks = 5;  // does not divide 128
   EXPECT_THROW(build_model(fourcastnet, storm_shape()), ConfigError);
   ModelConfig graphcast = named("graphcast");
-  graphcast.mesh_refinement = 8;
+  graphcast.options.as<GraphCastOptions>().mesh_refinement = 8;
   EXPECT_THROW(build_model(graphcast, storm_shape()), ConfigError);
   ModelConfig pangu = named("pangu");
-  pangu.stage_heads = {4, 8, 8, 5};  // 5 does not divide 128
+  pangu.options.as<PanguOptions>().stage_heads = {4, 8, 8, 5};  // 5 does not divide 128
   EXPECT_THROW(build_model(pangu, storm_shape()), ConfigError);
 }
 

@@ -253,7 +253,7 @@ TEST(OneDnnMatmul, AttentionProductsOnPermutedViewsMatchMatmul) {
   auto run = [&](bool onednn) {
     CpuFusionGuard guard(onednn);
     torch::Tensor qkv = qkv0.clone().requires_grad_(true);
-    auto parts = qkv.view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);  // strided, as in models/vit.cpp
+    auto parts = qkv.view({B, N, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);  // strided, as in models/vit/vit.cpp
     torch::Tensor scores = scaled_matmul(parts[0], parts[1].transpose(-2, -1), 0.25);
     torch::Tensor out = scaled_matmul(torch::softmax(scores, -1), parts[2]);
     EXPECT_EQ(grad_fn_name(out).find("Fp32") != std::string::npos, onednn) << grad_fn_name(out);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/pangu/pangu.h"
 #include "models/weather_model.h"
 #include "trainer/channel_transfer.h"
 #include "trainer/checkpoint_io.h"
@@ -28,21 +29,17 @@ constexpr int64_t kLat = 9, kLon = 10;  // divisible by neither the U-Net's 4 no
 
 // Small models; "gnn1" is the GNN with one-layer MLPs, whose decoder's only Linear is first.0.
 ModelConfig small(const std::string& variant) {
-  ModelConfig c;
-  c.name = variant == "gnn1" ? "gnn" : variant;
-  c.channels = {8, 16, 16};
-  c.groups = 4;
-  c.patch_size = 4;
-  c.embed_dim = 24;
-  c.depth = 1;
-  c.heads = 3;
-  c.mlp_ratio = 2.0;
-  c.latent = 16;
-  c.processor_layers = 1;
-  c.mlp_layers = variant == "gnn1" ? 1 : 2;
-  c.afno_blocks = 4;      // fourcastnet: 24 channels in blocks of 6
-  c.mesh_refinement = 2;  // graphcast: M2 over the 9 x 10 global grid
-  return c;
+  // One [model] table for every model, read as a run file is (a model ignores the others' keys).
+  const std::string name = variant == "gnn1" ? "gnn" : variant;
+  return parse_config("[model]\nname = \"" + name +
+                          "\"\nchannels = [8, 16, 16]\ngroups = 4\npatch_size = 4\nembed_dim = 24\ndepth = 1\n"
+                          "heads = 3\nmlp_ratio = 2.0\nlatent = 16\nprocessor_layers = 1\nmlp_layers = " +
+                          std::string(variant == "gnn1" ? "1" : "2") +
+                          "\nafno_blocks = 4\n"   // fourcastnet: 24 channels in blocks of 6
+                          "mesh_refinement = 2\n"  // graphcast: M2 over the 9 x 10 global grid
+                          "[data]\nvariables = [\"a\"]\ngrid = [9, 10]\n",
+                      "small.toml")
+      .model;
 }
 
 models::WeatherModel build(const std::string& variant, const Names& in, const Names& out, uint64_t seed) {
@@ -164,15 +161,16 @@ INSTANTIATE_TEST_SUITE_P(Models, ChannelTransferTest,
 TEST(ChannelTransfer, PanguMovesSurfaceChannelsAroundItsUpperAirVolume) {
   ModelConfig c;
   c.name = "pangu";
-  c.patch_size = 2;
-  c.level_patch = 1;
-  c.embed_dim = 16;
-  c.mlp_ratio = 2.0;
-  c.upper_variables = 1;
-  c.levels = 2;
-  c.window = {2, 3, 4};
-  c.stage_depths = {2, 2, 2, 2};
-  c.stage_heads = {2, 2, 2, 2};
+  auto& o = c.options.as<models::PanguOptions>();
+  o.patch_size = 2;
+  o.level_patch = 1;
+  o.embed_dim = 16;
+  o.mlp_ratio = 2.0;
+  o.upper_variables = 1;
+  o.levels = 2;
+  o.window = {2, 3, 4};
+  o.stage_depths = {2, 2, 2, 2};
+  o.stage_heads = {2, 2, 2, 2};
   const Names old_in{"u_500@t0", "u_850@t0", "a@t0"}, old_out{"u_500", "u_850", "a"};
   const Names new_in{"u_500@t0", "u_850@t0", "b@t0", "a@t0"}, new_out{"u_500", "u_850", "b", "a"};
   auto build_pangu = [&](const Names& in, const Names& out, uint64_t seed) {

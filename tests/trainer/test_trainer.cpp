@@ -33,9 +33,9 @@ TrainSummary run(const std::string& dir, const std::string& extra = "", TrainOpt
   options.quiet = true;
   const std::string text = testing_support::storm_run_text(dir, extra);
   RunConfig config = parse_config(text, dir + "/run.toml", overrides);
-  config.data.lat = 33;
-  config.data.lon = 36;
-  return train(config, {text, overrides}, options);
+  auto dataset = std::make_shared<data::Dataset>(config.data);
+  data::take_grid(config, *dataset);
+  return train(config, dataset, {text, overrides}, options);
 }
 
 TensorMap weights_at(const std::string& dir) { return load_checkpoint(dir + "/checkpoint.pt").model; }
@@ -136,12 +136,12 @@ TEST(Trainer, StrictLoadingNamesWhatDoesNotMatch) {
   const std::string model = "name = \"unet\"\nchannels = [16, 32, 64]\ngroups = 4\n";
   const std::string text = testing_support::storm_run_text(fresh_dir("strict"), "init_from = \"" + base + "/checkpoint.pt\"\n", model);
   RunConfig config = parse_config(text, "strict.toml", {"train.steps=1"});
-  config.data.lat = 33;
-  config.data.lon = 36;
+  auto dataset = std::make_shared<data::Dataset>(config.data);
+  data::take_grid(config, *dataset);
   TrainOptions quiet;
   quiet.quiet = true;
   try {
-    train(config, {text, {}}, quiet);
+    train(config, dataset, {text, {}}, quiet);
     FAIL() << "strict loading of a different architecture must fail";
   } catch (const wxtrain::Error& e) {
     EXPECT_NE(std::string(e.what()).find("checkpoint.pt"), std::string::npos) << e.what();

@@ -53,6 +53,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/time/cf_time.h"
 
 namespace wxtrain::data {
 namespace {
@@ -67,7 +68,9 @@ constexpr double kFillValue = 9.9692099683868690e+36;
 constexpr uint64_t kMaxGridPoints = uint64_t{1} << 28;
 constexpr long kMaxAxisPoints = long{1} << 24;
 
+// The time axis: GRIB's dates are proleptic Gregorian, counted by data/time/cf_time.
 const char* const kTimeUnits = "seconds since 1970-01-01 00:00:00";
+constexpr Calendar kTimeCalendar = Calendar::kProlepticGregorian;
 
 // ---------------------------------------------------------------------------------------------
 // Framing: where each message is and whether its sections chain.
@@ -483,35 +486,7 @@ class Keys {
 // ---------------------------------------------------------------------------------------------
 // Time.
 
-// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
-int64_t days_from_civil(int64_t year, int64_t month, int64_t day) {
-  year -= month <= 2;
-  const int64_t era = (year >= 0 ? year : year - 399) / 400;
-  const int64_t year_of_era = year - era * 400;
-  const int64_t day_of_year = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1;
-  const int64_t day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-  return era * 146097 + day_of_era - 719468;
-}
-
-std::string iso_time(int64_t seconds) {
-  int64_t days = seconds >= 0 ? seconds / 86400 : -((-seconds + 86399) / 86400);
-  int64_t rest = seconds - days * 86400;
-  // civil_from_days
-  days += 719468;
-  const int64_t era = (days >= 0 ? days : days - 146096) / 146097;
-  const int64_t day_of_era = days - era * 146097;
-  const int64_t year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
-  const int64_t day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-  const int64_t mp = (5 * day_of_year + 2) / 153;
-  const int64_t day = day_of_year - (153 * mp + 2) / 5 + 1;
-  const int64_t month = mp < 10 ? mp + 3 : mp - 9;
-  const int64_t year = year_of_era + era * 400 + (month <= 2);
-  char text[96];
-  std::snprintf(text, sizeof(text), "%04lld-%02lld-%02lldT%02lld:%02lld:%02lld", static_cast<long long>(year),
-                static_cast<long long>(month), static_cast<long long>(day), static_cast<long long>(rest / 3600),
-                static_cast<long long>(rest / 60 % 60), static_cast<long long>(rest % 60));
-  return text;
-}
+std::string iso_time(int64_t seconds) { return from_seconds(seconds, kTimeCalendar).to_iso(); }
 
 // validityDate (YYYYMMDD) and validityTime (HHMM) as seconds since 1970-01-01.
 int64_t valid_time_of(const Keys& keys, int edition) {
@@ -529,13 +504,17 @@ int64_t valid_time_of(const Keys& keys, int edition) {
   }
   const long date = keys.integer("validityDate");
   const long time = keys.integer("validityTime");
-  const long year = date / 10000, month = date / 100 % 100, day = date % 100;
-  const long hour = time / 100, minute = time % 100;
-  if (date < 0 || month < 1 || month > 12 || day < 1 || day > 31 || time < 0 || hour > 23 || minute > 59) {
+  DateTime valid;
+  valid.year = static_cast<int>(date / 10000);
+  valid.month = static_cast<int>(date / 100 % 100);
+  valid.day = static_cast<int>(date % 100);
+  valid.hour = static_cast<int>(time / 100);
+  valid.minute = static_cast<int>(time % 100);
+  if (date < 0 || time < 0 || !valid_date(valid, kTimeCalendar)) {
     throw DataError(keys.where() + ": validityDate/validityTime " + std::to_string(date) + " " + std::to_string(time) +
                     " is not a date and time");
   }
-  return days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60;
+  return to_seconds(valid, kTimeCalendar);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -919,7 +898,7 @@ class GribReader final : public Reader {
       coordinates_.emplace(name, std::move(c));
     };
     coordinate("time", std::vector<double>(times_.begin(), times_.end()),
-               {{"units", text_attribute(kTimeUnits)}, {"calendar", text_attribute("proleptic_gregorian")},
+               {{"units", text_attribute(kTimeUnits)}, {"calendar", text_attribute(calendar_name(kTimeCalendar))},
                 {"standard_name", text_attribute("time")}, {"long_name", text_attribute("valid time")}});
     for (const auto& [type, levels] : axis_levels) {
       std::map<std::string, Attribute> attributes{{"GRIB_typeOfLevel", text_attribute(type)}, {"long_name", text_attribute(type)}};

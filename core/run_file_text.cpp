@@ -1,0 +1,98 @@
+#include "core/run_file_text.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/config_reader.h"
+#include "core/error.h"
+
+namespace wxtrain {
+
+std::string read_run_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open the run file (does it exist?)");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+namespace {
+
+// Sets `key = value` in `section` of a run file's text, line by line so comments and layout stay.
+std::string set_value_in_text(const std::string& text, const std::string& section, const std::string& key,
+                              const std::string& toml_value) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  auto trim = [](std::string s) {
+    s.erase(0, s.find_first_not_of(" \t"));
+    s.erase(s.find_last_not_of(" \t\r") + 1);
+    return s;
+  };
+  std::string current;
+  int section_line = -1;
+  int key_line = -1;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::string t = trim(lines[i]);
+    if (!t.empty() && t[0] == '[') {
+      current = trim(t.substr(t[1] == '[' ? 2 : 1, t.find(']') - (t[1] == '[' ? 2 : 1)));
+      if (current == section && t[1] != '[') section_line = static_cast<int>(i);
+      continue;
+    }
+    if (current == section && t.rfind(key, 0) == 0) {
+      std::string rest = trim(t.substr(key.size()));
+      if (!rest.empty() && rest[0] == '=') key_line = static_cast<int>(i);
+    }
+  }
+  std::string entry = key + " = " + toml_value;
+  if (key_line >= 0) {
+    auto comment = lines[key_line].find('#');
+    lines[key_line] = entry + (comment != std::string::npos ? "  " + lines[key_line].substr(comment) : "");
+  } else if (section_line >= 0) {
+    lines.insert(lines.begin() + section_line + 1, entry);
+  } else {
+    lines.push_back("");
+    lines.push_back("[" + section + "]");
+    lines.push_back(entry);
+  }
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+}  // namespace
+
+void write_config_value(const std::string& path, const std::string& section, const std::string& key,
+                        const std::string& toml_value) {
+  const std::string out = set_value_in_text(read_run_file(path), section, key, toml_value);
+  parse_toml(out, path);  // never write a file we could not read back
+  write_file_atomically(path, out, "the run file is unchanged");
+}
+
+std::string apply_overrides_to_text(const std::string& original, const std::vector<std::string>& overrides) {
+  std::string text = original;
+  for (const auto& o : overrides) {
+    const auto eq = o.find('='), dot = o.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq) continue;  // load_config rejected it
+    std::string value = o.substr(eq + 1);
+    try {
+      (void)toml::parse("v = " + value);
+    } catch (const toml::parse_error&) {
+      value = wxtrain::toml_text(value);  // a bare word such as bf16-mixed is a string, as --set reads it
+    }
+    text = set_value_in_text(text, o.substr(0, dot), o.substr(dot + 1, eq - dot - 1), value);
+  }
+  try {
+    (void)toml::parse(text);
+    return text;
+  } catch (const toml::parse_error&) {
+    // A layout the line editor cannot place a key in: keep the file as written and say what was set.
+    std::string out = original;
+    out += "\n# applied on top of the above with --set:\n";
+    for (const auto& o : overrides) out += "#   " + o + "\n";
+    return out;
+  }
+}
+
+}  // namespace wxtrain

@@ -1,0 +1,23 @@
+#pragma once
+// Editing a run file's text in place, keeping its comments and layout: what `tune-batch --write`
+// writes back and what `train` records as <out_dir>/run.toml. The edits are line by line; the
+// result is always parsed back before it is used.
+#include <string>
+#include <vector>
+
+namespace wxtrain {
+
+// Writes `key = value` into `section` of the run file in place, keeping everything else
+// (used by tune-batch --write). The value is TOML text. The file is replaced atomically; a failed
+// write throws WriteError ("cannot write <path>: No space left on device") and leaves it as it was.
+void write_config_value(const std::string& path, const std::string& section, const std::string& key,
+                        const std::string& toml_value);
+
+// The run file's text with the --set values written into it (comments and layout kept), so the
+// result alone reproduces the run: what `train` records as <out_dir>/run.toml.
+std::string apply_overrides_to_text(const std::string& toml_text, const std::vector<std::string>& overrides);
+
+// The whole text of a run file; a ConfigError naming it when it cannot be opened.
+std::string read_run_file(const std::string& path);
+
+}  // namespace wxtrain

@@ -1,0 +1,223 @@
+#include "models/gnn/gnn.h"
+
+#include <string>
+
+#include <ATen/autocast_mode.h>
+
+#include "core/error.h"
+#include "ops/edge_gather.h"
+#include "ops/linear.h"
+
+namespace wxtrain::models {
+namespace {
+
+// SiLU between the MLP's Linears, whose output is bf16 under autocast and in pure bf16. LibTorch
+// 2.11's CPU bf16 SiLU computes in fp32 and rounds once, and ran the gnn's and GraphCast's
+// bf16-mixed steps 1.02-1.04x faster than the fused kernel that 1.13 needed (docs/benchmarks.md,
+// "Fusions on LibTorch 2.11"). The GPU-standing CPU step (fusions off) keeps 1.13's unfused path,
+// SiLU in fp32 under autocast, which the analytic formulas (gnn_memory.cpp) follow; CUDA
+// runs it in bf16.
+torch::Tensor silu_between_linears(const torch::Tensor& x) {
+  const bool gpu_standing_autocast = !ops::cpu_fusion_enabled() && x.scalar_type() == torch::kBFloat16 &&
+                                     x.device().is_cpu() && at::autocast::is_autocast_enabled(at::kCPU);
+  return torch::silu(gpu_standing_autocast ? x.to(torch::kFloat32) : x);
+}
+
+}  // namespace
+
+// ---- GraphMLP ----
+
+GraphMLPImpl::GraphMLPImpl(const GraphMLPOptions& options_) : options(options_) {
+  TORCH_CHECK(!options.in_features().empty(), "GraphMLP: needs at least one input");
+  TORCH_CHECK(options.layers() >= 1, "GraphMLP: layers must be >= 1, got ", options.layers());
+  const int64_t first_out = options.layers() == 1 ? options.out() : options.hidden();
+  first = register_module("first", torch::nn::ModuleList());
+  for (size_t k = 0; k < options.in_features().size(); ++k) {
+    first_linears.emplace_back(torch::nn::LinearOptions(options.in_features()[k], first_out).bias(k == 0));
+    first->push_back(first_linears.back());
+  }
+  for (int64_t i = 1; i < options.layers(); ++i) {
+    const int64_t out = i + 1 == options.layers() ? options.out() : options.hidden();
+    layers.push_back(register_module("layer" + std::to_string(i), torch::nn::Linear(options.hidden(), out)));
+  }
+  if (options.layer_norm())
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.out()})));
+}
+
+torch::Tensor GraphMLPImpl::project(size_t k, const torch::Tensor& x) {
+  TORCH_CHECK(k < first_linears.size(), "GraphMLP: input ", k, " of ", first_linears.size());
+  return ops::apply_linear(first_linears[k], x);
+}
+
+torch::Tensor GraphMLPImpl::finish(torch::Tensor x) {
+  for (auto& layer : layers) x = ops::apply_linear(layer, silu_between_linears(x));
+  if (!norm) return x;
+  // LayerNorm in LibTorch 1.13 needs input and affine parameters of one dtype, and CPU autocast
+  // hands it the bf16 Linear output: normalise in the parameters' dtype (fp32 statistics).
+  const auto dtype = norm->weight.scalar_type();
+  return norm->forward(x.scalar_type() == dtype ? x : x.to(dtype));
+}
+
+torch::Tensor GraphMLPImpl::forward(const std::vector<torch::Tensor>& inputs) {
+  TORCH_CHECK(inputs.size() == first_linears.size(), "GraphMLP: expected ", first_linears.size(), " inputs, got ",
+              inputs.size());
+  torch::Tensor sum = project(0, inputs[0]);
+  for (size_t k = 1; k < inputs.size(); ++k) sum = sum + project(k, inputs[k]);
+  return finish(sum);
+}
+
+// ---- the grid graph ----
+
+GridGraph build_grid_graph(int64_t lat, int64_t lon, int64_t radius) {
+  TORCH_CHECK(lat > 0 && lon > 0 && radius > 0, "build_grid_graph: bad grid ", lat, " x ", lon, " radius ", radius);
+  const auto i64 = torch::TensorOptions().dtype(torch::kLong);
+  // Receiver coordinates [N, 1]; offsets [1, K] (the (2r+1)^2 - 1 cells around, without the centre).
+  const torch::Tensor node = torch::arange(lat * lon, i64);
+  const torch::Tensor rlat = node.div(lon, "floor").unsqueeze(1), rlon = node.remainder(lon).unsqueeze(1);
+  const torch::Tensor span = torch::arange(-radius, radius + 1, i64);
+  auto mesh = torch::meshgrid({span, span}, "ij");
+  torch::Tensor dlat = mesh[0].flatten(), dlon = mesh[1].flatten();
+  const torch::Tensor not_centre = (dlat != 0).logical_or(dlon != 0);
+  dlat = dlat.masked_select(not_centre).unsqueeze(0);
+  dlon = dlon.masked_select(not_centre).unsqueeze(0);
+
+  const torch::Tensor slat = rlat + dlat, slon = rlon + dlon;  // [N, K] sender coordinates
+  const torch::Tensor valid = (slat >= 0) & (slat < lat) & (slon >= 0) & (slon < lon);
+  // Row-major over [N, K] keeps the edges sorted by receiver.
+  GridGraph g;
+  g.senders = (slat * lon + slon).masked_select(valid);
+  g.receivers = node.unsqueeze(1).expand_as(valid).masked_select(valid);
+  const torch::Tensor fdlat = dlat.expand_as(valid).masked_select(valid).to(torch::kFloat);
+  const torch::Tensor fdlon = dlon.expand_as(valid).masked_select(valid).to(torch::kFloat);
+  g.edge_features = torch::stack({fdlat, fdlon, torch::sqrt(fdlat * fdlat + fdlon * fdlon)}, 1) / static_cast<double>(radius);
+  auto scaled = [](const torch::Tensor& idx, int64_t n) {
+    return n > 1 ? idx.to(torch::kFloat) * (2.0 / static_cast<double>(n - 1)) - 1.0 : torch::zeros_like(idx, torch::kFloat);
+  };
+  g.node_positions = torch::stack({scaled(rlat.squeeze(1), lat), scaled(rlon.squeeze(1), lon)}, 1);
+  return g;
+}
+
+// ---- blocks ----
+
+GraphEncoderImpl::GraphEncoderImpl(int64_t node_in, int64_t latent, int64_t mlp_layers) {
+  node_mlp = register_module("node_mlp", GraphMLP(GraphMLPOptions({node_in, 2}, latent, latent).layers(mlp_layers)));
+  edge_mlp = register_module("edge_mlp", GraphMLP(GraphMLPOptions({3}, latent, latent).layers(mlp_layers)));
+}
+
+std::vector<torch::Tensor> GraphEncoderImpl::forward(const torch::Tensor& nodes, const torch::Tensor& node_positions,
+                                                     const torch::Tensor& edge_features) {
+  // The position term is [N, L] and broadcasts over the batch.
+  torch::Tensor h = node_mlp->finish(node_mlp->project(0, nodes) + node_mlp->project(1, node_positions));
+  torch::Tensor e = edge_mlp->forward({edge_features});
+  return {h, e};
+}
+
+InteractionLayerImpl::InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual_)
+    : aggregate_residual(aggregate_residual_) {
+  edge_mlp = register_module("edge_mlp",
+                             GraphMLP(GraphMLPOptions({latent, latent, latent}, latent, latent).layers(mlp_layers)));
+  node_mlp = register_module("node_mlp", GraphMLP(GraphMLPOptions({latent, latent}, latent, latent).layers(mlp_layers)));
+}
+
+std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& e,
+                                                         const torch::Tensor& senders,
+                                                         const torch::Tensor& receivers) {
+  // Edge update. The sender/receiver parts of the first layer are applied per node, then gathered:
+  // E is ~(2r+1)^2 times N. e is [E, L] in the first layer: it broadcasts over the batch.
+  torch::Tensor pre = ops::gather_edges(edge_mlp->project(1, h), edge_mlp->project(2, h), edge_mlp->project(0, e),
+                                        senders, receivers);
+  // Sum the updated edges (or only their updates) into their receivers. Scoped so that no
+  // edge-sized temporary outlives the aggregation into the node MLP below.
+  torch::Tensor e_new, agg;
+  auto aggregate = [&](const torch::Tensor& sent) {
+    return torch::zeros({h.size(0), h.size(1), sent.size(-1)}, sent.options()).index_add_(1, receivers, sent);
+  };
+  if (aggregate_residual) {
+    e_new = e + edge_mlp->finish(pre);
+    agg = aggregate(e_new);
+  } else {
+    torch::Tensor update = edge_mlp->finish(pre);
+    agg = aggregate(update);
+    e_new = e + update;
+  }
+
+  torch::Tensor h_new = h + node_mlp->finish(node_mlp->project(0, h) + node_mlp->project(1, agg));
+  return {h_new, e_new};
+}
+
+// ---- the model ----
+
+GraphNetImpl::GraphNetImpl(const GraphNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  GridGraph g = build_grid_graph(shape.lat, shape.lon, options.neighbourhood);
+  senders_ = register_index_buffer("senders", g.senders);
+  receivers_ = register_index_buffer("receivers", g.receivers);
+  edge_features_ = register_buffer("edge_features", g.edge_features);
+  node_positions_ = register_buffer("node_positions", g.node_positions);
+
+  encoder_ = register_block("encoder", GraphEncoder(shape.in_channels, options.latent, options.mlp_layers));
+  for (int64_t i = 0; i < options.processor_layers; ++i) {
+    processors_.push_back(
+        register_block("processor" + std::to_string(i), InteractionLayer(options.latent, options.mlp_layers)));
+  }
+  decoder_ = register_block(
+      "decoder",
+      GraphMLP(GraphMLPOptions({options.latent}, options.latent, shape.out_channels).layers(options.mlp_layers).layer_norm(false)));
+}
+
+std::vector<ChannelAxis> GraphNetImpl::channel_axes() const {
+  // Linear weights are [out, in]. The decoder's last Linear is first.0 when it has one layer (the
+  // bias is on first.0), layer{L-1} otherwise.
+  const int64_t layers = decoder_->options.layers();
+  const std::string last = layers == 1 ? "decoder.first.0" : "decoder.layer" + std::to_string(layers - 1);
+  return {{"encoder.node_mlp.first.0.weight", 1, true},
+          {last + ".weight", 0, false},
+          {last + ".bias", 0, false}};
+}
+
+torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) * x.size(3) == num_nodes() &&
+                  x.size(2) == shape().lat,
+              "gnn: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "], got ",
+              x.sizes());
+  const int64_t lat = x.size(2), lon = x.size(3);
+  // [B, C, lat, lon] -> [B, N, C]
+  torch::Tensor nodes = x.flatten(2).transpose(1, 2);
+
+  // The lambdas hold the blocks by shared_ptr (by value, see run_block) and call non-const forward.
+  std::shared_ptr<GraphEncoderImpl> encoder = encoder_.ptr();
+  const torch::Tensor positions = node_positions_, edge_features = edge_features_;
+  std::vector<torch::Tensor> state = run_block(
+      *encoder,
+      [encoder, positions, edge_features](const std::vector<torch::Tensor>& in) {
+        return encoder->forward(in[0], positions, edge_features);
+      },
+      {nodes});
+
+  const torch::Tensor senders = senders_, receivers = receivers_;
+  for (const InteractionLayer& p : processors_) {
+    std::shared_ptr<InteractionLayerImpl> layer = p.ptr();
+    state = run_block(
+        *layer,
+        [layer, senders, receivers](const std::vector<torch::Tensor>& in) {
+          return layer->forward(in[0], in[1], senders, receivers);
+        },
+        state);
+  }
+
+  std::shared_ptr<GraphMLPImpl> decoder = decoder_.ptr();
+  return run_block(
+      *decoder,
+      [decoder, lat, lon](const torch::Tensor& h) {
+        torch::Tensor out = decoder->forward({h});  // [B, N, C]
+        return out.transpose(1, 2).reshape({out.size(0), out.size(2), lat, lon});
+      },
+      state[0]);
+}
+
+ModelEntry gnn_entry() {
+  // Linear layers only, with index_select/index_add on the edges: GEMMs, no convolutions.
+  return make_model_entry<GraphNetOptions, GraphNetImpl>(gnn_schema(), &gnn_parameter_count, &gnn_activation_memory,
+                                                         {/*gemms=*/true, /*convolutions=*/false}, &gnn_buffer_bytes);
+}
+
+}  // namespace wxtrain::models

@@ -1,0 +1,119 @@
+#pragma once
+// GraphCast-style encoder-processor-decoder on the grid's own graph. Nodes are grid points; each
+// node receives an edge from every node within model.neighbourhood cells (Chebyshev distance,
+// radius 1 = 8 neighbours, no wraparound). Edge features are the sender's offset from the receiver
+// (dlat, dlon) and its length, in units of the radius; node inputs are the variables plus the
+// node's position (lat, lon scaled to [-1, 1]), so the network can tell regions apart.
+//
+// Blocks, in forward order:
+//   encoder                       node MLP and edge MLP to model.latent
+//   processor0 .. processor{P-1}  interaction networks: e += MLP(e, h_src, h_dst);
+//                                 h += MLP(h, sum of incoming e)
+//   decoder                       node MLP to the output variables
+// Every MLP has model.mlp_layers Linear layers with SiLU between them and a LayerNorm on the
+// output (except the decoder's).
+#include "models/gnn/gnn_options.h"
+#include "models/registry.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::models {
+
+struct GraphMLPOptions {
+  GraphMLPOptions(std::vector<int64_t> in_features, int64_t hidden, int64_t out)
+      : in_features_(std::move(in_features)), hidden_(hidden), out_(out) {}
+  TORCH_ARG(std::vector<int64_t>, in_features);  // widths of the inputs the MLP reads as one concatenation
+  TORCH_ARG(int64_t, hidden);
+  TORCH_ARG(int64_t, out);
+  TORCH_ARG(int64_t, layers) = 2;      // Linear layers
+  TORCH_ARG(bool, layer_norm) = true;  // LayerNorm on the output
+};
+
+// An MLP on the concatenation of several inputs, without materialising the concatenation: the
+// first Linear is stored split per input (first.k, bias on first.0 only; the same parameters as one
+// Linear on the concatenation), so each input can be projected where it is cheapest — a node's
+// projection once per node instead of once per edge.
+class GraphMLPImpl : public torch::nn::Module {
+ public:
+  explicit GraphMLPImpl(const GraphMLPOptions& options);
+  // Input k's share of the first layer.
+  torch::Tensor project(size_t k, const torch::Tensor& x);
+  // The rest of the MLP, given the summed first-layer projections.
+  torch::Tensor finish(torch::Tensor first);
+  torch::Tensor forward(const std::vector<torch::Tensor>& inputs);
+
+  GraphMLPOptions options;
+  torch::nn::ModuleList first{nullptr};         // one Linear per input (registered names)
+  std::vector<torch::nn::Linear> first_linears;  // the same Linears, typed
+  std::vector<torch::nn::Linear> layers;  // layers 1 .. layers-1, registered as layer1, layer2, ...
+  torch::nn::LayerNorm norm{nullptr};
+};
+TORCH_MODULE(GraphMLP);
+
+// The grid graph; edges run sender -> receiver and are sorted by receiver.
+struct GridGraph {
+  torch::Tensor senders;         // [E] int64
+  torch::Tensor receivers;       // [E] int64
+  torch::Tensor edge_features;   // [E, 3] (dlat, dlon, length) / radius
+  torch::Tensor node_positions;  // [N, 2] (lat, lon) scaled to [-1, 1]
+};
+GridGraph build_grid_graph(int64_t lat, int64_t lon, int64_t radius);
+
+// Embeds nodes [B, N, C] and the (batch-independent) edges [E, 3] into latents.
+class GraphEncoderImpl : public torch::nn::Module {
+ public:
+  GraphEncoderImpl(int64_t node_in, int64_t latent, int64_t mlp_layers);
+  // -> {h [B, N, L], e [E, L]}
+  std::vector<torch::Tensor> forward(const torch::Tensor& nodes, const torch::Tensor& node_positions,
+                                     const torch::Tensor& edge_features);
+
+  GraphMLP node_mlp{nullptr}, edge_mlp{nullptr};
+};
+TORCH_MODULE(GraphEncoder);
+
+// One interaction-network round with residual updates of edges and nodes. The node MLP sums the
+// incoming edges' new latents e' = e + MLP(...) (aggregate_residual, the gnn's way), or only their
+// update MLP(...) (GraphCast's, Lam et al. 2023 eq. 9-11: the residual is added after the round).
+class InteractionLayerImpl : public torch::nn::Module {
+ public:
+  InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual = true);
+  // h [B, N, L], e [B, E, L] or [E, L] -> {h', e' [B, E, L]}
+  std::vector<torch::Tensor> forward(const torch::Tensor& h, const torch::Tensor& e, const torch::Tensor& senders,
+                                     const torch::Tensor& receivers);
+
+  GraphMLP edge_mlp{nullptr};  // on [e, h_sender, h_receiver]
+  GraphMLP node_mlp{nullptr};  // on [h, sum of incoming e']
+  bool aggregate_residual = true;
+};
+TORCH_MODULE(InteractionLayer);
+
+class GraphNetImpl : public WeatherModelImpl {
+ public:
+  GraphNetImpl(const GraphNetOptions& options, const ModelShape& shape);
+  torch::Tensor forward(torch::Tensor x) override;
+  // The encoder node MLP's first Linear on the variables (input channels; the positions have a
+  // Linear of their own) and the decoder's last Linear with its bias (output channels).
+  std::vector<ChannelAxis> channel_axes() const override;
+
+  int64_t num_nodes() const { return node_positions_.size(0); }
+  int64_t num_edges() const { return senders_.size(0); }
+
+ private:
+  // Buffers, so that they move with the model.
+  torch::Tensor senders_, receivers_, edge_features_, node_positions_;
+  GraphEncoder encoder_{nullptr};
+  std::vector<InteractionLayer> processors_;
+  GraphMLP decoder_{nullptr};
+};
+
+// estimate --analytic (gnn_memory.cpp): exact parameters, activations block by block, the graph.
+int64_t gnn_parameter_count(const GraphNetOptions& o, const ModelShape& s);
+ModelMemory gnn_activation_memory(const GraphNetOptions& o, const ModelShape& s, const FormulaSettings& f);
+double gnn_buffer_bytes(const GraphNetOptions& o, const ModelShape& s, double param_bytes);
+// The pieces GraphCast's formulas share: a GraphMLP's parameters and what it saves, on `rows`
+// rows of width `hidden` out to `out` (models/graphcast).
+int64_t graph_mlp_params(const std::vector<int64_t>& in, int64_t hidden, int64_t out, int64_t layers, bool norm);
+void graph_mlp(Block& b, const Widths& w, double rows, double hidden, double out, int64_t layers, bool layer_norm);
+
+ModelEntry gnn_entry();  // models/registry.cpp
+
+}  // namespace wxtrain::models

@@ -1,0 +1,118 @@
+// estimate --analytic for the grid GNN (models/gnn/gnn.cpp), layer by layer.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "models/gnn/gnn.h"
+
+namespace wxtrain::models {
+namespace {
+
+// Edges of the grid graph (gnn.cpp build_grid_graph): every cell within `radius` in both
+// directions, the centre excepted, clipped at the grid's borders.
+int64_t grid_edges(int64_t lat, int64_t lon, int64_t radius) {
+  int64_t e = 0;
+  for (int64_t dy = -radius; dy <= radius; ++dy)
+    for (int64_t dx = -radius; dx <= radius; ++dx)
+      if (dy != 0 || dx != 0) e += std::max<int64_t>(0, lat - std::abs(dy)) * std::max<int64_t>(0, lon - std::abs(dx));
+  return e;
+}
+
+}  // namespace
+
+// GraphMLP: one Linear per input (bias on the first only) summed, then layers-1 Linears, then an
+// optional LayerNorm.
+int64_t graph_mlp_params(const std::vector<int64_t>& in, int64_t hidden, int64_t out, int64_t layers, bool norm) {
+  const int64_t first_out = layers == 1 ? out : hidden;
+  int64_t n = 0;
+  for (size_t k = 0; k < in.size(); ++k) n += linear_params(in[k], first_out, k == 0);
+  for (int64_t i = 1; i < layers; ++i) n += linear_params(hidden, i + 1 == layers ? out : hidden);
+  return n + (norm ? norm_params(out) : 0);
+}
+
+// GraphMLP: the summed input projections, then (layers - 1) x [SiLU, Linear], then LayerNorm.
+// The SiLU runs in fp32 even under autocast (gnn.cpp: silu_between_linears).
+void graph_mlp(Block& b, const Widths& w, double rows, double hidden, double out, int64_t layers, bool layer_norm) {
+  for (int64_t i = 1; i < layers; ++i) {
+    b.layers.push_back(activation(rows * hidden, w.high));
+    b.layers.push_back(conv_or_linear(w, rows * hidden, rows * (i + 1 == layers ? out : hidden)));
+  }
+  if (layer_norm) b.layers.push_back(norm(w, rows * out, rows));
+}
+
+int64_t gnn_parameter_count(const GraphNetOptions& c, const ModelShape& s) {
+  const int64_t L = c.latent, m = c.mlp_layers;
+  const int64_t encoder = graph_mlp_params({s.in_channels, 2}, L, L, m, true) + graph_mlp_params({3}, L, L, m, true);
+  const int64_t layer = graph_mlp_params({L, L, L}, L, L, m, true) + graph_mlp_params({L, L}, L, L, m, true);
+  const int64_t decoder = graph_mlp_params({L}, L, s.out_channels, m, false);
+  return encoder + c.processor_layers * layer + decoder;  // the graph itself is buffers, not parameters
+}
+
+ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s, const FormulaSettings& f) {
+  const Widths& w = f.widths;
+  ModelMemory m;
+  const double N = static_cast<double>(s.lat * s.lon);
+  const double E = static_cast<double>(grid_edges(s.lat, s.lon, c.neighbourhood));
+  const double L = static_cast<double>(c.latent);
+  const int64_t layers = c.mlp_layers;
+
+  Block enc;
+  enc.name = "encoder";
+  enc.layers.push_back(conv_or_linear(w, N * s.in_channels, N * L));  // the transposed input's contiguous copy
+  graph_mlp(enc, w, N, L, L, layers, true);
+  enc.layers.push_back(keep(N * L, w.high));
+  enc.output_grad = N * L * w.high;
+  // The edge MLP reads the batch-independent edge features: its activations are fixed.
+  Block edges;
+  graph_mlp(edges, w, E, L, L, layers, true);
+  enc.fixed_saved = edges.saved() + E * L * w.high;
+  enc.fixed_kept = E * L * w.high;
+  enc.weights = static_cast<double>(graph_mlp_params({s.in_channels, 2}, c.latent, c.latent, layers, true) +
+                                    graph_mlp_params({3}, c.latent, c.latent, layers, true));
+  m.blocks.push_back(enc);
+
+  for (int64_t i = 0; i < c.processor_layers; ++i) {
+    Block b;
+    b.name = "processor" + std::to_string(i);
+    // Edge update: sender and receiver projections gathered onto the edges, plus the edge projection.
+    b.layers.push_back(gather(N * L, w.high, 2 * E * L * w.low + N * L * w.low));
+    graph_mlp(b, w, E, L, L, layers, true);
+    b.layers.push_back(keep(E * L, w.high));  // e_new: the residual sum
+    // Aggregation into the receivers (index_add), saved by the node MLP's projection.
+    b.layers.push_back(gather(E * L, w.high));
+    b.layers.push_back(keep(N * L, w.low));
+    graph_mlp(b, w, N, L, L, layers, true);
+    b.layers.push_back(keep(N * L, w.high));  // h_new
+    b.inputs = N * L * w.high + (i == 0 ? 0 : E * L * w.high);
+    b.carry = N * L * w.high;  // the node residual's gradient, waiting for the edge path's
+    // The decoder reads only the nodes: the last layer's edges get no gradient from above.
+    b.output_grad = N * L * w.high + (i + 1 == c.processor_layers ? 0 : E * L * w.high);
+    // Measured, not derived (tests/estimator): replayed under a checkpoint, the edge path's backward
+    // holds about two more edge-sized gradients than the same layer without checkpointing.
+    b.replay_grads = 2 * E * L * w.high;
+    b.weights = static_cast<double>(graph_mlp_params({c.latent, c.latent, c.latent}, c.latent, c.latent, layers, true) +
+                                    graph_mlp_params({c.latent, c.latent}, c.latent, c.latent, layers, true));
+    m.blocks.push_back(b);
+  }
+
+  Block dec;
+  dec.name = "decoder";
+  dec.layers.push_back(conv_or_linear(w, 0, N * L));  // its input is the last processor's h_new
+  graph_mlp(dec, w, N, L, static_cast<double>(s.out_channels), layers, false);
+  dec.weights = static_cast<double>(graph_mlp_params({c.latent}, c.latent, s.out_channels, layers, false));
+  dec.inputs = N * L * w.high;  // the last processor's nodes
+  dec.output = dec.output_grad = N * s.out_channels * w.low;
+  m.blocks.push_back(dec);
+  m.output = static_cast<double>(s.out_channels) * N;
+  return m;
+}
+
+double gnn_buffer_bytes(const GraphNetOptions& c, const ModelShape& s, double param_bytes) {
+  // The grid graph: int64 senders and receivers, 3 edge features per edge and 2 positional
+  // features per node in the parameters' dtype.
+  const double E = static_cast<double>(grid_edges(s.lat, s.lon, c.neighbourhood));
+  return E * (8 + 8 + 3 * param_bytes) + 2.0 * param_bytes * s.lat * s.lon;
+}
+
+}  // namespace wxtrain::models

@@ -1,0 +1,175 @@
+#pragma once
+// GraphCast (Lam et al. 2023, "Learning skillful medium-range global weather forecasting", Science
+// 382, arXiv:2212.12794; reference code google-deepmind/graphcast): an encoder-processor-decoder
+// GNN whose processor runs on an icosahedral multi-mesh instead of the grid.
+//
+// The graph (built once, kept as buffers so it moves with the model):
+//   mesh       the icosahedron refined model.mesh_refinement = R times, nodes on the unit sphere
+//              (level r: 10 x 4^r + 2 nodes, 30 x 4^r edges); the multi-mesh keeps the edges of
+//              every level 0..R in both directions (M6: 40,962 nodes, 327,660 directed edges).
+//   grid2mesh  every grid point sends to every mesh node within 0.6 x the longest edge of the finest
+//              mesh (chord distance on the unit sphere, the paper's radius).
+//   mesh2grid  every grid point receives from the 3 nodes of the finest-mesh triangle holding it.
+// Node features: sin(lat) (the reference's cosine of the polar angle; the paper says "cosine of
+// the latitude", which could not tell the hemispheres apart), cos(lon), sin(lon); grid nodes add
+// the input channels, mesh nodes have the positional features only. Edge features: the chord
+// length and the sender-minus-receiver vector in the receiver's local frame (rotated to latitude
+// 0, longitude 0), both divided by the longest edge of their edge set, as the reference does.
+//
+// The grid is where the data says (ModelShape latitudes/longitudes), or a regular global grid of
+// lat x lon with both poles and longitudes from 0 (721 x 1440 is ERA5's 0.25 degrees). Mesh nodes
+// that no grid point sends to or reads from are dropped with their edges, so a regional grid (the
+// 33 x 36 storm data over North America) keeps a small regional mesh; on a global grid at the
+// published pairings (1 degree with M5, 0.25 degree with M6) every node is kept.
+//
+// Blocks, in forward order:
+//   grid2mesh                     embeds grid nodes, mesh nodes, grid2mesh and mesh edges; one
+//                                 interaction round updates the mesh nodes, and the grid nodes by
+//                                 their own MLP (residuals on both)
+//   processor0 .. processor{P-1}  interaction networks on the multi-mesh (models/gnn/gnn.h
+//                                 InteractionLayer, aggregating the edge updates as the paper)
+//   mesh2grid                     embeds the mesh2grid edges; one interaction round updates the
+//                                 grid nodes; an MLP without LayerNorm maps them to the outputs
+// Every MLP is model.mlp_layers Linears with SiLU (swish) between them and LayerNorm on its output
+// (GraphCast: 2 Linears, one hidden layer of model.latent). Widths: model.latent;
+// depth: model.processor_layers.
+//
+// Edge blocks (model.edge_block = n > 0): grid2mesh's and mesh2grid's edge updates run n edges at a
+// time (edge embedding, gathers, edge MLP, sum into the receivers), and with checkpointing each
+// block is a checkpoint of its own inside the block's replay, saving only node-level inputs. At
+// 0.25 degrees one edge-sized tensor of the whole set (3.1 M mesh2grid edges x 512 latents) is
+// 3-6 GiB and the edge MLP makes several: blocks keep one block's worth at a time, as the GraphCast
+// maintainers' "edge update in blocks" does. The result equals the unblocked update.
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "models/gnn/gnn.h"
+#include "models/graphcast/graphcast_options.h"
+#include "models/registry.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::models {
+
+// ---- the graph, exposed for the tests and the estimator ----
+
+using Vec3 = std::array<double, 3>;
+using Face = std::array<int64_t, 3>;
+
+// The icosahedron and its refinements. Level r uses the first 10 x 4^r + 2 vertices (refining
+// appends the edge midpoints, pushed out onto the sphere), so node ids are the same at every level.
+// faces[r] are level r's triangles, counter-clockwise seen from outside; the four children of
+// faces[r][f] are faces[r + 1][4f .. 4f + 3] (which walk_to_face relies on).
+struct IcosahedralMesh {
+  std::vector<Vec3> vertices;
+  std::vector<std::vector<Face>> faces;
+  int64_t refinement() const { return static_cast<int64_t>(faces.size()) - 1; }
+};
+IcosahedralMesh icosahedral_mesh(int64_t refinement);
+
+// The directed edges of level r alone (both directions of each of its 30 x 4^r edges), and of the
+// multi-mesh (levels 0..R together; no two levels share an edge: refining splits every edge).
+void mesh_level_edges(const IcosahedralMesh& mesh, int64_t level, std::vector<int64_t>& senders,
+                      std::vector<int64_t>& receivers);
+void multimesh_edges(const IcosahedralMesh& mesh, std::vector<int64_t>& senders, std::vector<int64_t>& receivers);
+
+// The longest edge of the finest level, as a chord of the unit sphere.
+double longest_finest_edge(const IcosahedralMesh& mesh);
+
+// The finest-level face holding `p` (a unit vector), found by walking down from the 20 faces of
+// the icosahedron: R x 4 + 20 tests instead of a search over all 20 x 4^R faces.
+int64_t walk_to_face(const IcosahedralMesh& mesh, const Vec3& p);
+
+Vec3 lat_lon_to_xyz(double lat_deg, double lon_deg);
+
+// A regular global grid: n latitudes from 90 to -90 (both poles), n longitudes from 0 eastwards.
+std::vector<double> global_latitudes(int64_t n);
+std::vector<double> global_longitudes(int64_t n);
+
+// Everything the model keeps as buffers. Grid node i is row i / lon, column i % lon (the input's
+// flattened [lat, lon]); mesh node k is kept_mesh_nodes[k] of the full mesh.
+struct GraphCastGraph {
+  int64_t grid_nodes = 0, mesh_nodes = 0;
+  double g2m_radius = 0;                   // chord on the unit sphere
+  torch::Tensor kept_mesh_nodes;           // [Nm] int64 ids in the full refined mesh
+  torch::Tensor grid_features;             // [Ng, 3] float: sin lat, cos lon, sin lon
+  torch::Tensor mesh_features;             // [Nm, 3]
+  torch::Tensor g2m_senders, g2m_receivers, g2m_features;    // grid -> mesh: [Eg] int64 x2, [Eg, 4]
+  torch::Tensor mesh_senders, mesh_receivers, mesh_edge_features;  // multi-mesh: [Em], [Em], [Em, 4]
+  torch::Tensor m2g_senders, m2g_receivers, m2g_features;    // mesh -> grid: [3 Ng], [3 Ng], [3 Ng, 4]
+};
+
+// The graph for a grid of latitudes x longitudes (degrees) on the R-times refined mesh. Uses a
+// spatial index (mesh nodes bucketed in cubes of the query radius) for grid2mesh and the
+// refinement hierarchy for mesh2grid: O(grid points) rather than O(grid x mesh).
+GraphCastGraph build_graphcast_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes,
+                                     int64_t refinement, double radius_fraction = 0.6);
+
+// The grid a model of `shape` is built on: the shape's coordinates, or a regular global grid.
+std::pair<std::vector<double>, std::vector<double>> graphcast_grid(const ModelShape& shape);
+
+// ---- blocks ----
+
+// The encoder: embeddings, then grid -> mesh interaction. forward(grid inputs [B, Ng, C]) ->
+// {grid latents [B, Ng, L], mesh latents [B, Nm, L], mesh edge latents [Em, L]}.
+class Grid2MeshImpl : public torch::nn::Module {
+ public:
+  Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_layers, int64_t edge_block = 0);
+  // checkpoint_edge_blocks: checkpoint each edge block (the model's checkpointing is on).
+  std::vector<torch::Tensor> forward(const torch::Tensor& grid, const GraphCastGraph& graph,
+                                     bool checkpoint_edge_blocks = false);
+
+  GraphMLP grid_embed{nullptr};       // on [variables, grid features]
+  GraphMLP mesh_embed{nullptr};       // on mesh features
+  GraphMLP g2m_edge_embed{nullptr};   // on grid2mesh edge features
+  GraphMLP mesh_edge_embed{nullptr};  // on multi-mesh edge features (used by the processor)
+  GraphMLP edge_mlp{nullptr};         // on [e, h_grid sender, h_mesh receiver]
+  GraphMLP mesh_node_mlp{nullptr};    // on [h_mesh, sum of incoming edge updates]
+  GraphMLP grid_node_mlp{nullptr};    // on h_grid (grid nodes receive nothing here)
+  int64_t edge_block = 0;             // model.edge_block
+};
+TORCH_MODULE(Grid2Mesh);
+
+// The decoder: forward(mesh latents [B, Nm, L], grid latents [B, Ng, L]) -> outputs [B, Ng, C_out].
+class Mesh2GridImpl : public torch::nn::Module {
+ public:
+  Mesh2GridImpl(int64_t latent, int64_t out_channels, int64_t mlp_layers, int64_t edge_block = 0);
+  torch::Tensor forward(const torch::Tensor& mesh, const torch::Tensor& grid, const GraphCastGraph& graph,
+                        bool checkpoint_edge_blocks = false);
+
+  GraphMLP m2g_edge_embed{nullptr};  // on mesh2grid edge features
+  GraphMLP edge_mlp{nullptr};        // on [e, h_mesh sender, h_grid receiver]
+  GraphMLP grid_node_mlp{nullptr};   // on [h_grid, sum of incoming edge updates]
+  GraphMLP output_mlp{nullptr};      // h_grid -> outputs, no LayerNorm
+  int64_t edge_block = 0;            // model.edge_block
+};
+TORCH_MODULE(Mesh2Grid);
+
+class GraphCastImpl : public WeatherModelImpl {
+ public:
+  GraphCastImpl(const GraphCastOptions& options, const ModelShape& shape);
+  torch::Tensor forward(torch::Tensor x) override;
+  // The grid embedding's first Linear on the variables (input channels; the positional features
+  // have a Linear of their own) and the output MLP's last Linear with its bias (output channels).
+  std::vector<ChannelAxis> channel_axes() const override;
+
+  const GraphCastGraph& graph() const { return graph_; }
+
+ private:
+
+  // Sizes, and handles of the registered buffers (Module::to moves those in place, set_data, so
+  // the handles follow); kept_mesh_nodes is not a buffer (informational, stays on the CPU).
+  GraphCastGraph graph_;
+  Grid2Mesh grid2mesh_{nullptr};
+  std::vector<InteractionLayer> processors_;
+  Mesh2Grid mesh2grid_{nullptr};
+};
+
+// estimate --analytic (graphcast_memory.cpp): exact parameters, activations block by block, the graph.
+int64_t graphcast_parameter_count(const GraphCastOptions& o, const ModelShape& s);
+ModelMemory graphcast_activation_memory(const GraphCastOptions& o, const ModelShape& s, const FormulaSettings& f);
+double graphcast_buffer_bytes(const GraphCastOptions& o, const ModelShape& s, double param_bytes);
+
+ModelEntry graphcast_entry();  // models/registry.cpp
+
+}  // namespace wxtrain::models

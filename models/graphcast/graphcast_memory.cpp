@@ -1,0 +1,172 @@
+// estimate --analytic for GraphCast (models/graphcast/graphcast.cpp), layer by layer.
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/graphcast/graphcast.h"
+
+namespace wxtrain::models {
+namespace {
+
+// The sizes of GraphCast's graph for a run: built as the model builds it (fast: a spatial index),
+// cached for the last (grid, refinement) asked, since the activations and the buffers both need it.
+struct GraphCastSizes {
+  double grid = 0, mesh = 0, g2m = 0, mesh_edges = 0, m2g = 0;
+};
+GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s) {
+  static std::mutex mutex;
+  static std::tuple<std::vector<double>, std::vector<double>, int64_t> key;
+  static GraphCastSizes cached;
+  auto [lat, lon] = graphcast_grid(s);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (std::get<0>(key) == lat && std::get<1>(key) == lon && std::get<2>(key) == c.mesh_refinement) return cached;
+  const GraphCastGraph g = build_graphcast_graph(lat, lon, c.mesh_refinement);
+  cached = {static_cast<double>(g.grid_nodes), static_cast<double>(g.mesh_nodes),
+            static_cast<double>(g.g2m_senders.size(0)), static_cast<double>(g.mesh_senders.size(0)),
+            static_cast<double>(g.m2g_senders.size(0))};
+  key = {std::move(lat), std::move(lon), c.mesh_refinement};
+  return cached;
+}
+
+}  // namespace
+
+// GraphCast (graphcast.cpp): GraphMLPs throughout. grid2mesh: embeddings of the grid nodes
+// (variables + 3 positional features), mesh nodes (3), grid2mesh and mesh edges (4 each), the edge
+// MLP on [e, h_grid, h_mesh], the mesh node MLP on [h, sum], the grid node MLP on h; a processor
+// layer: the gnn's InteractionLayer; mesh2grid: the mesh2grid edge embedding, edge MLP, grid node
+// MLP and the output MLP without LayerNorm. The graph is buffers.
+int64_t graphcast_parameter_count(const GraphCastOptions& c, const ModelShape& s) {
+  const int64_t L = c.latent, m = c.mlp_layers;
+  auto mlp = [&](const std::vector<int64_t>& in, int64_t out = -1, bool norm = true) {
+    return graph_mlp_params(in, L, out < 0 ? L : out, m, norm);
+  };
+  const int64_t grid2mesh = mlp({s.in_channels, 3}) + mlp({3}) + 2 * mlp({4}) + mlp({L, L, L}) + mlp({L, L}) + mlp({L});
+  const int64_t processor = mlp({L, L, L}) + mlp({L, L});
+  const int64_t mesh2grid = mlp({4}) + mlp({L, L, L}) + mlp({L, L}) + mlp({L}, s.out_channels, false);
+  return grid2mesh + c.processor_layers * processor + mesh2grid;
+}
+
+// GraphCast (graphcast.cpp), per sample over Ng grid nodes, Nm mesh nodes, Eg grid2mesh,
+// Em mesh and Ed = 3 Ng mesh2grid edges. What only the graph's features feed (the mesh node and
+// the three edge embeddings, the edge and receiver shares of grid2mesh's edge MLP) is the same for
+// every sample: batch-independent (fixed), as the gnn's edge embedding.
+//
+// With model.edge_block, checkpointed or in inference, grid2mesh's and mesh2grid's edges are updated
+// a block at a time (checkpointed, each block inside its block's replay): one block of edges exists
+// at a time (Eg and Ed become the block in the edge terms), and a block's partial sum waits beside
+// the running sum (one more node-sized tensor). Training without checkpointing saves every block's
+// tensors: the whole set, as unblocked.
+ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelShape& s, const FormulaSettings& f) {
+  const Widths& w = f.widths;
+  // Edge blocks hold one block at a time when checkpointed, and in inference (no graph).
+  const bool one_edge_block_at_a_time = f.checkpointing || f.inference;
+  ModelMemory m;
+  const GraphCastSizes g = graphcast_sizes(c, s);
+  const double Nm = g.mesh, Ng = g.grid, Em = g.mesh_edges;
+  const bool blocked_g2m = one_edge_block_at_a_time && c.edge_block > 0 && static_cast<double>(c.edge_block) < g.g2m;
+  const bool blocked_m2g = one_edge_block_at_a_time && c.edge_block > 0 && static_cast<double>(c.edge_block) < g.m2g;
+  const double Eg = blocked_g2m ? static_cast<double>(c.edge_block) : g.g2m;
+  const double Ed = blocked_m2g ? static_cast<double>(c.edge_block) : g.m2g;
+  const double L = static_cast<double>(c.latent), C = static_cast<double>(s.in_channels);
+  const double O = static_cast<double>(s.out_channels);
+  const int64_t layers = c.mlp_layers, Li = c.latent;
+  // A latent read by two Linears: under autocast each takes a bf16 copy, otherwise both save it.
+  const double read_twice = w.autocast ? 2 * w.low : w.high;
+  // An embedding MLP of `rows` batch-independent inputs of width `in`: what it saves.
+  auto embedding = [&](double rows, double in) {
+    Block e;
+    e.layers.push_back(conv_or_linear(w, rows * in, rows * L));
+    graph_mlp(e, w, rows, L, L, layers, true);
+    return e.saved();
+  };
+
+  Block enc;
+  enc.name = "grid2mesh";
+  enc.layers.push_back(conv_or_linear(w, Ng * C, Ng * L));  // the transposed input's contiguous copy
+  graph_mlp(enc, w, Ng, L, L, layers, true);
+  enc.layers.push_back(keep(Ng * L, read_twice));  // h_grid, read by the edge and grid node MLPs
+  // The sender share gathered onto the edges, plus the per-edge shared term: the edge MLP's input.
+  enc.layers.push_back(gather(Ng * L, w.high, 2 * Eg * L * w.low));
+  graph_mlp(enc, w, Eg, L, L, layers, true);
+  enc.layers.push_back(gather(Eg * L, w.high, blocked_g2m ? Nm * L * w.low : 0));  // index_add into the mesh nodes
+  enc.layers.push_back(keep(Nm * L, w.low));      // the sum, saved by the mesh node MLP
+  graph_mlp(enc, w, Nm, L, L, layers, true);
+  enc.layers.push_back(keep(Nm * L, w.high));     // h_mesh
+  graph_mlp(enc, w, Ng, L, L, layers, true);       // the grid node MLP
+  enc.layers.push_back(keep(Ng * L, w.high));     // h_grid after its update
+  enc.output_grad = (Nm + Ng) * L * w.high;
+  enc.carry = Eg * L * w.high;  // measured as the processors' (one more edge-sized gradient)
+  enc.fixed_saved = embedding(Nm, 3) + embedding(Eg, 4) + embedding(Em, 4) + (Eg + Nm) * L * read_twice / 2 +
+                    Em * L * w.high;
+  enc.fixed_kept = Em * L * w.high;  // the mesh edge latents, the processor's input
+  enc.weights = static_cast<double>(graph_mlp_params({s.in_channels, 3}, Li, Li, layers, true) +
+                                    graph_mlp_params({3}, Li, Li, layers, true) +
+                                    2 * graph_mlp_params({4}, Li, Li, layers, true) +
+                                    graph_mlp_params({Li, Li, Li}, Li, Li, layers, true) +
+                                    graph_mlp_params({Li, Li}, Li, Li, layers, true) +
+                                    graph_mlp_params({Li}, Li, Li, layers, true));
+  m.blocks.push_back(enc);
+
+  // The processor is the gnn's interaction layer on the mesh; the grid latents wait beside it,
+  // and so does their gradient from mesh2grid (carry).
+  for (int64_t i = 0; i < c.processor_layers; ++i) {
+    Block b;
+    b.name = "processor" + std::to_string(i);
+    // The gathers' backward hands the layer before both its gradients: nodes and (after the first
+    // layer, whose edges are the batch-independent embedding) edges.
+    b.layers.push_back(gather((Nm + (i == 0 ? 0 : Em)) * L, w.high, 2 * Em * L * w.low + Nm * L * w.low));
+    graph_mlp(b, w, Em, L, L, layers, true);
+    b.layers.push_back(keep(Em * L, w.high));  // e_new: the residual sum
+    b.layers.push_back(gather(Em * L, w.high));
+    b.layers.push_back(keep(Nm * L, w.low));
+    graph_mlp(b, w, Nm, L, L, layers, true);
+    b.layers.push_back(keep(Nm * L, w.high));  // h_new
+    b.inputs = Nm * L * w.high + (i == 0 ? 0 : Em * L * w.high);
+    // Measured, not derived (tests/estimator): the edge path's backward holds about two more
+    // edge-sized gradients than the layers' own, checkpointed or not (the gnn's replay_grads).
+    // Under autocast the bf16 gradients of the edge Linears live beside their fp32 casts (measured).
+    b.carry = (Nm + Ng) * L * w.high + 2 * Em * L * w.high + (w.autocast ? 2 * Em * L * w.low : 0);
+    b.weights = static_cast<double>(graph_mlp_params({Li, Li, Li}, Li, Li, layers, true) +
+                                    graph_mlp_params({Li, Li}, Li, Li, layers, true));
+    m.blocks.push_back(b);
+  }
+
+  Block dec;
+  dec.name = "mesh2grid";
+  // Sender (mesh) and receiver (grid) shares gathered onto the 3 Ng edges, plus the edge share.
+  dec.layers.push_back(gather((Nm + Ng) * L, w.high, 2 * Ed * L * w.low + (Nm + Ng) * L * w.low));
+  graph_mlp(dec, w, Ed, L, L, layers, true);
+  dec.layers.push_back(gather(Ed * L, w.high, blocked_m2g ? Ng * L * w.low : 0));  // index_add into the grid nodes
+  dec.layers.push_back(keep(Ng * L, w.low));
+  graph_mlp(dec, w, Ng, L, L, layers, true);
+  dec.layers.push_back(conv_or_linear(w, Ng * L, Ng * L));  // the updated grid latents into the output MLP
+  graph_mlp(dec, w, Ng, L, O, layers, false);
+  dec.inputs = (Nm + Ng) * L * w.high;
+  // Measured as the processors': one more edge-sized gradient, and under autocast the bf16 ones.
+  // In blocks, the bf16 gradients that the blocks' replays hand back to the grid-sized node
+  // projections, and their running sums, take the place of the edge-sized ones (measured: 3 x grid
+  // nodes x latent, tests/estimator).
+  dec.carry = Ed * L * w.high + (w.autocast ? 3 * (blocked_m2g ? Ng : Ed) * L * w.low : 0);
+  dec.output = dec.output_grad = Ng * O * w.low;
+  dec.fixed_saved = embedding(Ed, 4) + Ed * L * w.low;
+  // Checkpointed, the mesh2grid edge embedding is replayed with the block, the first backward
+  // runs, where the peak is: its batch-independent tensors count there too.
+  dec.fixed_kept = dec.fixed_saved;
+  dec.weights = static_cast<double>(graph_mlp_params({4}, Li, Li, layers, true) +
+                                    graph_mlp_params({Li, Li, Li}, Li, Li, layers, true) +
+                                    graph_mlp_params({Li, Li}, Li, Li, layers, true) +
+                                    graph_mlp_params({Li}, Li, s.out_channels, layers, false));
+  m.blocks.push_back(dec);
+  m.output = O * Ng;
+  return m;
+}
+
+double graphcast_buffer_bytes(const GraphCastOptions& c, const ModelShape& s, double param_bytes) {
+  // Three edge sets (int64 senders and receivers, 4 features each), 3 positional features per
+  // grid and mesh node, and the kept mesh node ids (int64, not a buffer: never cast).
+  const GraphCastSizes g = graphcast_sizes(c, s);
+  return (g.g2m + g.mesh_edges + g.m2g) * (16 + 4 * param_bytes) + 3 * param_bytes * (g.grid + g.mesh) + 8 * g.mesh;
+}
+
+}  // namespace wxtrain::models
