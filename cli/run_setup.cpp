@@ -1,8 +1,6 @@
 #include "cli/run_setup.h"
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "autotune/batch_search.h"
 #include "core/device.h"
