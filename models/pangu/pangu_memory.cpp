@@ -61,7 +61,7 @@ int64_t earth_block_params(const PanguOptions& c, int64_t dim, int64_t heads, co
 // rolled windows (what qkv saves), splits q, k, v into contiguous copies, and its attention runs
 // ATen's math path spelled out (pangu.cpp window_attention_math, the CPU's always): it keeps
 // the scaled q and k, v, and the softmax of the windows' scores, P x H x N. Under autocast the GPU
-// step takes that softmax in fp32, as CUDA's autocast does (models::cuda_autocast_fp32): the
+// step takes that softmax in fp32, as CUDA's autocast does (ops::cuda_autocast_fp32): the
 // bf16 scores cast up (a temporary), the fp32 output saved and its bf16 copy saved again by the
 // attn x v matmul. The gathered bias (+ mask), [types x H, N, N], is saved by nothing (its
 // gradient is the scores' own). Back on the grid, norm1 is post-norm on the cropped attention

@@ -35,7 +35,7 @@ ModelMemory vit_activation_memory(const ViTOptions& c, const ModelShape& s, cons
     b.layers.push_back({"matmul q k", 2 * ND * w.low, 3 * ND * w.low, scores * w.low});  // contiguous q, k copies
     if (w.low < w.high) {
       // Under autocast the GPU step takes the softmax in fp32, as CUDA's autocast does
-      // (models::cuda_autocast_fp32): the bf16 scores cast up (a temporary), the fp32 output saved,
+      // (ops::cuda_autocast_fp32): the bf16 scores cast up (a temporary), the fp32 output saved,
       // and its bf16 copy saved again by the attn x v matmul; backward holds the fp32 gradient and
       // its bf16 cast for the scores' matmul. Within 2.3% of the trace (tests/estimator).
       b.layers.push_back({"softmax", scores * w.high, scores * (w.high + w.low), scores * (w.high + w.high)});
