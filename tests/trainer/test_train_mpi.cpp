@@ -254,7 +254,10 @@ TEST(TrainMpi, TwoRankCheckpointResumesOnOneProcess) {
   ASSERT_EQ(l.size(), 10u);
   for (double v : l) EXPECT_TRUE(std::isfinite(v));
   std::string worst;
-  EXPECT_LE(max_difference(checkpoint_in(trained("single_b8", false, 8)).model, c.model, &worst), 1e-5) << worst;
+  // The first five steps summed over two ranks: the rounding the DDP test above bounds by 3e-5 for
+  // the same reason (Adam's normalised steps near zero gradients). 1.16e-5 measured on an Intel Xeon,
+  // under 1e-5 on the AMD EPYC; a real divergence moves weights by whole lr steps.
+  EXPECT_LE(max_difference(checkpoint_in(trained("single_b8", false, 8)).model, c.model, &worst), 3e-5) << worst;
 }
 
 TEST(TrainMpi, OneProcessCheckpointResumesOnTwoRanks) {
