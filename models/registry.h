@@ -8,9 +8,10 @@
 // file names a model.
 //
 // Adding an architecture: a folder models/<name>/ with the network (<name>.h/.cpp, ending in
-// <name>_entry()), its options (<name>_options.h/.cpp) and its formulas (<name>_memory.cpp), the
-// files added to models/CMakeLists.txt, and one line in registry.cpp. docs/architecture.md walks
-// through an example.
+// <name>_entry()), its options (<name>_options.h/.cpp) and its formulas (<name>_memory.cpp); its
+// name in WXTRAIN_ZOO (models/CMakeLists.txt), its declaration and table line in registry.cpp, and
+// its schema in fuzz/model_schemas.cpp (tests/models/check_model_names.sh fails until all are
+// there). docs/architecture.md walks through an example.
 #include <cstdint>
 #include <functional>
 #include <string>
