@@ -100,23 +100,24 @@ class ModelOptionsBox {
       static const Options defaults;
       return defaults;
     }
-    return checked<Options>(*options_);
+    const auto* typed = dynamic_cast<const Options*>(options_.get());
+    if (!typed) throw_mismatch(typeid(Options));
+    return *typed;
   }
   template <typename Options>
   Options& as() {
     if (!options_) options_ = std::make_unique<Options>();
-    return checked<Options>(*options_);
+    auto* typed = dynamic_cast<Options*>(options_.get());
+    if (!typed) throw_mismatch(typeid(Options));
+    return *typed;
   }
 
  private:
-  template <typename Options, typename Held>
-  static Options& checked(Held& held) {
-    auto* typed = dynamic_cast<Options*>(&const_cast<ModelOptions&>(static_cast<const ModelOptions&>(held)));
-    if (!typed)
-      throw ConfigError(std::string("[model]: the options held are not those of the model asked for (") +
-                        typeid(held).name() + " held, " + typeid(Options).name() +
-                        " asked): set model.name before its options");
-    return *typed;
+  // Options set in code for one model and read as another's: a programmer's error.
+  [[noreturn]] void throw_mismatch(const std::type_info& asked) const {
+    const ModelOptions& held = *options_;
+    throw ConfigError(std::string("[model]: the options held (") + typeid(held).name() +
+                      ") are not those asked for (" + asked.name() + "): set model.name before its options");
   }
 
   std::unique_ptr<ModelOptions> options_;
