@@ -19,6 +19,7 @@
 
 #include "core/config.h"
 #include "models/memory_formula.h"
+#include "models/reference_model.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::models {
@@ -40,6 +41,9 @@ struct ModelEntry {
   // trace counts with the model states; `param_bytes` is the width buffers are cast to.
   std::function<double(const ModelConfig&, const ModelShape&, double param_bytes)> buffer_bytes;
   GpuLibraries gpu_libraries;
+  // The reference implementations whose checkpoints this architecture reads and writes
+  // (models/reference_model.h); empty for our own designs.
+  std::vector<ReferenceModel> references;
 };
 
 // Typed wrappers: the functions take the model's own options struct.
