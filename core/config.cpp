@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/model_presets.h"
 #include "core/run_file_text.h"
+#include "data/time/cf_time.h"
 
 namespace wxtrain {
 
@@ -274,6 +275,13 @@ RunConfig build(const toml::table& root, const std::string& file) {
                                ": expected " + join_list(known));
     }
     r.get("time_origin", d.time_origin);
+    if (!d.time_origin.empty()) {
+      try {
+        data::parse_date(d.time_origin);  // dates undated data: the standard calendar
+      } catch (const DataError& error) {
+        r.fail("time_origin", "= \"" + d.time_origin + "\": " + error.what());
+      }
+    }
     r.record("region", "inline table", "", "");
     if (const toml::node* n = r.node("region")) {
       if (!n->is_table()) r.fail("region", "must be a table: region = { lat = [20, 55], lon = [230, 300] }");
@@ -306,11 +314,38 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("rollout_steps", d.rollout_steps, 1, 64);
     r.get("val_fraction", d.val_fraction, 0.0, 0.9);
     r.get("time_step", d.time_step);
+    if (!d.time_step.empty()) {
+      data::TimeStep step;
+      try {
+        step = data::parse_time_step(d.time_step);
+      } catch (const DataError& error) {
+        r.fail("time_step", "= \"" + d.time_step + "\": " + error.what());
+      }
+      if (step.seconds <= 0 && step.months <= 0)
+        r.fail("time_step", "= \"" + d.time_step + "\" must be a positive duration, e.g. \"6h\", \"1d\" or \"1mo\"");
+    }
     for (auto [key, period] : {std::pair<const char*, std::vector<std::string>*>{"train_period", &d.train_period},
                                {"val_period", &d.val_period}}) {
       r.get(key, *period);
       if (!period->empty() && period->size() != 2)
         r.fail(key, "must be [first, last] dates, e.g. [\"1979-01-01\", \"2015-12-31\"]");
+      // The data's calendar is known only once the files are open (where a date missing from it,
+      // Feb 30 outside 360_day, is refused); here, text that is a date in no calendar.
+      for (const auto& text : *period) {
+        try {
+          data::parse_date(text);
+        } catch (const DataError& error) {
+          bool in_some_calendar = false;
+          for (auto calendar : {data::Calendar::kAllLeap, data::Calendar::k360Day}) {
+            try {
+              data::parse_date(text, calendar);
+              in_some_calendar = true;
+            } catch (const DataError&) {
+            }
+          }
+          if (!in_some_calendar) r.fail(key, "has \"" + text + "\": " + error.what());
+        }
+      }
     }
     if (d.train_period.empty() != d.val_period.empty())
       r.fail(d.train_period.empty() ? "val_period" : "train_period",

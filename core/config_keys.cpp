@@ -41,7 +41,7 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"data.history", {"", "input states per sample"}},
       {"data.rollout_steps", {"", "predicted states per sample (autoregressive); or train.rollout_schedule"}},
       {"data.val_fraction", {"", "trailing share of the time axis for validation"}},
-      {"data.time_step", {"", "the model's step, e.g. \"6h\"; \"\" = the data's spacing"}},
+      {"data.time_step", {"", "the model's step, a multiple of the data's spacing: \"6h\", \"1d\", or calendar months \"1mo\", \"3mo\", \"1y\" (= 12mo); \"\" = the data's spacing (1mo for monthly data)"}},
       {"data.train_period", {"", "[first, last] dates of training samples (with val_period)"}},
       {"data.val_period", {"", "[first, last] dates of validation samples (with train_period)"}},
       {"data.prefetch", {"", "background loader workers (0 = load inline)"}},

@@ -37,6 +37,17 @@ std::optional<std::vector<double>> coordinate(const Reader& reader, const Dimens
   return reader.read_doubles(dim.name);
 }
 
+// Monthly states: one per calendar month (monthly means, stamped on the 1st, mid-month or at the
+// month's end), most of them a month apart. Their spacing in days varies (28 to 31), so in
+// calendars whose months differ in length they step in calendar months.
+bool monthly_states(const std::vector<int64_t>& sorted_seconds, int64_t common, Calendar calendar) {
+  if (sorted_seconds.size() < 2 || common < 28 * 86400 || common > 31 * 86400) return false;
+  for (size_t i = 1; i < sorted_seconds.size(); ++i) {
+    if (month_number(sorted_seconds[i], calendar) == month_number(sorted_seconds[i - 1], calendar)) return false;
+  }
+  return true;
+}
+
 // The most common spacing between consecutive (sorted) times; 0 for fewer than two.
 int64_t common_spacing(const std::vector<int64_t>& sorted_seconds) {
   std::map<int64_t, int64_t> counts;
@@ -53,6 +64,11 @@ int64_t common_spacing(const std::vector<int64_t>& sorted_seconds) {
 std::string TimeAxis::label(int64_t t) const {
   if (has_dates) return from_seconds(seconds[static_cast<size_t>(t)], calendar).to_iso();
   return "time index " + std::to_string(t);
+}
+
+bool TimeAxis::one_step_apart(int64_t a, int64_t b) const {
+  if (!has_dates) return true;
+  return one_step_after(seconds[static_cast<size_t>(a)], seconds[static_cast<size_t>(b)], step(), calendar);
 }
 
 // One [[data.sources]] entry, opened: where its time, level, lat and lon sit among the variable's
@@ -174,8 +190,7 @@ Dataset::Dataset(const DataConfig& config, DatasetOptions options) : options_(op
                     "cos_latitude, sin_latitude, cos_longitude, sin_longitude");
   }
   if (!computed_forcings_.empty() && !has_coordinates_) {
-    throw DataError("data.forcings needs latitudes and longitudes but " + sources_.front()->config.file +
-                    " has no lat/lon coordinate variables");
+    throw DataError("data.forcings needs latitudes and longitudes, but " + no_coordinates_);
   }
 
   const int64_t bytes = num_times() * num_variables() * num_lat() * num_lon() * 4;
@@ -208,8 +223,8 @@ void Dataset::open_source(size_t index, const DataSource& config) {
   std::optional<size_t> time_dim, lat_dim, lon_dim;
   for (size_t d = 0; d < s.dims.size(); ++d) {
     if (!time_dim && is_time_dimension(*reader, s.dims[d])) time_dim = d;
-    else if (!lat_dim && is_lat_dimension(*reader, s.dims[d])) lat_dim = d;
-    else if (!lon_dim && is_lon_dimension(*reader, s.dims[d])) lon_dim = d;
+    else if (!lat_dim && is_lat_dimension(*reader, s.dims[d], &meta)) lat_dim = d;
+    else if (!lon_dim && is_lon_dimension(*reader, s.dims[d], &meta)) lon_dim = d;
   }
   if (!time_dim) {
     throw DataError(where(config) + " has no time dimension " + dims_text(s.dims) + expected +
@@ -318,15 +333,23 @@ void Dataset::open_source(size_t index, const DataSource& config) {
   // The grid, matched by value against the first source.
   const Dimension& lat_d = s.dims[s.lat_dim];
   const Dimension& lon_d = s.dims[s.lon_dim];
-  const auto lat = coordinate(*reader, lat_d);
-  const auto lon = coordinate(*reader, lon_d);
+  const auto lat_name = grid_coordinate(*reader, &meta, lat_d, GridAxis::kLatitude);
+  const auto lon_name = grid_coordinate(*reader, &meta, lon_d, GridAxis::kLongitude);
+  const auto lat = lat_name ? std::optional(reader->read_doubles(*lat_name)) : std::nullopt;
+  const auto lon = lon_name ? std::optional(reader->read_doubles(*lon_name)) : std::nullopt;
   if (index == 0) {
     has_coordinates_ = lat && lon;
     lat_ = lat ? *lat : std::vector<double>(lat_d.length);
     lon_ = lon ? *lon : std::vector<double>(lon_d.length);
     if (!has_coordinates_) {
+      // Grid indices stand in for the positions, and say so: nothing that needs degrees (the
+      // latitude weights, data.region, computed forcings, regridding) takes them for degrees.
       for (size_t i = 0; i < lat_.size(); ++i) lat_[i] = static_cast<double>(i);
       for (size_t i = 0; i < lon_.size(); ++i) lon_[i] = static_cast<double>(i);
+      no_coordinates_ = where(config) + " " + dims_text(s.dims) + " has no " +
+                        (lat ? "longitudes (" + missing_grid_coordinate(*reader, &meta, lon_d, GridAxis::kLongitude)
+                             : "latitudes (" + missing_grid_coordinate(*reader, &meta, lat_d, GridAxis::kLatitude)) +
+                        ")";
     }
   } else {
     const DataSource& first = sources_.front()->config;
@@ -456,6 +479,21 @@ void Dataset::merge_time_axes(const DataConfig& config) {
   const int64_t n = static_cast<int64_t>(per_source_index.front().size());
   source_times_ = n;
   source_step_seconds_ = common_spacing(merged);
+  source_monthly_ = time_.has_dates && time_.calendar != Calendar::k360Day &&
+                    monthly_states(merged, source_step_seconds_, time_.calendar);
+  const std::string step_key = "data.time_step = \"" + config.time_step + "\"";
+  // data.time_step, read: a duration or calendar months (a fixed 30 days each in 360_day).
+  auto parse_step = [&](Calendar calendar) {
+    TimeStep step;
+    try {
+      step = fixed_where_possible(parse_time_step(config.time_step), calendar);
+    } catch (const DataError& error) {
+      throw DataError("data.time_step: " + std::string(error.what()));
+    }
+    if (step.seconds < 0) throw DataError(step_key + " must be a positive duration");
+    if (step.seconds == 0 && step.months == 0) throw DataError(step_key + " must be a positive duration");
+    return step;
+  };
   std::vector<int64_t> keep;
   if (!config.time_origin.empty() && !time_.has_dates) {
     // Undated states one time_step apart from a given first date (the storm files: six-hourly
@@ -464,43 +502,69 @@ void Dataset::merge_time_axes(const DataConfig& config) {
       throw DataError("data.time_origin = \"" + config.time_origin +
                       "\" needs data.time_step, the spacing of the states (e.g. \"6h\")");
     }
-    int64_t step = 0;
     DateTime origin;
     try {
-      step = parse_duration(config.time_step);
       origin = parse_date(config.time_origin);
     } catch (const DataError& error) {
-      throw DataError(std::string("data.time_origin / data.time_step: ") + error.what());
+      throw DataError(std::string("data.time_origin: ") + error.what());
     }
-    if (step <= 0) throw DataError("data.time_step = \"" + config.time_step + "\" must be a positive duration");
+    const TimeStep step = parse_step(Calendar::kStandard);
     time_.has_dates = true;
     time_.calendar = Calendar::kStandard;
-    time_.step_seconds = step;
+    time_.step_seconds = step.seconds;
+    time_.step_months = step.months;
     const int64_t start = to_seconds(origin, Calendar::kStandard);
     for (int64_t k = 0; k < n; ++k) {
       keep.push_back(k);
-      merged.push_back(start + k * step);
+      merged.push_back(steps_after(start, step, k, Calendar::kStandard));
     }
-    source_step_seconds_ = step;
+    source_step_seconds_ = step.seconds;
+    source_monthly_ = step.months != 0;
   } else if (!config.time_step.empty()) {
     if (!time_.has_dates) {
-      throw DataError("data.time_step = \"" + config.time_step + "\" needs dates, but the time coordinate of " +
+      throw DataError(step_key + " needs dates, but the time coordinate of " +
                       (first.has_dates ? where(sources_.back()->config) : where(first.config)) +
                       " has no CF units (\"hours since 1979-01-01\")");
     }
-    int64_t step = 0;
-    try {
-      step = parse_duration(config.time_step);
-    } catch (const DataError& error) {
-      throw DataError(std::string("data.time_step: ") + error.what());
+    const TimeStep step = parse_step(time_.calendar);
+    const std::string spacing_of = "the most common spacing between the states of " + first.config.file;
+    if (step.months == 0 && source_monthly_) {
+      throw DataError(step_key + ": the data is monthly (one state per calendar month, " + spacing_of +
+                      " being " + format_duration(source_step_seconds_) + ") and months differ in length in the " +
+                      calendar_name(time_.calendar) + " calendar; use calendar months, data.time_step = \"1mo\"");
     }
-    if (step <= 0) throw DataError("data.time_step = \"" + config.time_step + "\" must be a positive duration");
-    time_.step_seconds = step;
-    for (int64_t k = 0; k < n; ++k) {
-      if ((merged[k] - merged.front()) % step == 0) keep.push_back(k);
+    if (step.months == 0 && source_step_seconds_ > 0 && step.seconds % source_step_seconds_ != 0) {
+      const std::string d = format_duration(source_step_seconds_);
+      throw DataError(step_key + " must be a multiple of the data's spacing, " + d + " (" + spacing_of +
+                      "): e.g. \"" + d + "\", \"" + format_duration(2 * source_step_seconds_) + "\" or \"" +
+                      format_duration(3 * source_step_seconds_) + "\"");
+    }
+    time_.step_seconds = step.seconds;
+    time_.step_months = step.months;
+    if (step.months == 0) {
+      for (int64_t k = 0; k < n; ++k) {
+        if ((merged[k] - merged.front()) % step.seconds == 0) keep.push_back(k);
+      }
+    } else {
+      // Every step.months-th month from the first state's; with finer data than monthly, the
+      // states on the first one's day of the month and time of day (a month without that day,
+      // the 31st, has none: a gap).
+      const DateTime first_date = from_seconds(merged.front(), time_.calendar);
+      const int64_t first_month = month_number(merged.front(), time_.calendar);
+      for (int64_t k = 0; k < n; ++k) {
+        if ((month_number(merged[k], time_.calendar) - first_month) % step.months != 0) continue;
+        const DateTime date = from_seconds(merged[k], time_.calendar);
+        const bool same_time_of_month = date.day == first_date.day && date.hour == first_date.hour &&
+                                        date.minute == first_date.minute && date.second == first_date.second;
+        if (source_monthly_ || same_time_of_month) keep.push_back(k);
+      }
     }
   } else {
-    time_.step_seconds = source_step_seconds_;
+    if (source_monthly_) {
+      time_.step_months = 1;
+    } else {
+      time_.step_seconds = source_step_seconds_;
+    }
     for (int64_t k = 0; k < n; ++k) keep.push_back(k);
   }
 
@@ -535,7 +599,7 @@ void Dataset::read_statics(const DataConfig& config) {
   for (const auto& field : config.statics) {
     if (!has_coordinates_ && field.regrid != "none") {
       throw DataError("[[data.static]] '" + field.name + "': regrid = \"" + field.regrid + "\" needs latitudes and "
-                      "longitudes, but " + sources_.front()->config.file + " has no coordinate variables");
+                      "longitudes, but " + no_coordinates_);
     }
     fields.push_back(read_static_field(field.file, field.variable, field.regrid, lat_, lon_));
     static_names_.push_back(field.name);
@@ -547,8 +611,7 @@ void Dataset::cut_region(const DataConfig& config) {
   if (!config.region.set) return;
   const Region& r = config.region;
   if (!has_coordinates_) {
-    throw DataError("data.region needs latitudes and longitudes but " + sources_.front()->config.file +
-                    " has no lat/lon coordinate variables");
+    throw DataError("data.region needs latitudes and longitudes, but " + no_coordinates_);
   }
   auto wrap = [](double v) { return std::fmod(std::fmod(v, 360.0) + 360.0, 360.0); };
   const double tolerance = 1e-6;

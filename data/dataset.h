@@ -8,8 +8,10 @@
 //
 // Time: each source's time coordinate is decoded from its CF units and calendar; sources are
 // merged on the dates they all have. With data.time_step the axis keeps the states aligned to that
-// step from the first one (hourly data, "6h": every sixth state). Samples are cut in
-// data/samples.h, which skips windows that a gap in the archive breaks.
+// step from the first one (hourly data, "6h": every sixth state); the step must be a multiple of
+// the data's spacing. Monthly data (one state per calendar month, dated in days or in "months
+// since") steps in calendar months ("1mo", the default for such data; "3mo", "1y"). Samples are
+// cut in data/samples.h, which skips windows that a gap in the archive breaks.
 //
 // Grids are matched by value: a source whose latitudes run the other way, or whose longitudes are
 // -180..180 where the first source's are 0..360, is flipped or rolled onto the first source's grid.
@@ -55,13 +57,27 @@ struct TimeAxis {
   bool has_dates = false;
   Calendar calendar = Calendar::kStandard;
   std::vector<int64_t> seconds;   // per state, when has_dates
-  int64_t step_seconds = 0;       // spacing of consecutive states in a sample (0 without dates)
+  // The model's step between consecutive states of a sample: a fixed step_seconds, or with
+  // monthly data (data.time_step = "1mo", or monthly states without one) step_months calendar
+  // months where months differ in length (in 360_day a month is 30 days, in step_seconds). Both
+  // are 0 without dates; at most one is non-zero.
+  int64_t step_seconds = 0;
+  int64_t step_months = 0;
   std::string units;              // the first source's time units, "" when it has none
   std::vector<double> raw;        // the first source's time coordinate per state (indices without one)
 
   int64_t size() const { return static_cast<int64_t>(raw.size()); }
   // "1979-01-01T06:00:00", or "time index 12" without dates.
   std::string label(int64_t t) const;
+  TimeStep step() const { return {step_seconds, step_months}; }
+  // "6h", "1mo".
+  std::string step_text() const { return format_time_step(step()); }
+  // Whether state b directly follows state a at the model's step (true without dates: states are
+  // then one step apart by assumption).
+  bool one_step_apart(int64_t a, int64_t b) const;
+  // The valid time `steps` model steps after time point `seconds` (a forecast past the archive's
+  // end): for a month step the same day of the month, or the month's last day when it is shorter.
+  int64_t after(int64_t seconds, int64_t steps) const { return steps_after(seconds, step(), steps, calendar); }
 };
 
 struct DatasetOptions {
@@ -103,19 +119,25 @@ class Dataset {
   // Whether a computed forcing needs the valid time (so the time axis must have dates).
   bool forcings_need_dates() const;
 
-  // Grid coordinates in degrees of the first source (the latitude-weighted loss needs lat), cut to
-  // data.region when one is set (rows in the file's order; columns from the region's west edge
-  // eastwards, across the 0/360 seam when it crosses it). When the source has no coordinate
-  // variables they are indices 0..n-1 and has_coordinates() is false.
+  // Grid coordinates in degrees of the first source (the latitude-weighted loss needs lat), found
+  // as CF finds them (data/readers/reader.h, grid_coordinate: a coordinate variable, the
+  // `coordinates` attribute, a 1-D variable in degrees_north/degrees_east along the dimension),
+  // cut to data.region when one is set (rows in the file's order; columns from the region's west
+  // edge eastwards, across the 0/360 seam when it crosses it). When the first source has none they
+  // are indices 0..n-1, has_coordinates() is false and no_coordinates() says what is missing
+  // ("variable 'u' in f.nc (time=8, y=20, x=18) has no latitudes (...)").
   const std::vector<double>& lat() const { return lat_; }
   const std::vector<double>& lon() const { return lon_; }
   bool has_coordinates() const { return has_coordinates_; }
+  const std::string& no_coordinates() const { return no_coordinates_; }
 
   const TimeAxis& time_axis() const { return time_; }
   // States in the sources' time axes before data.time_step picked its subset, and the spacing
   // found there (for the first line of `train`).
   int64_t source_times() const { return source_times_; }
   int64_t source_step_seconds() const { return source_step_seconds_; }
+  // That spacing as text: "1h", or "1mo" for monthly states (one per calendar month).
+  std::string source_spacing() const { return source_monthly_ ? "1mo" : format_duration(source_step_seconds_); }
 
   // True when any source declares _FillValue or missing_value: samples then carry a target mask.
   bool has_fill_values() const { return has_fill_values_; }
@@ -141,6 +163,7 @@ class Dataset {
   std::vector<VariableInfo> variables_;
   std::vector<double> lat_, lon_;
   bool has_coordinates_ = true;
+  std::string no_coordinates_;  // why has_coordinates_ is false
   // data.region: the rows and columns of the sources' full grid (full_lat x full_lon) it keeps;
   // empty without a region.
   std::vector<int64_t> region_rows_, region_cols_;
@@ -152,6 +175,7 @@ class Dataset {
   TimeAxis time_;
   int64_t source_times_ = 0;
   int64_t source_step_seconds_ = 0;
+  bool source_monthly_ = false;
   DatasetOptions options_;
 
   torch::Tensor preloaded_;  // [T, V, lat, lon] when small enough

@@ -390,20 +390,20 @@ torch::Tensor read_static_field(const std::string& file, const std::string& vari
   }
   const size_t first = dims.size() - 2;  // the two grid dimensions are the last two
   size_t lat_dim = first, lon_dim = first + 1;
-  if (is_lon_dimension(*reader, dims[first]) && is_lat_dimension(*reader, dims[first + 1])) std::swap(lat_dim, lon_dim);
-  else if (is_lat_dimension(*reader, dims[first + 1]) || is_lon_dimension(*reader, dims[first])) {
+  if (is_lon_dimension(*reader, dims[first], &meta) && is_lat_dimension(*reader, dims[first + 1], &meta))
+    std::swap(lat_dim, lon_dim);
+  else if (is_lat_dimension(*reader, dims[first + 1], &meta) || is_lon_dimension(*reader, dims[first], &meta)) {
     throw DataError(where + " has dimensions " + dims_text(dims) + " whose last two are not latitude and longitude" + expected);
   }
-  auto coordinate = [&](const Dimension& dim, const char* what) {
-    if (reader->has_variable(dim.name)) {
-      const VariableMeta& c = reader->variable(dim.name);
-      if (c.dims.size() == 1 && c.dims[0].length == dim.length) return reader->read_doubles(dim.name);
-    }
-    throw DataError(where + " has no coordinate variable for its " + what + " dimension '" + dim.name + "' " +
-                    dims_text(dims) + "; a static field is placed on the grid by its coordinate values");
+  auto coordinate = [&](const Dimension& dim, GridAxis axis) {
+    if (auto name = grid_coordinate(*reader, &meta, dim, axis)) return reader->read_doubles(*name);
+    throw DataError(where + " " + dims_text(dims) + " has no " +
+                    (axis == GridAxis::kLatitude ? "latitudes" : "longitudes") + " (" +
+                    missing_grid_coordinate(*reader, &meta, dim, axis) +
+                    "); a static field is placed on the grid by its coordinate values");
   };
-  const std::vector<double> src_lat = coordinate(dims[lat_dim], "latitude");
-  const std::vector<double> src_lon = coordinate(dims[lon_dim], "longitude");
+  const std::vector<double> src_lat = coordinate(dims[lat_dim], GridAxis::kLatitude);
+  const std::vector<double> src_lon = coordinate(dims[lon_dim], GridAxis::kLongitude);
   if (src_lat.empty() || src_lon.empty()) throw DataError(where + " is empty " + dims_text(dims));
 
   std::vector<size_t> lat_index, lon_index;

@@ -58,7 +58,7 @@ Normalization Normalization::compute(const Dataset& dataset, int64_t time_begin,
   for (int64_t t = time_begin; t < time_end; ++t) {
     torch::Tensor state = dataset.shared_state(t).to(torch::kFloat64).reshape({V, -1});  // to() copies
     states.add(state);
-    if (previous.defined() && (!axis.has_dates || axis.seconds[t] - axis.seconds[t - 1] == axis.step_seconds))
+    if (previous.defined() && axis.one_step_apart(t - 1, t))
       diffs.add(state - previous);  // NaN where either is masked
     previous = state;
   }

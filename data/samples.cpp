@@ -64,10 +64,7 @@ TimeSplit::TimeSplit(int64_t num_times, double val_fraction, SampleWindow window
 TimeSplit::TimeSplit(const TimeAxis& axis, const DataConfig& config, SampleWindow window) : window_(window) {
   check_window(window);
   const int64_t num_times = axis.size();
-  if (axis.has_dates) {
-    seconds_ = axis.seconds;
-    step_seconds_ = axis.step_seconds;
-  }
+  axis_ = axis;
   if (!config.train_period.empty()) {
     if (!axis.has_dates) {
       throw DataError("data.train_period and data.val_period split by date, but the data's time coordinate has no CF "
@@ -101,14 +98,14 @@ TimeSplit::TimeSplit(const TimeAxis& axis, const DataConfig& config, SampleWindo
     // Every window is broken: the data is not spaced at the step asked for.
     std::string spacing = "none";
     for (int64_t t = train_begin_ + 1; t < train_end_; ++t) {
-      const int64_t d = seconds_[t] - seconds_[t - 1];
-      if (d != step_seconds_) {
-        spacing = format_duration(d) + " (between " + axis.label(t - 1) + " and " + axis.label(t) + ")";
+      if (!axis.one_step_apart(t - 1, t)) {
+        spacing = format_duration(axis.seconds[t] - axis.seconds[t - 1]) + " (between " + axis.label(t - 1) + " and " +
+                  axis.label(t) + ")";
         break;
       }
     }
     throw DataError("no training sample: a sample needs " + std::to_string(needed) + " states " +
-                    format_duration(step_seconds_) + " apart (data.time_step" +
+                    axis.step_text() + " apart (data.time_step" +
                     (config.time_step.empty() ? " not set: the data's most common spacing" : " = \"" + config.time_step + "\"") +
                     ") but the time axis is spaced " + spacing);
   }
@@ -118,10 +115,8 @@ std::vector<int64_t> TimeSplit::windows(Split split, bool complete) const {
   std::vector<int64_t> times;
   for (int64_t t = begin(split) + window_.history - 1; t + window_.rollout_steps < end(split); ++t) {
     bool even = true;
-    if (!seconds_.empty()) {
-      for (int64_t s = t - window_.history + 1; s < t + window_.rollout_steps && even; ++s) {
-        even = seconds_[s + 1] - seconds_[s] == step_seconds_;
-      }
+    for (int64_t s = t - window_.history + 1; s < t + window_.rollout_steps && even; ++s) {
+      even = axis_.one_step_apart(s, s + 1);
     }
     if (even == complete) times.push_back(t);
   }
@@ -150,11 +145,14 @@ std::string describe_samples(const Dataset& dataset, const TimeSplit& split, con
   if (!dataset.lat().empty() && dataset.has_coordinates())
     out << " (lat " << dataset.lat().front() << ".." << dataset.lat().back() << ", lon " << dataset.lon().front() << ".."
         << dataset.lon().back() << ")";
+  if (!dataset.has_coordinates())
+    out << " grid points without latitudes and longitudes (" << dataset.no_coordinates()
+        << ": the loss and the scores are unweighted; data.region, data.forcings and regridding are unavailable)";
   out << ", " << dataset.num_times() << " states";
   if (axis.has_dates) {
-    out << " " << axis.label(0) << " .. " << axis.label(axis.size() - 1) << " every " << format_duration(axis.step_seconds);
+    out << " " << axis.label(0) << " .. " << axis.label(axis.size() - 1) << " every " << axis.step_text();
     if (dataset.source_times() != dataset.num_times()) {
-      out << " (of " << dataset.source_times() << " every " << format_duration(dataset.source_step_seconds()) << ")";
+      out << " (of " << dataset.source_times() << " every " << dataset.source_spacing() << ")";
     }
   }
   out << "; samples: " << split.sample_times(Split::kTrain).size() << " training";

@@ -11,12 +11,12 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "data/dataset.h"
 #include "data/normalization.h"
 
 namespace wxtrain::data {
 
 class Dataset;
-struct TimeAxis;
 
 enum class Split { kTrain, kValidation };
 
@@ -33,9 +33,10 @@ class TimeSplit {
   // sample window.
   TimeSplit(int64_t num_times, double val_fraction, SampleWindow window);
   // On the dataset's axis: by data.train_period / data.val_period when given (dates needed), else
-  // by val_fraction. With dates, windows whose states are not one axis.step_seconds apart are
-  // skipped. Throws DataError (naming the key, the period or the spacing found) when a period is
-  // malformed or holds no state, or the training split yields no sample.
+  // by val_fraction. With dates, windows whose states are not one model step apart
+  // (TimeAxis::one_step_apart) are skipped. Throws DataError (naming the key, the period or the
+  // spacing found) when a period is malformed or holds no state, or the training split yields no
+  // sample.
   TimeSplit(const TimeAxis& axis, const DataConfig& config, SampleWindow window);
 
   int64_t begin(Split split) const { return split == Split::kTrain ? train_begin_ : val_begin_; }
@@ -53,8 +54,7 @@ class TimeSplit {
 
   int64_t train_begin_ = 0, train_end_ = 0, val_begin_ = 0, val_end_ = 0;
   SampleWindow window_;
-  std::vector<int64_t> seconds_;  // per state, empty without dates
-  int64_t step_seconds_ = 0;
+  TimeAxis axis_;  // the dates and the model's step, which a sample's states must follow
 };
 
 // One line for the start of `train`: channels, grid, the time axis (dates, spacing, time_step) and

@@ -283,7 +283,9 @@ LeadScores ScoreAccumulator::result(int64_t step, int64_t lead_seconds) const {
 std::string scores_table(const LeadScores& s) {
   std::ostringstream out;
   const int64_t L = s.num_leads();
-  out << "validation at step " << s.step << ": latitude-weighted RMSE (data units, lower is better) and ACC "
+  out << "validation at step " << s.step << ": "
+      << (s.latitude_weighted ? "latitude-weighted" : "unweighted (the grid has no latitudes)")
+      << " RMSE (data units, lower is better) and ACC "
       << "(higher is better), " << (s.samples.empty() ? 0 : s.samples.front()) << " samples\n";
   // Up to 10 leads all of them; beyond, the first, four evenly spaced middle ones and the last.
   std::vector<int64_t> rows;

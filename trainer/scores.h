@@ -86,6 +86,8 @@ struct LeadScores {
   std::vector<std::string> forecasters;   // "model", "persistence", "climatology"
   std::vector<int64_t> lead_steps;        // 1..L
   std::vector<double> lead_hours;         // per lead when the data has dates; empty otherwise
+  // False when the grid has no latitudes (Dataset::has_coordinates): every point weighs the same.
+  bool latitude_weighted = true;
   // [forecaster][lead][channel]; NaN where no sample was verified (or the forecast had NaN).
   std::vector<std::vector<std::vector<double>>> rmse, acc;
   std::vector<int64_t> samples;           // validation samples per lead (over all ranks)

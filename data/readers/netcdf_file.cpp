@@ -269,13 +269,32 @@ std::optional<std::string> NetcdfFile::text_attribute(const std::string& variabl
                                                       const std::string& name) const {
   Lock lock(netcdf_mutex());
   const auto att = attribute(variable, name);
-  if (!att || att->type != NC_CHAR) return std::nullopt;
+  if (!att) return std::nullopt;
+  if (att->type == NC_STRING) return string_attribute(*att, variable, name);
+  if (att->type != NC_CHAR) return std::nullopt;
   const int varid = att->varid;
   const size_t length = att->length;
   std::string value(length, '\0');
   check(nc_get_att_text(ncid_, varid, name.c_str(), value.data()), path_, variable,
         "reading attribute '" + name + "'");
   while (!value.empty() && value.back() == '\0') value.pop_back();
+  return value;
+}
+
+std::string NetcdfFile::string_attribute(const AttributeInfo& att, const std::string& variable,
+                                         const std::string& name) const {
+  // NetCDF-4 `string` attributes (what netCDF4-python writes for a Python str, and ncgen for
+  // `string units = "K"`): netCDF-C allocates each string, and nc_free_string gives them back.
+  std::vector<char*> strings(att.length, nullptr);
+  check(nc_get_att_string(ncid_, att.varid, name.c_str(), strings.data()), path_, variable,
+        "reading attribute '" + name + "'");
+  std::string value;
+  for (size_t i = 0; i < strings.size(); ++i) {
+    // A list of strings (rare for the attributes CF defines) reads as netCDF4-python prints it.
+    if (i > 0) value += ", ";
+    if (strings[i] != nullptr) value += strings[i];
+  }
+  nc_free_string(strings.size(), strings.data());
   return value;
 }
 

@@ -55,6 +55,8 @@ class NetcdfFile {
   std::vector<std::string> variable_names() const;
   bool has_variable(const std::string& variable) const;
   std::vector<NcDimension> dimensions_of(const std::string& variable) const;
+  // A text attribute, stored as `char` (NetCDF-3 and most tools) or as NetCDF-4 `string`
+  // (NC_STRING: netCDF4-python's default); nullopt when absent or numeric.
   std::optional<std::string> text_attribute(const std::string& variable, const std::string& name) const;
   // Numeric attribute converted to double (first element); nullopt when absent or textual.
   std::optional<double> number_attribute(const std::string& variable, const std::string& name) const;
@@ -95,6 +97,8 @@ class NetcdfFile {
   // Where an attribute is and what it holds; nullopt when the variable (or file, for "") lacks it.
   std::optional<AttributeInfo> attribute(const std::string& variable, const std::string& name) const;  // lock held
   int dimension_id(const std::string& name) const;      // lock must be held
+  // An NC_STRING attribute's strings, joined by ", " when there are several (lock held).
+  std::string string_attribute(const AttributeInfo& att, const std::string& variable, const std::string& name) const;
 
   std::string path_;
   int ncid_ = -1;

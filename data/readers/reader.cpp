@@ -1,6 +1,8 @@
 #include "data/readers/reader.h"
 
+#include <cctype>
 #include <set>
+#include <sstream>
 
 #include <blosc.h>
 #include <eccodes.h>
@@ -46,16 +48,95 @@ bool is_time_dimension(const Reader& reader, const Dimension& dim) {
   return kTimeNames.count(dim.name) > 0 || coordinate_text(reader, dim.name, "units").find(" since ") != std::string::npos;
 }
 
-bool is_lat_dimension(const Reader& reader, const Dimension& dim) {
-  const std::string units = coordinate_text(reader, dim.name, "units");
-  return kLatNames.count(dim.name) > 0 || units == "degrees_north" || units == "degree_north" ||
-         coordinate_text(reader, dim.name, "standard_name") == "latitude";
+namespace {
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
 }
 
-bool is_lon_dimension(const Reader& reader, const Dimension& dim) {
-  const std::string units = coordinate_text(reader, dim.name, "units");
-  return kLonNames.count(dim.name) > 0 || units == "degrees_east" || units == "degree_east" ||
-         coordinate_text(reader, dim.name, "standard_name") == "longitude";
+// CF's spellings of the units of latitude and longitude (CF 1.11, 4.1 and 4.2), case-folded.
+const std::set<std::string> kLatUnits = {"degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn"};
+const std::set<std::string> kLonUnits = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"};
+
+// What a variable's attributes say it is: the axis, something else, or nothing either way.
+enum class Says { kAxis, kOther, kNothing };
+Says what_attributes_say(const VariableMeta& meta, GridAxis axis) {
+  const bool lat = axis == GridAxis::kLatitude;
+  const std::string units = lower(meta.text("units").value_or(""));
+  const std::string standard_name = meta.text("standard_name").value_or("");
+  if ((lat ? kLatUnits : kLonUnits).count(units) > 0) return Says::kAxis;
+  if (standard_name == (lat ? "latitude" : "longitude")) return Says::kAxis;
+  // Plain "degrees" is what files without CF attributes often carry; anything else (m, km, a
+  // rotated pole's grid_latitude, a projection coordinate) is not a geographic latitude/longitude.
+  if (!units.empty() && units != "degrees" && units != "degree") return Says::kOther;
+  if (!standard_name.empty()) return Says::kOther;
+  return Says::kNothing;
+}
+
+bool along(const VariableMeta& meta, const Dimension& dim) {
+  return meta.dims.size() == 1 && meta.dims[0].name == dim.name && meta.dims[0].length == dim.length;
+}
+
+bool is_axis_variable(const VariableMeta& meta, GridAxis axis) {
+  const Says says = what_attributes_say(meta, axis);
+  return says == Says::kAxis ||
+         (says == Says::kNothing && (axis == GridAxis::kLatitude ? kLatNames : kLonNames).count(meta.name) > 0);
+}
+
+std::vector<std::string> coordinates_attribute(const VariableMeta* data_variable) {
+  std::vector<std::string> names;
+  if (data_variable == nullptr) return names;
+  std::istringstream list(data_variable->text("coordinates").value_or(""));
+  for (std::string name; list >> name;) names.push_back(name);
+  return names;
+}
+
+}  // namespace
+
+std::optional<std::string> grid_coordinate(const Reader& reader, const VariableMeta* data_variable,
+                                           const Dimension& dim, GridAxis axis) {
+  if (reader.has_variable(dim.name)) {
+    const VariableMeta& meta = reader.variable(dim.name);
+    if (along(meta, dim) && is_axis_variable(meta, axis)) return dim.name;
+  }
+  for (const auto& name : coordinates_attribute(data_variable)) {
+    if (!reader.has_variable(name)) continue;
+    const VariableMeta& meta = reader.variable(name);
+    if (along(meta, dim) && is_axis_variable(meta, axis)) return name;
+  }
+  for (const auto& name : reader.variable_names()) {
+    const VariableMeta& meta = reader.variable(name);
+    if (along(meta, dim) && is_axis_variable(meta, axis)) return name;
+  }
+  return std::nullopt;
+}
+
+std::string missing_grid_coordinate(const Reader& reader, const VariableMeta* data_variable, const Dimension& dim,
+                                    GridAxis axis) {
+  const bool lat = axis == GridAxis::kLatitude;
+  for (const auto& name : coordinates_attribute(data_variable)) {
+    if (!reader.has_variable(name)) continue;
+    const VariableMeta& meta = reader.variable(name);
+    if (meta.dims.size() > 1 && is_axis_variable(meta, axis)) {
+      return std::string(lat ? "its latitudes '" : "its longitudes '") + name + "' " + dims_text(meta.dims) +
+             " are 2-D (a curvilinear or rotated grid): wxtrain needs 1-D latitudes and longitudes";
+    }
+  }
+  return "no 1-D variable along dimension '" + dim.name + "' has units " + (lat ? "degrees_north" : "degrees_east") +
+         " or standard_name " + (lat ? "latitude" : "longitude");
+}
+
+bool is_lat_dimension(const Reader& reader, const Dimension& dim, const VariableMeta* data_variable) {
+  if (reader.has_variable(dim.name) && what_attributes_say(reader.variable(dim.name), GridAxis::kLatitude) == Says::kAxis)
+    return true;
+  return kLatNames.count(dim.name) > 0 || grid_coordinate(reader, data_variable, dim, GridAxis::kLatitude).has_value();
+}
+
+bool is_lon_dimension(const Reader& reader, const Dimension& dim, const VariableMeta* data_variable) {
+  if (reader.has_variable(dim.name) && what_attributes_say(reader.variable(dim.name), GridAxis::kLongitude) == Says::kAxis)
+    return true;
+  return kLonNames.count(dim.name) > 0 || grid_coordinate(reader, data_variable, dim, GridAxis::kLongitude).has_value();
 }
 
 std::string dims_text(const std::vector<Dimension>& dims) {

@@ -74,12 +74,34 @@ class Reader {
 void check_slab(const std::string& path, const VariableMeta& meta, const std::vector<size_t>& start,
                 const std::vector<size_t>& count);
 
+// The grid's latitudes and longitudes, found the way CF finds them (CF 1.11, sections 4.1, 4.2 and
+// 5): for the dimension `dim` of `data_variable`, the first of
+//   1. its coordinate variable (the 1-D variable named like the dimension),
+//   2. a 1-D variable along `dim` named in the data variable's `coordinates` attribute,
+//   3. any other 1-D variable along `dim`,
+// that is a latitude (longitude): units degrees_north (degrees_east) or one of CF's spellings of
+// it (degree_north, degree_N, degrees_N, degreeN, degreesN), or standard_name latitude
+// (longitude); or, with neither attribute saying it is something else (metres of a projection,
+// a rotated pole's grid_latitude), a conventional name (lat, latitude, ...). So `float
+// lat(latitude)` on a dimension without a coordinate variable is found, and a projection's
+// `y(y)` in metres is never taken for degrees.
+enum class GridAxis { kLatitude, kLongitude };
+// The name of that variable; nullopt when the file has none (`data_variable` may be null: then
+// step 2 is skipped).
+std::optional<std::string> grid_coordinate(const Reader& reader, const VariableMeta* data_variable,
+                                           const Dimension& dim, GridAxis axis);
+// Why grid_coordinate found nothing, for messages: "no 1-D variable along dimension 'y' has
+// units degrees_north or standard_name latitude" or, when the `coordinates` attribute names a
+// 2-D one, that the grid is curvilinear.
+std::string missing_grid_coordinate(const Reader& reader, const VariableMeta* data_variable, const Dimension& dim,
+                                    GridAxis axis);
+
 // How the dataset and the static fields recognise a variable's dimensions: by name (time, valid_time,
-// lat, latitude, y, ...) or by their coordinate variable's CF attributes (units "<unit> since
-// <date>", degrees_north / degrees_east, standard_name latitude / longitude).
+// lat, latitude, y, ...), by their coordinate variable's CF attributes (units "<unit> since
+// <date>"), or, for lat and lon, by a latitude or longitude along them (grid_coordinate).
 bool is_time_dimension(const Reader& reader, const Dimension& dim);
-bool is_lat_dimension(const Reader& reader, const Dimension& dim);
-bool is_lon_dimension(const Reader& reader, const Dimension& dim);
+bool is_lat_dimension(const Reader& reader, const Dimension& dim, const VariableMeta* data_variable = nullptr);
+bool is_lon_dimension(const Reader& reader, const Dimension& dim, const VariableMeta* data_variable = nullptr);
 // Attribute `key` of variable `name` as text, "" when either is absent.
 std::string coordinate_text(const Reader& reader, const std::string& name, const std::string& key);
 // "(time=24, lat=33, lon=36)": a variable's dimensions for messages.

@@ -202,6 +202,14 @@ const UnitSpec* find_unit(const std::string& name) {
   return nullptr;
 }
 
+// Months in one of the calendar units decode_times reads as calendar months: 1 for months, 12 for
+// years; 0 for any other name.
+int64_t calendar_months_of(const std::string& name) {
+  if (name == "months" || name == "month" || name == "mon") return 1;
+  if (name == "years" || name == "year" || name == "yr") return 12;
+  return 0;
+}
+
 bool is_calendar_dependent_unit(const std::string& name) {
   static const char* const kNames[] = {"months", "month", "mon", "years", "year", "yr", "common_years",
                                        "common_year", "a"};
@@ -447,13 +455,14 @@ TimeUnits parse_time_units(const std::string& units, Calendar calendar) {
   if (since == std::string::npos) throw DataError("time units '" + units + "' are not CF time units: " + example);
   std::string unit_name = trim(folded.substr(0, since));
   std::string epoch_text = trim(text.substr(since + 7));
-  if (is_calendar_dependent_unit(unit_name))
-    throw DataError("time units '" + units + "': '" + unit_name +
-                    "' has no fixed length (CF advises against months and years); expected one of " +
-                    kUnitExamples);
-  const UnitSpec* spec = find_unit(unit_name);
-  if (spec == nullptr)
-    throw DataError("time units '" + units + "': unknown unit '" + unit_name + "'; expected one of " + kUnitExamples);
+  const int64_t months = calendar_months_of(unit_name);
+  if (months == 0 && is_calendar_dependent_unit(unit_name))
+    throw DataError("time units '" + units + "': '" + unit_name + "' has no fixed length; expected one of " +
+                    kUnitExamples + ", or calendar months (months, years)");
+  const UnitSpec* spec = months != 0 ? nullptr : find_unit(unit_name);
+  if (months == 0 && spec == nullptr)
+    throw DataError("time units '" + units + "': unknown unit '" + unit_name + "'; expected one of " + kUnitExamples +
+                    ", or calendar months (months, years)");
   DateTime epoch;
   int64_t offset_seconds = 0;
   if (!scan_date_time(epoch_text, epoch, offset_seconds))
@@ -463,9 +472,15 @@ TimeUnits parse_time_units(const std::string& units, Calendar calendar) {
     throw DataError("time units '" + units + "': the date " + epoch.to_iso() + " does not exist in the " +
                     calendar_name(calendar) + " calendar");
   TimeUnits parsed;
-  parsed.seconds_per_unit = spec->seconds_per_unit;
-  parsed.units_per_second = spec->units_per_second;
-  parsed.unit_name = spec->canonical;
+  if (months != 0) {
+    parsed.seconds_per_unit = 0;
+    parsed.months_per_unit = months;
+    parsed.unit_name = months == 1 ? "months" : "years";
+  } else {
+    parsed.seconds_per_unit = spec->seconds_per_unit;
+    parsed.units_per_second = spec->units_per_second;
+    parsed.unit_name = spec->canonical;
+  }
   parsed.calendar = calendar;
   parsed.epoch = shift_to_utc(epoch, offset_seconds, calendar);
   return parsed;
@@ -475,7 +490,46 @@ TimeUnits parse_time_units(const std::string& units, const std::string& calendar
   return parse_time_units(units, parse_calendar(calendar));
 }
 
+namespace {
+
+// decode_times for "months since" and "years since": calendar months (see cf_time.h).
+std::vector<int64_t> decode_calendar_months(const std::vector<double>& values, const TimeUnits& units) {
+  const int64_t epoch = to_seconds(units.epoch, units.calendar);
+  std::vector<int64_t> seconds(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double value = values[i];
+    auto refused = [&](const std::string& why) {
+      return DataError("time value " + format_number(value) + " (index " + std::to_string(i) + ") in " +
+                       units_text(units) + " (" + calendar_name(units.calendar) + " calendar) " + why);
+    };
+    if (!std::isfinite(value)) throw refused("is not a number: expected a finite time (a fill value?)");
+    const double months = value * static_cast<double>(units.months_per_unit);
+    if (std::fabs(months) > 12.0 * kMaxAbsYear)
+      throw refused("is outside the supported range: expected within about 800000 years of the epoch");
+    if (months == std::trunc(months)) {
+      const DateTime date = add_months(units.epoch, static_cast<int64_t>(months));
+      if (!valid_date(date, units.calendar))
+        throw refused("lands on " + date.to_iso() + ", a day that month does not have (the epoch's day " +
+                      std::to_string(units.epoch.day) + " is not in every month, so whole months from it are "
+                      "ambiguous): expected an epoch on a day every month has (1-28), or time units of days");
+      seconds[i] = to_seconds(date, units.calendar);
+    } else if (units.calendar == Calendar::k360Day) {
+      seconds[i] = epoch + std::llround(months * 30.0 * kSecondsPerDay);  // every month is 30 days
+    } else {
+      throw refused("is a fraction of a month, and months differ in length in the " + calendar_name(units.calendar) +
+                    " calendar (only 360_day months are a fixed 30 days): expected whole months, or time "
+                    "units of days (\"days since ...\")");
+    }
+    if (seconds[i] < -kMaxAbsSeconds || seconds[i] > kMaxAbsSeconds)
+      throw refused("is outside the supported range: expected within about 880000 years of 1970");
+  }
+  return seconds;
+}
+
+}  // namespace
+
 std::vector<int64_t> decode_times(const std::vector<double>& values, const TimeUnits& units) {
+  if (units.months_per_unit != 0) return decode_calendar_months(values, units);
   const int64_t epoch = to_seconds(units.epoch, units.calendar);
   std::vector<int64_t> seconds(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
@@ -584,7 +638,8 @@ int64_t parse_duration(const std::string& text) {
   std::string unit_name = lower(trim(body.substr(pos)));
   if (unit_name.empty()) throw bad(has_number ? "has no unit" : "is empty");
   if (unit_name == "m")
-    throw bad("is ambiguous ('m' could be minutes or months): write 'min' for minutes");
+    throw bad("is ambiguous ('m' could be minutes or months): write 'min' for minutes (or, in data.time_step, "
+              "'mo' for calendar months)");
   if (unit_name == "t") unit_name = "min";  // pandas' alias for minutes
   if (is_calendar_dependent_unit(unit_name)) throw bad("uses '" + unit_name + "', which has no fixed length");
   const UnitSpec* spec = find_unit(unit_name);
@@ -608,6 +663,74 @@ std::string format_duration(int64_t seconds) {
     if (magnitude % length == 0) return sign + std::to_string(magnitude / length) + suffix;
   }
   return sign + std::to_string(magnitude) + "s";
+}
+
+// ---- Calendar months and time steps ------------------------------------------------------------
+
+int64_t month_number(int64_t seconds, Calendar calendar) {
+  const DateTime date = from_seconds(seconds, calendar);
+  return static_cast<int64_t>(date.year) * 12 + date.month - 1;
+}
+
+DateTime add_months(const DateTime& date, int64_t months) {
+  const int64_t count = static_cast<int64_t>(date.year) * 12 + date.month - 1 + months;
+  DateTime out = date;
+  out.year = static_cast<int>(floor_div(count, 12));
+  out.month = static_cast<int>(floor_mod(count, 12)) + 1;
+  return out;
+}
+
+TimeStep parse_time_step(const std::string& text) {
+  // Months in a step's unit: the calendar units of time coordinates plus the short "mo" and "y".
+  auto months_of = [](const std::string& unit) -> int64_t {
+    if (unit == "mo") return 1;
+    if (unit == "y") return 12;
+    return calendar_months_of(unit);
+  };
+  const std::string examples = "e.g. '6h', '1d', or calendar months '1mo', '3mo', '1y' (12 months)";
+  const std::string body = lower(trim(text));
+  const size_t digits = body.find_first_not_of("0123456789");
+  const std::string number = body.substr(0, digits);
+  const int64_t per_unit = digits == std::string::npos ? 0 : months_of(trim(body.substr(digits)));
+  if (per_unit == 0) {
+    // A fraction or a sign before a month unit ("1.5mo", "-1mo") is a month step, and a bad one.
+    const size_t letters = body.find_first_not_of("+-.0123456789 ");
+    if (letters != std::string::npos && months_of(body.substr(letters)) != 0)
+      throw DataError("time step '" + text + "' must be a whole, positive number of calendar months: " + examples);
+    TimeStep step;
+    step.seconds = parse_duration(text);
+    return step;
+  }
+  if (number.size() > 6) throw DataError("time step '" + text + "' is too long: " + examples);
+  const int64_t count = number.empty() ? 1 : std::stoll(number);
+  if (count == 0) throw DataError("time step '" + text + "' must be at least one month: " + examples);
+  TimeStep step;
+  step.months = count * per_unit;
+  return step;
+}
+
+std::string format_time_step(const TimeStep& step) {
+  if (step.months != 0) return std::to_string(step.months) + "mo";
+  return format_duration(step.seconds);
+}
+
+TimeStep fixed_where_possible(const TimeStep& step, Calendar calendar) {
+  if (step.months == 0 || calendar != Calendar::k360Day) return step;
+  TimeStep fixed;
+  fixed.seconds = step.months * 30 * kSecondsPerDay;
+  return fixed;
+}
+
+bool one_step_after(int64_t a, int64_t b, const TimeStep& step, Calendar calendar) {
+  if (step.months == 0) return b - a == step.seconds;
+  return month_number(b, calendar) - month_number(a, calendar) == step.months;
+}
+
+int64_t steps_after(int64_t seconds, const TimeStep& step, int64_t steps, Calendar calendar) {
+  if (step.months == 0) return seconds + steps * step.seconds;
+  DateTime date = add_months(from_seconds(seconds, calendar), steps * step.months);
+  date.day = std::min(date.day, days_in_month(date.year, date.month, calendar));
+  return to_seconds(date, calendar);
 }
 
 // ---- Dates from text ---------------------------------------------------------------------------

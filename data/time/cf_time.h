@@ -80,11 +80,14 @@ DateTime from_seconds(int64_t seconds, Calendar calendar);
 
 // A CF time units attribute, "<unit> since <epoch>". A unit lasts seconds_per_unit seconds, or for
 // the sub-second units (milliseconds, microseconds, nanoseconds) 1/units_per_second of a second;
-// one of the two is always 1. The epoch is normalized to UTC (a "+06:00" offset is subtracted).
+// one of the two is always 1. The calendar units "months" and "years" have months_per_unit 1 and
+// 12 instead (seconds_per_unit is then 0): see decode_times. The epoch is normalized to UTC (a
+// "+06:00" offset is subtracted).
 struct TimeUnits {
   int64_t seconds_per_unit = 1;
   int64_t units_per_second = 1;
-  std::string unit_name;  // canonical plural: "seconds", "minutes", "hours", "days", "weeks", ...
+  int64_t months_per_unit = 0;
+  std::string unit_name;  // canonical plural: "seconds", "minutes", "hours", "days", "weeks", "months", "years"
   DateTime epoch;
   Calendar calendar = Calendar::kStandard;
 };
@@ -95,8 +98,10 @@ struct TimeUnits {
 //   "minutes since 2000-01-01 06:00 +00:00".
 // Units (case-insensitive): seconds/second/secs/sec/s, minutes/minute/mins/min, hours/hour/hrs/hr/h,
 // days/day/d, weeks/week/w, milliseconds/millisecond/msecs/msec/ms, microseconds/us,
-// nanoseconds/ns. "months" and "years" are rejected: CF advises against them (UDUNITS' year is
-// 365.242198781 days, not a calendar year). The epoch must be a valid date in `calendar`.
+// nanoseconds/ns, and the calendar units months/month/mon and years/year/yr. CF advises against
+// the last two (UDUNITS' year is 365.242198781 days), but monthly climate output and monthly
+// reanalysis means use them, meaning calendar months: they are decoded as such (decode_times),
+// never as UDUNITS' fractions of a tropical year. The epoch must be a valid date in `calendar`.
 TimeUnits parse_time_units(const std::string& units, const std::string& calendar);
 TimeUnits parse_time_units(const std::string& units, Calendar calendar);
 
@@ -104,6 +109,14 @@ TimeUnits parse_time_units(const std::string& units, Calendar calendar);
 // multiplied exactly in int64 (xarray writes int64 counts: "hours since 1979-01-01" 376944 is
 // exactly 2022-01-01T00:00); a fractional one is rounded to the nearest second. NaN, infinities
 // and values beyond the supported range throw, naming the value and its index.
+//
+// Months and years are calendar months, as cftime decodes "months since" in the 360_day calendar
+// and as a climate scientist reads them in any calendar: a whole number n is the epoch's day of
+// the month and time of day, n months (12 n for years) later ("months since 1990-01-15" 13 is
+// 1991-02-15). A fraction of a month is only unambiguous in 360_day, where every month has 30
+// days (0.5 is 15 days); elsewhere it throws, as does a whole number that lands on a day the
+// month lacks ("months since 1990-01-31" 1: February 31), naming the value, its index and what
+// would decode it (whole months, or units of days).
 std::vector<int64_t> decode_times(const std::vector<double>& values, const TimeUnits& units);
 // The same, as dates.
 std::vector<DateTime> decode_dates(const std::vector<double>& values, const TimeUnits& units);
@@ -129,6 +142,35 @@ EncodedTimes encode_times(const std::vector<int64_t>& seconds, Calendar calendar
 int64_t parse_duration(const std::string& text);
 // The largest of d, h, min, s that divides the duration: "6h", "1d", "30min", "90s", "-6h", "0s".
 std::string format_duration(int64_t seconds);
+
+// The count of a time point's month, year * 12 + month - 1: consecutive months differ by one in
+// every calendar.
+int64_t month_number(int64_t seconds, Calendar calendar);
+// The same day of the month and time of day, `months` calendar months later (earlier when
+// negative); the day may not exist there (January 31 + 1): check with valid_date.
+DateTime add_months(const DateTime& date, int64_t months);
+
+// A model's time step, data.time_step: a fixed duration, or whole calendar months.
+struct TimeStep {
+  int64_t seconds = 0;  // a fixed step ("6h", "1d"), 0 for a month step
+  int64_t months = 0;   // a calendar step ("1mo", "3mo", "1y" = 12 months), 0 for a fixed one
+};
+// What parse_duration reads, and whole calendar months: "1mo", "3mo", "1month", "2 months", "1y",
+// "1yr", "1year" (a year is 12 months), case-insensitive, no sign, no fraction. "m"/"M" stay
+// ambiguous. Throws DataError naming the text and the accepted forms.
+TimeStep parse_time_step(const std::string& text);
+// "6h", "1mo", "12mo".
+std::string format_time_step(const TimeStep& step);
+// In the 360_day calendar a month is a fixed 30 days: a month step becomes that many seconds, so
+// everything downstream sees a fixed step. Other calendars keep the months.
+TimeStep fixed_where_possible(const TimeStep& step, Calendar calendar);
+// Whether time point `b` is one step after `a`: b - a == step.seconds, or b in the month
+// step.months after a's month (monthly means stamped mid-month vary in their day; that is still
+// one month).
+bool one_step_after(int64_t a, int64_t b, const TimeStep& step, Calendar calendar);
+// `steps` steps after `seconds`: for a month step the same day and time of day, or the month's
+// last day when it is shorter (January 31 + 1 month is February 28 or 29).
+int64_t steps_after(int64_t seconds, const TimeStep& step, int64_t steps, Calendar calendar);
 
 // A date from config or command-line text: "1979-01-01", "1979-01-01T06:00", "1979-01-01 06:00:00",
 // "1979-01-01T06:00:00Z", "1979-01-01T06:00:00+00:00". A non-zero UTC offset is applied. Throws on

@@ -387,3 +387,115 @@ TEST(Normalization, MapRoundTripKeepsNamesAndOrder) {
   map.erase("norm/std/t");
   EXPECT_THROW(Normalization::from_map(map), DataError);
 }
+
+namespace {
+// A netCDF-4 file of t(time, <lat_dim>, <lon_dim>) with `lat_var`(lat_dim) and `lon_var`(lon_dim)
+// in degrees (none when the names are empty), and a time coordinate in `time_units`.
+void write_grid_file(const std::string& path, const std::string& lat_dim, const std::string& lon_dim,
+                     const std::string& lat_var, const std::string& lon_var, const std::string& time_units,
+                     const std::string& calendar, const std::vector<double>& times) {
+  NetcdfFile file = NetcdfFile::create(path);
+  file.define_dimension("time", times.size());
+  file.define_dimension(lat_dim, 4);
+  file.define_dimension(lon_dim, 6);
+  file.define_variable("time", NC_DOUBLE, {"time"});
+  file.put_text_attribute("time", "units", time_units);
+  file.put_text_attribute("time", "calendar", calendar);
+  if (!lat_var.empty()) {
+    file.define_variable(lat_var, NC_DOUBLE, {lat_dim});
+    file.put_text_attribute(lat_var, "units", "degrees_north");
+    file.define_variable(lon_var, NC_DOUBLE, {lon_dim});
+    file.put_text_attribute(lon_var, "units", "degrees_east");
+  }
+  file.define_variable("t", NC_FLOAT, {"time", lat_dim, lon_dim});
+  file.end_define();
+  file.write_doubles("time", times);
+  if (!lat_var.empty()) {
+    file.write_doubles(lat_var, {50, 45, 40, 35});
+    file.write_doubles(lon_var, {10, 12, 14, 16, 18, 20});
+  }
+  std::vector<float> values(times.size() * 24);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 7);
+  file.write_floats("t", {0, 0, 0}, {times.size(), 4, 6}, values.data());
+  file.close();
+}
+}  // namespace
+
+// float lat(latitude), float lon(longitude): no coordinate variables in the netCDF sense, yet the
+// grid's degrees, found as CF finds them, not the indices 0..3.
+TEST(Dataset, LatitudesOnADimensionWithoutCoordinateVariable) {
+  const std::string path = ::testing::TempDir() + "/wxtrain_lat_latitude.nc";
+  write_grid_file(path, "latitude", "longitude", "lat", "lon", "hours since 2000-01-01", "standard", {0, 6, 12});
+  Dataset dataset(std::vector<DataSource>{{path, "t", "", {}, "prognostic"}});
+  EXPECT_TRUE(dataset.has_coordinates());
+  EXPECT_EQ(dataset.lat(), (std::vector<double>{50, 45, 40, 35}));
+  EXPECT_EQ(dataset.lon(), (std::vector<double>{10, 12, 14, 16, 18, 20}));
+  DataConfig region;
+  region.sources = {{path, "t", "", {}, "prognostic"}};
+  region.region = {true, 38, 46, 11, 15};
+  Dataset cropped(region);
+  EXPECT_EQ(cropped.lat(), (std::vector<double>{45, 40}));
+  EXPECT_EQ(cropped.lon(), (std::vector<double>{12, 14}));
+}
+
+// Nothing in the file says where the points are: indices stand in, and say so.
+TEST(Dataset, WithoutLatitudesTheGridSaysSoAndNeedsOfDegreesAreRefused) {
+  const std::string path = ::testing::TempDir() + "/wxtrain_no_latitudes.nc";
+  write_grid_file(path, "y", "x", "", "", "hours since 2000-01-01", "standard", {0, 6, 12});
+  Dataset dataset(std::vector<DataSource>{{path, "t", "", {}, "prognostic"}});
+  EXPECT_FALSE(dataset.has_coordinates());
+  EXPECT_EQ(dataset.no_coordinates(), "variable 't' in " + path + " (time=3, y=4, x=6) has no latitudes (no 1-D "
+                                       "variable along dimension 'y' has units degrees_north or standard_name latitude)");
+  DataConfig region;
+  region.sources = {{path, "t", "", {}, "prognostic"}};
+  region.region = {true, 38, 46, 11, 15};
+  EXPECT_EQ(data_error([&] { Dataset cropped(region); }),
+            "data.region needs latitudes and longitudes, but " + dataset.no_coordinates());
+}
+
+// "months since" on the standard calendar: calendar months, a model step of one month, and every
+// window of consecutive months a sample (none skipped for February's 28 days).
+TEST(Dataset, MonthlyDataStepsInCalendarMonths) {
+  const std::string path = ::testing::TempDir() + "/wxtrain_monthly.nc";
+  std::vector<double> months(24);
+  for (size_t i = 0; i < months.size(); ++i) months[i] = static_cast<double>(i);
+  write_grid_file(path, "lat", "lon", "lat", "lon", "months since 1990-01-01", "standard", months);
+  DataConfig config;
+  config.sources = {{path, "t", "", {}, "prognostic"}};
+  config.time_step = "1mo";
+  config.val_fraction = 0.25;
+  Dataset dataset(config);
+  const TimeAxis& axis = dataset.time_axis();
+  ASSERT_EQ(axis.size(), 24);
+  EXPECT_EQ(axis.label(1), "1990-02-01T00:00:00");
+  EXPECT_EQ(axis.label(2), "1990-03-01T00:00:00");
+  EXPECT_EQ(axis.label(23), "1991-12-01T00:00:00");
+  EXPECT_EQ(axis.step_months, 1);
+  EXPECT_EQ(axis.step_text(), "1mo");
+  const TimeSplit split(axis, config, {2, 1});
+  EXPECT_EQ(split.sample_times(Split::kTrain).size(), 16u);  // 18 training months, windows of 3
+  EXPECT_EQ(split.skipped(Split::kTrain), 0);
+  // The forecast's next valid times: one calendar month each.
+  EXPECT_EQ(from_seconds(axis.after(axis.seconds[23], 2), axis.calendar).to_iso(), "1992-02-01T00:00:00");
+  // Quarterly: every third month.
+  config.time_step = "3mo";
+  Dataset quarterly(config);
+  ASSERT_EQ(quarterly.num_times(), 8);
+  EXPECT_EQ(quarterly.time_axis().label(1), "1990-04-01T00:00:00");
+  // A fixed step on monthly data is refused, pointing to months.
+  config.time_step = "30d";
+  EXPECT_NE(data_error([&] { Dataset fixed(config); }).find("use calendar months, data.time_step = \"1mo\""),
+            std::string::npos);
+}
+
+// A model step the data's spacing does not divide: the spacing, and what would work.
+TEST(DatasetErrors, TimeStepMustBeAMultipleOfTheDataSpacing) {
+  const std::string path = ::testing::TempDir() + "/wxtrain_six_hourly.nc";
+  write_grid_file(path, "lat", "lon", "lat", "lon", "hours since 2000-01-01", "standard", {0, 6, 12, 18, 24, 30});
+  DataConfig config;
+  config.sources = {{path, "t", "", {}, "prognostic"}};
+  config.time_step = "9h";
+  EXPECT_EQ(data_error([&] { Dataset dataset(config); }),
+            "data.time_step = \"9h\" must be a multiple of the data's spacing, 6h (the most common spacing between "
+            "the states of " + path + "): e.g. \"6h\", \"12h\" or \"18h\"");
+}

@@ -458,9 +458,10 @@ TEST(CfTime, ErrorsNameTheTextAndWhatWasExpected) {
   EXPECT_NE(calendar.find("proleptic_gregorian"), std::string::npos);
   EXPECT_NE(calendar.find("360_day"), std::string::npos);
 
-  std::string months = error_of([] { parse_time_units("months since 2000-01-01", "standard"); });
-  EXPECT_NE(months.find("months since 2000-01-01"), std::string::npos);
-  EXPECT_NE(months.find("hours"), std::string::npos);
+  std::string common_years = error_of([] { parse_time_units("common_years since 2000-01-01", "standard"); });
+  EXPECT_NE(common_years.find("common_years since 2000-01-01"), std::string::npos);
+  EXPECT_NE(common_years.find("hours"), std::string::npos);
+  EXPECT_NE(common_years.find("calendar months (months, years)"), std::string::npos);
   std::string unknown = error_of([] { parse_time_units("fortnights since 2000-01-01", "standard"); });
   EXPECT_NE(unknown.find("fortnights"), std::string::npos);
   std::string no_since = error_of([] { parse_time_units("hours after 2000-01-01", "standard"); });
@@ -489,4 +490,109 @@ TEST(CfTime, ErrorsNameTheTextAndWhatWasExpected) {
   EXPECT_NE(error_of([] { from_seconds(INT64_MAX, Calendar::kStandard); }).find("range"), std::string::npos);
   EXPECT_NE(error_of([] { encode_times({0}, Calendar::kStandard, "months", date(1970, 1, 1)); }).find("months"),
             std::string::npos);
+}
+
+// ---- Calendar months: "months since", "years since" and month steps ----------------------------
+
+// Monthly files: whole months are calendar months in every calendar (the epoch's day and time,
+// n months on); fractions only where a month has a fixed length (360_day).
+TEST(CfTime, MonthsSinceAreCalendarMonths) {
+  auto dates = [](const std::string& units, const std::string& calendar, const std::vector<double>& values) {
+    std::vector<std::string> out;
+    for (const DateTime& d : decode_dates(values, parse_time_units(units, calendar))) out.push_back(d.to_iso());
+    return out;
+  };
+  using Dates = std::vector<std::string>;
+  EXPECT_EQ(dates("months since 1990-01-01", "standard", {0, 1, 2, 13, 47, -1}),
+            (Dates{"1990-01-01T00:00:00", "1990-02-01T00:00:00", "1990-03-01T00:00:00", "1991-02-01T00:00:00",
+                   "1993-12-01T00:00:00", "1989-12-01T00:00:00"}));
+  EXPECT_EQ(dates("months since 1990-01-15 12:00", "noleap", {1, 25}),
+            (Dates{"1990-02-15T12:00:00", "1992-02-15T12:00:00"}));
+  EXPECT_EQ(dates("month since 2000-02-29", "julian", {12 * 4}), (Dates{"2004-02-29T00:00:00"}));
+  EXPECT_EQ(dates("years since 2000-03-01", "proleptic_gregorian", {0, 1, 100}),
+            (Dates{"2000-03-01T00:00:00", "2001-03-01T00:00:00", "2100-03-01T00:00:00"}));
+  // 360_day: a month is 30 days, so half a month is 15 days; a year is 360 days.
+  EXPECT_EQ(dates("months since 1990-01-01", "360_day", {0.5, 1.5, 11.5, 12}),
+            (Dates{"1990-01-16T00:00:00", "1990-02-16T00:00:00", "1990-12-16T00:00:00", "1991-01-01T00:00:00"}));
+  EXPECT_EQ(dates("years since 1990-01-01", "360_day", {0.5, 2}), (Dates{"1990-07-01T00:00:00", "1992-01-01T00:00:00"}));
+  const TimeUnits units = parse_time_units("months since 1990-01-01", "360_day");
+  EXPECT_EQ(units.months_per_unit, 1);
+  EXPECT_EQ(units.unit_name, "months");
+  EXPECT_EQ(parse_time_units("years since 1990-01-01", "noleap").months_per_unit, 12);
+}
+
+// cftime decodes "months since" in the 360_day calendar (only there): the same dates.
+TEST(CfTime, MonthsSinceIn360DayLikeCftime) {
+  const std::vector<double> values = {0, 1, 11, 12, 13.5, 0.25, 47, 600, -7};
+  std::vector<std::string> requests;
+  for (double v : values) requests.push_back("num2date|360_day|months since 1990-01-01|" + print_value(v));
+  std::string why_not;
+  const std::vector<std::string> answers = run_cftime(requests, why_not);
+  if (answers.empty()) GTEST_SKIP() << why_not;
+  ASSERT_EQ(answers.size(), values.size());
+  const std::vector<DateTime> ours = decode_dates(values, parse_time_units("months since 1990-01-01", "360_day"));
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::istringstream in(answers[i]);
+    int y, mo, d, h, mi, sec, us;
+    ASSERT_TRUE(in >> y >> mo >> d >> h >> mi >> sec >> us) << answers[i];
+    EXPECT_EQ(ours[i], date(y, mo, d, h, mi, sec)) << values[i] << ": cftime " << answers[i];
+  }
+}
+
+// Where the calendar makes a month ambiguous: a refusal naming the value and the way out.
+TEST(CfTime, AmbiguousMonthsAreRefused) {
+  const TimeUnits standard = parse_time_units("months since 1990-01-01", "standard");
+  const std::string half = error_of([&] { decode_times({0.0, 0.5}, standard); });
+  EXPECT_NE(half.find("time value 0.5 (index 1) in months since 1990-01-01T00:00:00 (standard calendar) is a "
+                      "fraction of a month"),
+            std::string::npos)
+      << half;
+  EXPECT_NE(half.find("days since"), std::string::npos) << half;
+  const TimeUnits end_of_month = parse_time_units("months since 1990-01-31", "standard");
+  EXPECT_EQ(decode_dates({2}, end_of_month).front(), date(1990, 3, 31));
+  const std::string february = error_of([&] { decode_times({1}, end_of_month); });
+  EXPECT_NE(february.find("lands on 1990-02-31T00:00:00"), std::string::npos) << february;
+  EXPECT_NE(error_of([&] { decode_times({0.5}, parse_time_units("years since 1990-01-01", "noleap")); })
+                .find("fraction of a month"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { decode_times({std::nan("")}, standard); }).find("not a number"), std::string::npos);
+}
+
+TEST(CfTime, TimeStepsInCalendarMonths) {
+  const std::pair<const char*, TimeStep> kCases[] = {
+      {"1mo", {0, 1}},        {"3mo", {0, 3}},     {"12mo", {0, 12}}, {"1y", {0, 12}},  {"2 months", {0, 2}},
+      {"1month", {0, 1}},     {"1MO", {0, 1}},     {"mo", {0, 1}},    {"1yr", {0, 12}}, {"1 year", {0, 12}},
+      {"6h", {21600, 0}},     {"1d", {86400, 0}},  {"30min", {1800, 0}}};
+  for (const auto& [text, step] : kCases) {
+    const TimeStep parsed = parse_time_step(text);
+    EXPECT_EQ(parsed.seconds, step.seconds) << text;
+    EXPECT_EQ(parsed.months, step.months) << text;
+  }
+  for (const char* bad : {"1.5mo", "-1mo", "0mo", "0y"}) {
+    const std::string message = error_of([&] { parse_time_step(bad); });
+    EXPECT_NE(message.find(std::string("'") + bad + "'"), std::string::npos) << bad << ": " << message;
+    EXPECT_NE(message.find("1mo"), std::string::npos) << message;
+  }
+  EXPECT_NE(error_of([] { parse_time_step("6m"); }).find("'mo' for calendar months"), std::string::npos);
+  EXPECT_EQ(format_time_step({0, 3}), "3mo");
+  EXPECT_EQ(format_time_step({21600, 0}), "6h");
+  // In 360_day a month is a fixed 30 days.
+  EXPECT_EQ(fixed_where_possible({0, 2}, Calendar::k360Day).seconds, 60 * 86400);
+  EXPECT_EQ(fixed_where_possible({0, 2}, Calendar::kNoLeap).months, 2);
+}
+
+TEST(CfTime, OneMonthApartAndMonthsAfter) {
+  const auto at = [](int y, int m, int d, int h = 0) { return to_seconds(date(y, m, d, h), Calendar::kStandard); };
+  const TimeStep month{0, 1};
+  // Monthly means stamped mid-month: 31 or 29.5 days apart, one month each.
+  EXPECT_TRUE(one_step_after(at(1990, 1, 16, 12), at(1990, 2, 15), month, Calendar::kStandard));
+  EXPECT_TRUE(one_step_after(at(1990, 12, 16, 12), at(1991, 1, 16, 12), month, Calendar::kStandard));
+  EXPECT_FALSE(one_step_after(at(1990, 1, 1), at(1990, 3, 1), month, Calendar::kStandard));
+  EXPECT_TRUE(one_step_after(at(1990, 1, 1), at(1990, 4, 1), TimeStep{0, 3}, Calendar::kStandard));
+  EXPECT_TRUE(one_step_after(at(1990, 1, 1), at(1990, 1, 1, 6), TimeStep{21600, 0}, Calendar::kStandard));
+  EXPECT_EQ(steps_after(at(1990, 1, 31), month, 1, Calendar::kStandard), at(1990, 2, 28));
+  EXPECT_EQ(steps_after(at(1992, 1, 31), month, 1, Calendar::kStandard), at(1992, 2, 29));
+  EXPECT_EQ(steps_after(at(1990, 11, 15, 12), month, 3, Calendar::kStandard), at(1991, 2, 15, 12));
+  EXPECT_EQ(month_number(at(1990, 3, 31), Calendar::kStandard), 1990 * 12 + 2);
+  EXPECT_EQ(add_months(date(1990, 1, 31), -2), date(1989, 11, 31));  // unchecked: valid_date says no
 }

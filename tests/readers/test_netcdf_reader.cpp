@@ -151,3 +151,100 @@ TEST(NetcdfReader, ANameCutByTheEndOfTheFileIsATruncatedHeader) {
             std::string::npos)
       << message;
 }
+
+namespace {
+// Writes a NetCDF-4 file with netCDF-C, as a C tool would: `define` adds dimensions, variables and
+// attributes (define mode), then the file is closed with every variable's values left as fill.
+template <typename Define>
+std::string write_netcdf4(const std::string& name, Define define) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  int ncid = -1;
+  EXPECT_EQ(nc_create(path.c_str(), NC_CLOBBER | NC_NETCDF4, &ncid), NC_NOERR);
+  define(ncid);
+  EXPECT_EQ(nc_close(ncid), NC_NOERR);
+  return path;
+}
+int dim(int ncid, const char* name, size_t length) {
+  int id = -1;
+  EXPECT_EQ(nc_def_dim(ncid, name, length, &id), NC_NOERR);
+  return id;
+}
+int var(int ncid, const char* name, std::vector<int> dims) {
+  int id = -1;
+  EXPECT_EQ(nc_def_var(ncid, name, NC_FLOAT, static_cast<int>(dims.size()), dims.data(), &id), NC_NOERR);
+  return id;
+}
+void string_att(int ncid, int varid, const char* name, const char* value) {
+  EXPECT_EQ(nc_put_att_string(ncid, varid, name, 1, &value), NC_NOERR);
+}
+void char_att(int ncid, int varid, const char* name, const std::string& value) {
+  EXPECT_EQ(nc_put_att_text(ncid, varid, name, value.size(), value.c_str()), NC_NOERR);
+}
+}  // namespace
+
+// NetCDF-4 `string` attributes (NC_STRING: netCDF4-python's setncattr_string, h5netcdf, ncgen's
+// `string units = ...`) read exactly like `char` ones.
+TEST(NetcdfReader, StringAttributesReadLikeCharOnes) {
+  const std::string path = write_netcdf4("wxtrain_string_attributes.nc", [](int ncid) {
+    const int time = dim(ncid, "time", 2);
+    const int t = var(ncid, "time", {time});
+    string_att(ncid, t, "units", "hours since 2000-01-01 00:00:00");
+    string_att(ncid, t, "calendar", "noleap");
+    const int x = var(ncid, "x", {time});
+    char_att(ncid, x, "units", "K");
+    string_att(ncid, x, "long_name", "air temperature");
+    const char* two[] = {"first", "second"};
+    EXPECT_EQ(nc_put_att_string(ncid, x, "history", 2, two), NC_NOERR);
+  });
+  auto reader = open_reader(path);
+  EXPECT_EQ(reader->variable("time").text("units").value_or("?"), "hours since 2000-01-01 00:00:00");
+  EXPECT_EQ(reader->variable("time").text("calendar").value_or("?"), "noleap");
+  EXPECT_EQ(reader->variable("x").text("units").value_or("?"), "K");
+  EXPECT_EQ(reader->variable("x").text("long_name").value_or("?"), "air temperature");
+  EXPECT_EQ(reader->variable("x").text("history").value_or("?"), "first, second");
+  EXPECT_FALSE(reader->variable("x").number("long_name"));
+}
+
+// The grid's latitudes and longitudes found as CF finds them, on files as tools write them.
+TEST(NetcdfReader, FindsLatitudesAndLongitudesAsCfDoes) {
+  const std::string path = write_netcdf4("wxtrain_cf_grid.nc", [](int ncid) {
+    const int time = dim(ncid, "time", 2), latitude = dim(ncid, "latitude", 3), longitude = dim(ncid, "longitude", 4);
+    // Latitudes on a dimension without a coordinate variable (xarray: "Dimensions without coordinates").
+    char_att(ncid, var(ncid, "lat", {latitude}), "units", "degrees_north");
+    char_att(ncid, var(ncid, "lon", {longitude}), "units", "degree_E");  // one of CF's spellings
+    var(ncid, "t", {time, latitude, longitude});
+    // A projection: y(y), x(x) in metres, the latitudes 2-D and named by `coordinates`.
+    const int y = dim(ncid, "y", 3), x = dim(ncid, "x", 4);
+    char_att(ncid, var(ncid, "y", {y}), "units", "m");
+    char_att(ncid, var(ncid, "x", {x}), "units", "m");
+    const int lat2d = var(ncid, "lat2d", {y, x}), lon2d = var(ncid, "lon2d", {y, x});
+    char_att(ncid, lat2d, "standard_name", "latitude");
+    char_att(ncid, lon2d, "standard_name", "longitude");
+    char_att(ncid, var(ncid, "p", {time, y, x}), "coordinates", "lon2d lat2d");
+    // Named in the `coordinates` attribute, on dimensions called anything.
+    const int row = dim(ncid, "row", 3), column = dim(ncid, "column", 4);
+    const int northings = var(ncid, "geo_lat", {row});
+    char_att(ncid, northings, "standard_name", "latitude");
+    char_att(ncid, var(ncid, "geo_lon", {column}), "units", "degrees_east");
+    char_att(ncid, var(ncid, "q", {time, row, column}), "coordinates", "geo_lat geo_lon");
+  });
+  auto reader = open_reader(path);
+  const VariableMeta& t = reader->variable("t");
+  EXPECT_EQ(grid_coordinate(*reader, &t, t.dims[1], GridAxis::kLatitude).value_or("-"), "lat");
+  EXPECT_EQ(grid_coordinate(*reader, &t, t.dims[2], GridAxis::kLongitude).value_or("-"), "lon");
+  EXPECT_FALSE(grid_coordinate(*reader, &t, t.dims[1], GridAxis::kLongitude));
+  const VariableMeta& p = reader->variable("p");
+  EXPECT_FALSE(grid_coordinate(*reader, &p, p.dims[1], GridAxis::kLatitude)) << "metres taken for degrees";
+  EXPECT_NE(missing_grid_coordinate(*reader, &p, p.dims[1], GridAxis::kLatitude)
+                .find("its latitudes 'lat2d' (y=3, x=4) are 2-D"),
+            std::string::npos);
+  const VariableMeta& q = reader->variable("q");
+  EXPECT_EQ(grid_coordinate(*reader, &q, q.dims[1], GridAxis::kLatitude).value_or("-"), "geo_lat");
+  EXPECT_EQ(grid_coordinate(*reader, &q, q.dims[2], GridAxis::kLongitude).value_or("-"), "geo_lon");
+  EXPECT_TRUE(is_lat_dimension(*reader, q.dims[1], &q));
+  EXPECT_TRUE(is_lon_dimension(*reader, q.dims[2], &q));
+  // The storm files' lat(lat) without attributes: by its name, as before.
+  auto storm = open_reader(kPstorm);
+  const VariableMeta& storm_p = storm->variable("p");
+  EXPECT_EQ(grid_coordinate(*storm, &storm_p, storm_p.dims[1], GridAxis::kLatitude).value_or("-"), "lat");
+}
