@@ -17,6 +17,8 @@ Action add_forecast_command(CLI::App& app);
 Action add_tune_batch_command(CLI::App& app);
 Action add_profile_command(CLI::App& app);
 Action add_config_keys_command(CLI::App& app);
+Action add_import_command(CLI::App& app);  // commands/interop.cpp
+Action add_export_command(CLI::App& app);
 
 // The command line as a shell would read it back (arguments quoted where needed); main() sets it
 // and `train` records it in <out_dir>/command.txt.

@@ -422,6 +422,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
       r.fail("level_weights", "is given but train.level_weighting is \"" + t.level_weighting + "\": set it to \"table\"");
     read_rollout_schedule(r, t.rollout_schedule);
     r.get("residual_normalization", t.residual_normalization);
+    r.get_choice("prediction", t.prediction, {"tendency", "state"});
     r.get("loss_scale", t.loss_scale, 1.0, 1e38);
     r.get("scale_growth", t.scale_growth, 1.0, 1e3);
     r.get("scale_backoff", t.scale_backoff, 1e-6, 1.0);

@@ -152,6 +152,11 @@ struct TrainConfig {
   // standard deviation of one-step differences over the training split (GraphCast), not by the
   // states' own standard deviation.
   bool residual_normalization = true;
+  // train.prediction: what the model's prognostic output is. "tendency": the change from the newest
+  // state (the next state is newest + output x residual scale, as GraphCast). "state": the next
+  // (normalised) state itself, as FourCastNet and PhysicsNeMo's AFNO predict it: what a model
+  // imported from, or exported to, a reference implementation needs to compute its forecast.
+  std::string prediction = "tendency";
   // Loss scaler (fp16-mixed): dynamic scale as in torch.cuda.amp.GradScaler.
   double loss_scale = 65536.0;  // train.loss_scale: initial scale
   double scale_growth = 2.0;    // train.scale_growth

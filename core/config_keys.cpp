@@ -77,6 +77,7 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"train.level_weights", {"", "[train.level_weights] \"500\" = weight (level_weighting = \"table\")"}},
       {"train.rollout_schedule", {"", "curriculum: [[from step, rollout], ...]; replaces data.rollout_steps"}},
       {"train.residual_normalization", {"", "scale the predicted tendency by the std of one-step differences"}},
+      {"train.prediction", {"", "the model predicts the \"tendency\" (next = newest + output) or the next \"state\" itself (FourCastNet, PhysicsNeMo)"}},
       {"train.loss_scale", {"", "fp16-mixed: initial loss scale"}},
       {"train.scale_growth", {"", "fp16-mixed: scale factor after scale_interval finite steps"}},
       {"train.scale_backoff", {"", "fp16-mixed: scale factor after a non-finite step"}},

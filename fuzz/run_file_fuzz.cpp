@@ -42,7 +42,7 @@ std::string fingerprint(const wxtrain::RunConfig& c) {
     << t.min_lr_ratio << '|' << t.grad_clip << '|' << t.seed << '|' << t.device << '|' << t.out_dir << '|'
     << t.checkpoint_every << '|' << t.log_every << '|' << t.val_every << '|' << t.loss_scale << '|'
     << t.scale_growth << '|' << t.scale_backoff << '|' << t.scale_interval << '|' << t.init_from << '|' << t.strict
-    << '|' << t.frozen_lr_scale;
+    << '|' << t.frozen_lr_scale << '|' << t.prediction;
   for (const auto& f : t.freeze) s << ',' << f;
   s << "\n" << c.memory.limit << '|' << c.memory.margin << '|' << c.memory.multiple_of << '|' << c.memory.max_batch
     << '|' << c.memory.probe_steps;

@@ -3,6 +3,7 @@
 // [batch, variables, lat, lon] (the next state). A model's forward is a sequence of named blocks
 // (submodules registered with register_block); each runs through run_block, which checkpoints it
 // when checkpointing is on. The block list is what the estimator and the docs talk about.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,15 @@ class WeatherModelImpl : public torch::nn::Module {
   // Every parameter indexed by input or output channel, with how (see ChannelAxis). Everything
   // else is independent of the channel lists: the same shape for any set of variables.
   virtual std::vector<ChannelAxis> channel_axes() const = 0;
+
+  // Fine-tuning on another grid than a checkpoint's (a data.region of a global model): the
+  // checkpoint's grid-sized tensors (positional embeddings, ...) made to fit this model, replaced in
+  // `weights`, with a line each saying what was done. `from` is the checkpoint's grid (lat, lon and
+  // their coordinates in degrees), shape() this model's. Everything else is left to the loader,
+  // which refuses what still does not fit. The default: a model with no grid-sized tensors.
+  virtual std::vector<std::string> adapt_to_grid(std::map<std::string, torch::Tensor>& weights, const ModelShape& from) const {
+    return {};
+  }
 
   const ModelShape& shape() const { return shape_; }
   const std::vector<std::string>& block_names() const { return block_names_; }

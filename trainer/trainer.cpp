@@ -142,26 +142,6 @@ std::vector<std::string> normalization_names(const data::Dataset& dataset) {
   return names;
 }
 
-// This run's statistics, with those of the channels the pretrained model also had replaced by the
-// pretrained ones: its weights were trained on inputs scaled that way.
-data::Normalization keep_pretrained_statistics(const data::Normalization& fresh, const data::Normalization& pretrained) {
-  torch::Tensor mean = fresh.mean().clone(), std = fresh.std().clone();
-  torch::Tensor diff = fresh.diff_std().defined() ? fresh.diff_std().clone() : torch::Tensor();
-  const auto& old_names = pretrained.names();
-  for (size_t i = 0; i < fresh.names().size(); ++i) {
-    auto it = std::find(old_names.begin(), old_names.end(), fresh.names()[i]);
-    if (it == old_names.end()) continue;
-    const int64_t j = it - old_names.begin(), k = static_cast<int64_t>(i);
-    mean[k] = pretrained.mean()[j];
-    std[k] = pretrained.std()[j];
-    if (diff.defined() && pretrained.diff_std().defined() && std::isfinite(pretrained.diff_std()[j].item<float>()))
-      diff[k] = pretrained.diff_std()[j];
-  }
-  data::Normalization out(fresh.names(), mean, std);
-  if (diff.defined()) out.set_diff_std(diff);
-  return out;
-}
-
 // The checkpoint's record of its channels (Checkpoint::channels): what fine-tuning maps by name
 // and what a reader of the checkpoint needs to know about each channel.
 std::string channels_record(const data::Dataset& dataset, const RunConfig& config, const ChannelLayout& layout,
@@ -170,6 +150,8 @@ std::string channels_record(const data::Dataset& dataset, const RunConfig& confi
   j["inputs"] = layout.input_names();
   j["outputs"] = layout.output_names();
   j["history"] = config.data.history;
+  // The grid, for fine-tuning on another (a region of it): models place grid-sized tensors by it.
+  if (dataset.has_coordinates()) j["grid"] = {{"lat", dataset.lat()}, {"lon", dataset.lon()}};
   auto stats = [&](nlohmann::json& entry, const std::string& name) {
     const auto& names = norm.names();
     auto it = std::find(names.begin(), names.end(), name);
@@ -390,7 +372,14 @@ StartingPoint load_starting_point(const Run& run) {
     if (!fs::exists(path)) throw Error("--resume: no checkpoint at " + path + " (train.out_dir = \"" + t.out_dir + "\")");
     from.resume_from = load_checkpoint(path);
   } else if (!t.init_from.empty()) {
-    from.init_from = load_checkpoint(t.init_from);
+    if (is_reference_checkpoint(t.init_from)) {
+      // A PhysicsNeMo .mdlus or a state_dict: translated at the boundary into a checkpoint of ours.
+      std::string report;
+      from.init_from = load_reference_checkpoint(t.init_from, run.config, &report);
+      if (run.is_root()) std::cerr << "init_from " << report;
+    } else {
+      from.init_from = load_checkpoint(t.init_from);
+    }
   }
   return from;
 }
@@ -418,7 +407,7 @@ data::Normalization choose_normalization(const Run& run, const StartingPoint& fr
 // train.residual_normalization: the tendency scale per prognostic channel (undefined: off, or no
 // one-step differences to take it from).
 torch::Tensor residual_scale_for(const Run& run) {
-  if (!run.config.train.residual_normalization) return {};
+  if (!run.config.train.residual_normalization || run.config.train.prediction == "state") return {};
   const data::Normalization prognostic = run.normalization.subset(run.layout.prognostic_names());
   if (!prognostic.diff_std().defined()) return {};
   return residual_scale_from(prognostic.diff_std(), prognostic.std());
@@ -438,7 +427,13 @@ ModelInit weight_init(const Run& run, const StartingPoint& from) {
     // The checkpoint's channel names (older checkpoints: its run file's), mapped onto this run's:
     // the first and last layers' slices move with their channels, new channels start fresh.
     const ChannelNames old_channels = checkpoint_channels(*from.init_from, t.init_from);
-    auto report = transfer_weights(m, from.init_from->model, old_channels.inputs, old_channels.outputs,
+    // A checkpoint of another grid (a global model fine-tuned on a data.region): its grid-sized
+    // tensors made to fit this model first, and said so.
+    TensorMap weights = from.init_from->model;
+    if (const std::optional<models::ModelShape> grid = checkpoint_grid(*from.init_from, t.init_from))
+      for (const std::string& line : m.adapt_to_grid(weights, *grid))
+        if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << line << "\n";
+    auto report = transfer_weights(m, weights, old_channels.inputs, old_channels.outputs,
                                    run.layout.input_names(), run.layout.output_names(), t.strict, t.init_from);
     if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
   };
@@ -686,6 +681,26 @@ class TrainingLoop {
 };
 
 }  // namespace
+
+// This run's statistics, with those of the channels the pretrained model also had replaced by the
+// pretrained ones: its weights were trained on inputs scaled that way.
+data::Normalization keep_pretrained_statistics(const data::Normalization& fresh, const data::Normalization& pretrained) {
+  torch::Tensor mean = fresh.mean().clone(), std = fresh.std().clone();
+  torch::Tensor diff = fresh.diff_std().defined() ? fresh.diff_std().clone() : torch::Tensor();
+  const auto& old_names = pretrained.names();
+  for (size_t i = 0; i < fresh.names().size(); ++i) {
+    auto it = std::find(old_names.begin(), old_names.end(), fresh.names()[i]);
+    if (it == old_names.end()) continue;
+    const int64_t j = it - old_names.begin(), k = static_cast<int64_t>(i);
+    mean[k] = pretrained.mean()[j];
+    std[k] = pretrained.std()[j];
+    if (diff.defined() && pretrained.diff_std().defined() && std::isfinite(pretrained.diff_std()[j].item<float>()))
+      diff[k] = pretrained.diff_std()[j];
+  }
+  data::Normalization out(fresh.names(), mean, std);
+  if (diff.defined()) out.set_diff_std(diff);
+  return out;
+}
 
 void check_run_folder(const RunConfig& config, const TrainOptions& options) {
   if (options.resume && options.overwrite)

@@ -47,6 +47,10 @@ struct TrainSummary {
 
 std::string checkpoint_path(const RunConfig& config);  // <out_dir>/checkpoint.pt
 
+// `fresh` (this run's statistics) with the pretrained ones of the channels both name: a
+// fine-tuned model keeps the scaling its weights were trained with.
+data::Normalization keep_pretrained_statistics(const data::Normalization& fresh, const data::Normalization& pretrained);
+
 // A run folder belongs to one run. Without --resume or --overwrite, a folder holding another run's
 // files (checkpoint.pt, metrics.csv, validation.csv, run.toml, command.txt) is refused with a
 // ConfigError that offers --resume, --overwrite or a new folder. The run setup (cli/run_setup.h)

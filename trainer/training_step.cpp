@@ -193,6 +193,7 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   state->rollout.prognostic = static_cast<int64_t>(layout.prognostic.size());
   state->rollout.diagnostic = static_cast<int64_t>(layout.diagnostic.size());
   state->rollout.checkpoint_steps = t.rollout_checkpointing;
+  state->rollout.predicts_state = t.prediction == "state";
   if (layout.out_channels() != shape.out_channels) {
     // A bare model shape without named channels (estimator and tuner tests): all prognostic.
     state->rollout.prognostic = shape.out_channels;
@@ -255,12 +256,18 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
                          : model.forward(parts.size() == 1 ? parts[0] : torch::cat(parts, 1)))
             .to(torch::kFloat32);
     // The model predicts the change from the newest state (as GraphCast does): persistence is the
-    // starting point and the network learns the tendency, in units of typical tendencies.
-    const torch::Tensor& last = window.back();
-    torch::Tensor newest = last.narrow(1, last.size(1) - P, P).to(torch::kFloat32);
-    torch::Tensor tendency = out.narrow(1, 0, P);
-    if (setup.residual_scale.defined()) tendency = tendency * setup.residual_scale.view({1, P, 1, 1});
-    torch::Tensor next = newest + tendency;
+    // starting point and the network learns the tendency, in units of typical tendencies. With
+    // train.prediction = "state" it predicts the state itself, as FourCastNet does.
+    torch::Tensor next;
+    if (setup.predicts_state) {
+      next = out.narrow(1, 0, P);
+    } else {
+      const torch::Tensor& last = window.back();
+      const torch::Tensor newest = last.narrow(1, last.size(1) - P, P).to(torch::kFloat32);
+      torch::Tensor tendency = out.narrow(1, 0, P);
+      if (setup.residual_scale.defined()) tendency = tendency * setup.residual_scale.view({1, P, 1, 1});
+      next = newest + tendency;
+    }
     if (D > 0) next = torch::cat({next, out.narrow(1, P, D)}, 1);
     if (boundary) {
       // A limited-area model is driven at its edge: the frame takes the true state.

@@ -36,6 +36,9 @@ struct RolloutSetup {
   // [P]: the std of one-step differences over the states' std (train.residual_normalization), so
   // the model's output is a tendency in units of typical tendencies; undefined = 1.
   torch::Tensor residual_scale;
+  // train.prediction = "state": the prognostic output is the next state itself (no newest state
+  // added, no residual scale), as FourCastNet and PhysicsNeMo's AFNO predict.
+  bool predicts_state = false;
   // [lat, lon] 1 on the data.boundary frame, 0 inside; undefined without a boundary.
   torch::Tensor boundary;
   // train.rollout_checkpointing: while gradients are recorded, each step's model call is one

@@ -11,6 +11,7 @@
 #include "data/normalization.h"
 #include "data/samples.h"
 #include "trainer/checkpoint_io.h"
+#include "trainer/trainer.h"
 #include "trainer/training_step.h"
 
 namespace wxtrain::cli {
@@ -23,6 +24,9 @@ struct ForecastArgs {
   int64_t steps = 4;
   std::string start;  // a time index or a date; "" = the last state
   std::string precision = "fp32";
+  // The run file a reference checkpoint (a .mdlus, a state_dict) is forecast with: it carries none.
+  std::string config;
+  std::vector<std::string> overrides;
 };
 
 // --start as a time index ("12") or a date of the data ("2020-01-03T18:00"); the newest initial
@@ -70,19 +74,46 @@ int64_t start_index(const data::Dataset& dataset, const std::string& text, int64
 }
 
 int run_forecast(const ForecastArgs& args) {
-  trainer::Checkpoint ckpt = trainer::load_checkpoint(args.checkpoint);
   if (args.steps <= 0) throw ConfigError("--steps " + std::to_string(args.steps) + ": expected a positive number of steps");
   if (args.precision != "fp32" && args.precision != "bf16")
     throw ConfigError("--precision " + args.precision + ": expected fp32 or bf16 (forecasts run on the CPU)");
-  // The run the checkpoint was trained as, on the data as it lies now (graphcast's graph is built on its grid).
   SetupRequest request;
   request.open_data = true;
-  const RunSetup run = setup_run({ckpt.config_text, ckpt.overrides}, args.checkpoint + " (embedded run file)", request);
+  trainer::Checkpoint ckpt;
+  RunSetup run;
+  data::Normalization norm;
+  if (trainer::is_reference_checkpoint(args.checkpoint)) {
+    // A .mdlus or a state_dict has weights and an architecture, but no data: the run file says
+    // which data, channels and grid it forecasts on.
+    if (args.config.empty())
+      throw ConfigError("--checkpoint " + args.checkpoint + " is a reference implementation's checkpoint, which carries "
+                        "no run file: give --config run.toml with the data to forecast from (wxtrain import " +
+                        args.checkpoint + " writes its [model] and [train] lines)");
+    run = setup_run(RunOptions{args.config, args.overrides}, request);
+    std::string report;
+    ckpt = trainer::load_reference_checkpoint(args.checkpoint, run.config, &report);
+    std::cerr << report;
+    // The statistics the weights were trained with where the file brings them; the data's own
+    // (all its times) for the channels it does not.
+    const data::Normalization data_statistics = data::Normalization::compute(*run.dataset, 0, run.dataset->num_times());
+    norm = ckpt.normalization.empty()
+               ? data_statistics
+               : trainer::keep_pretrained_statistics(data_statistics, data::Normalization::from_map(ckpt.normalization));
+    if (ckpt.normalization.empty())
+      std::cerr << "  no statistics beside the checkpoint: normalising with the data's own, over all its times\n";
+  } else {
+    if (!args.config.empty())
+      throw ConfigError("--config " + args.config + ": a wxtrain checkpoint forecasts with the run file it was trained "
+                        "with; --config is for a reference checkpoint (.mdlus, state_dict)");
+    ckpt = trainer::load_checkpoint(args.checkpoint);
+    // The run the checkpoint was trained as, on the data as it lies now (graphcast's graph is built on its grid).
+    run = setup_run({ckpt.config_text, ckpt.overrides}, args.checkpoint + " (embedded run file)", request);
+    norm = data::Normalization::from_map(ckpt.normalization);
+  }
   const RunConfig& config = run.config;
   const std::shared_ptr<data::Dataset>& dataset = run.dataset;
   const int64_t history = config.data.history;
   const int64_t start = start_index(*dataset, args.start, history);
-  const data::Normalization norm = data::Normalization::from_map(ckpt.normalization);
   const data::SampleMaker maker(*dataset, norm, {history, 1});
   const ChannelLayout& layout = run.channels;
   const data::TimeAxis& axis = dataset->time_axis();
@@ -127,6 +158,7 @@ int run_forecast(const ForecastArgs& args) {
   trainer::RolloutSetup setup;
   setup.prognostic = static_cast<int64_t>(layout.prognostic.size());
   setup.diagnostic = static_cast<int64_t>(layout.diagnostic.size());
+  setup.predicts_state = config.train.prediction == "state";
   if (config.train.residual_normalization && prognostic_norm.diff_std().defined())
     setup.residual_scale = trainer::residual_scale_from(prognostic_norm.diff_std(), prognostic_norm.std());
   if (config.data.boundary > 0) setup.boundary = trainer::boundary_frame(config.data.lat, config.data.lon, config.data.boundary);
@@ -155,11 +187,15 @@ int run_forecast(const ForecastArgs& args) {
 Action add_forecast_command(CLI::App& app) {
   auto args = std::make_shared<ForecastArgs>();
   auto* cmd = app.add_subcommand("forecast", "roll a trained checkpoint forward and write the forecast as NetCDF or Zarr");
-  cmd->add_option("--checkpoint", args->checkpoint, "checkpoint written by wxtrain train")->required();
+  cmd->add_option("--checkpoint", args->checkpoint,
+                  "checkpoint written by wxtrain train, or a reference implementation's (.mdlus, state_dict) with --config")
+      ->required();
   cmd->add_option("-o,--output", args->output, "output: a NetCDF file, or a Zarr v2 store for a path ending .zarr")->required();
   cmd->add_option("--steps", args->steps, "forecast steps (default 4)");
   cmd->add_option("--start", args->start, "the newest initial state: a time index or a date of the data, e.g. 2020-01-03T18:00 (default: the last)");
   cmd->add_option("--precision", args->precision, "fp32 (default) or bf16 (autocast on the CPU)");
+  cmd->add_option("-c,--config", args->config, "run file for a reference checkpoint: its data, channels and grid");
+  cmd->add_option("--set", args->overrides, "override a value of --config's run file");
   return [args]() { return run_forecast(*args); };
 }
 

@@ -1,5 +1,8 @@
 #include "models/fourcastnet/fourcastnet.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/autocast.h"
@@ -32,21 +35,6 @@ torch::Tensor complex_block_bias(const torch::Tensor& b) {
   return torch::stack({b[0], b[1]}, -1).view({b.size(1), 1, 2 * b.size(2)});
 }
 
-// Which modes hard thresholding keeps, as a [h, wf = w/2 + 1] 0/1 float mask: the lowest
-// int((n/2 + 1) * fraction) frequencies of each axis (|k| below it along h, whose negative
-// frequencies sit at the end of the FFT's output; k below it along the halved rfft axis). The
-// reference (afnonet.py) slices the unshifted spectrum around n/2 instead, which keeps the
-// highest frequencies along h; with the default fraction 1.0 both keep every mode.
-torch::Tensor kept_modes_mask(int64_t h, int64_t wf, double fraction, const torch::TensorOptions& options) {
-  const auto kept_h = static_cast<int64_t>(static_cast<double>(h / 2 + 1) * fraction);
-  const auto kept_w = static_cast<int64_t>(static_cast<double>(wf) * fraction);
-  torch::Tensor k = torch::arange(h, options.dtype(torch::kLong));
-  torch::Tensor freq_h = torch::where(k <= h / 2, k, k - h).abs();
-  torch::Tensor rows = freq_h < kept_h;
-  torch::Tensor cols = torch::arange(wf, options.dtype(torch::kLong)) < kept_w;
-  return (rows.unsqueeze(1) & cols.unsqueeze(0)).to(options.dtype());
-}
-
 }  // namespace
 
 torch::Tensor spectral_apply(const torch::Tensor& x, const std::function<torch::Tensor(const torch::Tensor&)>& fn) {
@@ -61,6 +49,27 @@ torch::Tensor spectral_apply(const torch::Tensor& x, const std::function<torch::
               modes.sizes(), " to ", out.sizes());
   // s = (h, w): an odd w cannot be recovered from w/2 + 1 modes alone.
   return torch::fft::irfft2(out, torch::IntArrayRef{h, w}, {1, 2}, "ortho").to(x.scalar_type());
+}
+
+torch::Tensor afno_mode_mask(int64_t h, int64_t wf, double fraction, bool reference, const torch::TensorOptions& options) {
+  const torch::TensorOptions index = options.dtype(torch::kLong);
+  torch::Tensor rows, cols;
+  if (reference) {
+    const int64_t total = h / 2 + 1;
+    const auto kept = static_cast<int64_t>(static_cast<double>(total) * fraction);
+    if (total - kept <= 0 && total + kept >= h && kept >= wf) return {};
+    torch::Tensor k = torch::arange(h, index);
+    rows = (k >= total - kept) & (k < total + kept);
+    cols = torch::arange(wf, index) < kept;
+  } else {
+    if (fraction >= 1.0) return {};
+    const auto kept_h = static_cast<int64_t>(static_cast<double>(h / 2 + 1) * fraction);
+    const auto kept_w = static_cast<int64_t>(static_cast<double>(wf) * fraction);
+    torch::Tensor k = torch::arange(h, index);
+    rows = torch::where(k <= h / 2, k, k - h).abs() < kept_h;
+    cols = torch::arange(wf, index) < kept_w;
+  }
+  return (rows.unsqueeze(1) & cols.unsqueeze(0)).to(options.dtype());
 }
 
 torch::Tensor spectral_multiply(const torch::Tensor& x, const torch::Tensor& weight) {
@@ -93,11 +102,11 @@ torch::Tensor AFNO2DImpl::filter_modes(const torch::Tensor& modes) const {
   torch::Tensor z = torch::view_as_real(modes).reshape({M, nb, 2 * bs}).transpose(0, 1);
   torch::Tensor o1 = torch::relu(ops::scaled_matmul(z, complex_block_weight(f32(w1))) + complex_block_bias(f32(b1)));
   torch::Tensor o2 = ops::scaled_matmul(o1, complex_block_weight(f32(w2))) + complex_block_bias(f32(b2));
-  if (options.hard_thresholding_fraction() < 1.0) {
+  const torch::Tensor kept =
+      afno_mode_mask(h, wf, options.hard_thresholding_fraction(), options.reference_modes(), o2.options());
+  if (kept.defined()) {
     // Dropped modes get no filter output (the reference leaves them zero): only the skip passes them.
-    o2 = (o2.view({nb, B, h, wf, 2 * bs}) *
-          kept_modes_mask(h, wf, options.hard_thresholding_fraction(), o2.options()).view({1, 1, h, wf, 1}))
-             .view({nb, M, 2 * bs});
+    o2 = (o2.view({nb, B, h, wf, 2 * bs}) * kept.view({1, 1, h, wf, 1})).view({nb, M, 2 * bs});
   }
   // Soft shrinkage on real and imaginary parts apart, as the reference: small modes go to zero.
   o2 = torch::softshrink(o2, options.sparsity_threshold());
@@ -121,7 +130,8 @@ AFNOBlockImpl::AFNOBlockImpl(const AFNOBlockOptions& options_) : options(options
   norm1 = register_module("norm1", layer_norm(D));
   filter = register_module("filter", AFNO2D(AFNO2DOptions(D, options.num_blocks())
                                                 .sparsity_threshold(options.sparsity_threshold())
-                                                .hard_thresholding_fraction(options.hard_thresholding_fraction())));
+                                                .hard_thresholding_fraction(options.hard_thresholding_fraction())
+                                                .reference_modes(options.reference_modes())));
   norm2 = register_module("norm2", layer_norm(D));
   fc1 = register_module("fc1", torch::nn::Linear(D, hidden));
   fc2 = register_module("fc2", torch::nn::Linear(hidden, D));
@@ -143,7 +153,8 @@ FourCastNetImpl::FourCastNetImpl(const FourCastNetOptions& options, const ModelS
                                      AFNOBlock(AFNOBlockOptions(options.embed_dim, options.afno_blocks)
                                                    .mlp_ratio(options.mlp_ratio)
                                                    .sparsity_threshold(options.sparsity_threshold)
-                                                   .hard_thresholding_fraction(options.hard_thresholding_fraction))));
+                                                   .hard_thresholding_fraction(options.hard_thresholding_fraction)
+                                                   .reference_modes(options.spectral_modes == "reference"))));
   }
   head_ = register_block("head", torch::nn::Linear(torch::nn::LinearOptions(options.embed_dim,
                                                                             patch_ * patch_ * shape.out_channels)
@@ -155,6 +166,73 @@ std::vector<ChannelAxis> FourCastNetImpl::channel_axes() const {
   // "(p1 p2 c_out)"): channel c owns entries c, c + C, ... — channel-minor. The conv weight is
   // [D, C_in, p, p].
   return {{"embed.proj.weight", 1, true}, {"head.weight", 0, false, patch_ * patch_, false}};
+}
+
+std::vector<std::string> FourCastNetImpl::adapt_to_grid(std::map<std::string, torch::Tensor>& weights,
+                                                        const ModelShape& from) const {
+  const auto found = weights.find("embed.pos_embed");
+  if (found == weights.end()) return {};
+  const torch::Tensor old = found->second;  // [1, nh0 * nw0, D]
+  const int64_t p = patch_, nh0 = ceil_div(from.lat, p), nw0 = ceil_div(from.lon, p);
+  const int64_t nh = patches_lat_, nw = patches_lon_, D = embed_->pos_embed.size(2);
+  if (old.dim() != 3 || old.size(0) != 1 || old.size(1) != nh0 * nw0 || old.size(2) != D) return {};  // the loader names it
+  const ModelShape& to = shape();
+  if (nh0 == nh && nw0 == nw && from.latitudes == to.latitudes && from.longitudes == to.longitudes) return {};
+  auto regular = [](const std::vector<double>& c, int64_t n, const char* what, const char* whose) {
+    if (static_cast<int64_t>(c.size()) != n || n < 2)
+      throw ConfigError(std::string("fourcastnet: ") + whose + " grid has no " + what +
+                        " coordinates to place the positional embedding by (a checkpoint written before grids were "
+                        "recorded, or data without coordinates)");
+    return c[1] - c[0];
+  };
+  const double dlat0 = regular(from.latitudes, from.lat, "latitude", "the checkpoint's");
+  const double dlon0 = regular(from.longitudes, from.lon, "longitude", "the checkpoint's");
+  const double dlat = regular(to.latitudes, to.lat, "latitude", "this run's");
+  const double dlon = regular(to.longitudes, to.lon, "longitude", "this run's");
+  const double half = (static_cast<double>(p) - 1) / 2;
+  // A global grid in longitude wraps: patch nw0 - 1 neighbours patch 0.
+  const bool wraps = from.lon % p == 0 && std::abs(std::abs(dlon0) * static_cast<double>(from.lon) - 360.0) < 1e-6;
+  // Where each of this grid's patch centres falls on the checkpoint's patch grid, in patches.
+  std::vector<double> rows(static_cast<size_t>(nh)), cols(static_cast<size_t>(nw));
+  bool exact = std::abs(dlat - dlat0) < 1e-9 && std::abs(dlon - dlon0) < 1e-9;
+  for (int64_t i = 0; i < nh; ++i) {
+    const double lat = to.latitudes[0] + (static_cast<double>(i * p) + half) * dlat;
+    rows[static_cast<size_t>(i)] = ((lat - from.latitudes[0]) / dlat0 - half) / static_cast<double>(p);
+  }
+  for (int64_t j = 0; j < nw; ++j) {
+    const double lon = to.longitudes[0] + (static_cast<double>(j * p) + half) * dlon;
+    double offset = std::fmod(lon - from.longitudes[0], 360.0);
+    if (offset < 0) offset += 360.0;
+    if (!wraps && offset > std::abs(dlon0) * static_cast<double>(from.lon)) offset -= 360.0;  // west of the grid
+    cols[static_cast<size_t>(j)] = (offset / dlon0 - half) / static_cast<double>(p);
+  }
+  for (double r : rows) exact = exact && std::abs(r - std::round(r)) < 1e-6 && r > -1e-6 && r < static_cast<double>(nh0) - 1 + 1e-6;
+  for (double c : cols) exact = exact && std::abs(c - std::round(c)) < 1e-6;
+  // Bilinear on the [nh0, nw0] patch grid: rows clamped at its edges, columns wrapped on a global grid.
+  const torch::Tensor grid = old.detach().to(torch::kFloat64).view({nh0, nw0, D});
+  torch::Tensor out = torch::zeros({nh, nw, D}, grid.options());
+  auto clamp_row = [&](int64_t r) { return std::min(std::max<int64_t>(r, 0), nh0 - 1); };
+  auto wrap_col = [&](int64_t c) { return wraps ? ((c % nw0) + nw0) % nw0 : std::min(std::max<int64_t>(c, 0), nw0 - 1); };
+  for (int64_t i = 0; i < nh; ++i) {
+    const double r = std::min(std::max(rows[static_cast<size_t>(i)], 0.0), static_cast<double>(nh0 - 1));
+    const auto r0 = static_cast<int64_t>(std::floor(r));
+    const double wr = r - static_cast<double>(r0);
+    for (int64_t j = 0; j < nw; ++j) {
+      const double c = cols[static_cast<size_t>(j)];
+      const auto c0 = static_cast<int64_t>(std::floor(c));
+      const double wc = c - static_cast<double>(c0);
+      out[i][j] = (1 - wr) * (1 - wc) * grid[clamp_row(r0)][wrap_col(c0)] +
+                  (1 - wr) * wc * grid[clamp_row(r0)][wrap_col(c0 + 1)] +
+                  wr * (1 - wc) * grid[clamp_row(r0 + 1)][wrap_col(c0)] + wr * wc * grid[clamp_row(r0 + 1)][wrap_col(c0 + 1)];
+    }
+  }
+  found->second = out.view({1, nh * nw, D}).to(old.scalar_type());
+  char where[160];
+  std::snprintf(where, sizeof where, "patch rows %.4g..%.4g, columns %.4g..%.4g of its grid", rows.front(), rows.back(),
+                cols.front(), cols.back());
+  return {"embed.pos_embed: " + std::string(exact ? "cut" : "interpolated bilinearly") + " from the checkpoint's " +
+          std::to_string(nh0) + " x " + std::to_string(nw0) + " patches to this grid's " + std::to_string(nh) + " x " +
+          std::to_string(nw) + " (" + where + ")"};
 }
 
 torch::Tensor FourCastNetImpl::forward(torch::Tensor x) {
@@ -196,9 +274,11 @@ torch::Tensor FourCastNetImpl::forward(torch::Tensor x) {
 }
 
 ModelEntry fourcastnet_entry() {
-  return make_model_entry<FourCastNetOptions, FourCastNetImpl>(fourcastnet_schema(), &fourcastnet_parameter_count,
-                                                               &fourcastnet_activation_memory,
-                                                               {/*gemms=*/true, /*convolutions=*/true});
+  ModelEntry e = make_model_entry<FourCastNetOptions, FourCastNetImpl>(
+      fourcastnet_schema(), &fourcastnet_parameter_count, &fourcastnet_activation_memory,
+      {/*gemms=*/true, /*convolutions=*/true});
+  e.references = {afno_reference()};
+  return e;
 }
 
 }  // namespace wxtrain::models

@@ -42,7 +42,16 @@ struct AFNO2DOptions {
   TORCH_ARG(double, sparsity_threshold) = 0.01;        // softshrink lambda on the MLP's output modes
   TORCH_ARG(double, hard_thresholding_fraction) = 1.0; // share of the lowest modes (per axis) filtered
   TORCH_ARG(int64_t, hidden_size_factor) = 1;          // MLP hidden width / block size
+  TORCH_ARG(bool, reference_modes) = false;            // model.spectral_modes = "reference"
 };
+
+// Which of the [h, w/2 + 1] modes of an rfft2 the filter sees, as a 0/1 float mask, or undefined
+// when it sees all of them. Not `reference`: the lowest int((n/2 + 1) x fraction) frequencies of
+// each axis (|k| along h, whose negative frequencies sit at the end of the FFT's output; k along the
+// halved axis). `reference`: PhysicsNeMo's AFNO2DLayer slicing, with total = h/2 + 1 and kept =
+// int(total x fraction): rows [total - kept, total + kept) of the unshifted spectrum (a band around
+// h/2, the highest latitudinal frequencies first) and columns [0, kept), kept counted on h.
+torch::Tensor afno_mode_mask(int64_t h, int64_t wf, double fraction, bool reference, const torch::TensorOptions& options);
 
 // The AFNO token mixer on a [B, h, w, C] patch grid: x + irfft2(softshrink(MLP(rfft2(x)))), the MLP
 // block-diagonal (num_blocks blocks of block_size = C / num_blocks channels) and complex-valued:
@@ -68,6 +77,7 @@ struct AFNOBlockOptions {
   TORCH_ARG(double, mlp_ratio) = 4.0;
   TORCH_ARG(double, sparsity_threshold) = 0.01;
   TORCH_ARG(double, hard_thresholding_fraction) = 1.0;
+  TORCH_ARG(bool, reference_modes) = false;
 };
 
 // FourCastNet's block with its double skip: x = x + filter(norm1(x)) (and the filter adds its own
@@ -91,6 +101,12 @@ class FourCastNetImpl : public WeatherModelImpl {
   // The patch embedding's conv weight (input channels) and the head's weight (output channels,
   // p*p entries each, channel-minor as the ViT's: see forward's reshape). The head has no bias.
   std::vector<ChannelAxis> channel_axes() const override;
+  // The positional embedding of a model trained on another grid of the same resolution family (a
+  // global model fine-tuned on a data.region): sampled at this grid's patch centres on the
+  // checkpoint's patch grid, bilinearly, wrapping in longitude on a global grid. Where the region
+  // starts on the checkpoint's patch boundaries at its resolution every sample falls on a patch
+  // centre and this is a cut; otherwise an interpolation, and the line says which.
+  std::vector<std::string> adapt_to_grid(std::map<std::string, torch::Tensor>& weights, const ModelShape& from) const override;
 
   int64_t patch_size() const { return patch_; }
   int64_t patches_lat() const { return patches_lat_; }
@@ -107,6 +123,9 @@ class FourCastNetImpl : public WeatherModelImpl {
 // estimate --analytic (fourcastnet_memory.cpp): exact parameters, and activations block by block.
 int64_t fourcastnet_parameter_count(const FourCastNetOptions& o, const ModelShape& s);
 ModelMemory fourcastnet_activation_memory(const FourCastNetOptions& o, const ModelShape& s, const FormulaSettings& f);
+
+// PhysicsNeMo's AFNO, whose .mdlus and state_dicts we read and write (fourcastnet_reference.cpp).
+ReferenceModel afno_reference();
 
 ModelEntry fourcastnet_entry();  // models/registry.cpp
 

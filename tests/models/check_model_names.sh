@@ -4,7 +4,7 @@
 # models/<name>/ with its network, options and formulas, must be handed to the run-file fuzzer
 # (fuzz/model_schemas.cpp), and must not appear as a string in the product's code outside its own
 # folder: no `"<name>"` literal and no `name = \"<name>\"` run-file text in core/, ops/, models/
-# (other folders), data/, distributed/, trainer/, estimator/, autotune/ or cli/. Tests, benchmarks
+# (other folders), data/, distributed/, interop/, trainer/, estimator/, autotune/ or cli/. Tests, benchmarks
 # and run files use models by name, as users do, and are not checked.
 set -euo pipefail
 root=${1:?usage: check_model_names.sh ROOT}
@@ -20,7 +20,7 @@ for name in $names; do
   done
   grep -q "${name}_schema()" fuzz/model_schemas.cpp || fail "fuzz/model_schemas.cpp does not hand ${name}_schema() to the parser"
   hits=$(grep -rnE --include='*.cpp' --include='*.h' "\"$name\"|name = \\\\\"$name\\\\\"" \
-           core ops models data distributed trainer estimator autotune cli 2>/dev/null |
+           core ops models data distributed interop trainer estimator autotune cli 2>/dev/null |
          grep -v "^models/$name/" || true)
   if [ -n "$hits" ]; then
     fail "the model name '$name' appears outside models/$name/:"

@@ -171,6 +171,23 @@ TEST(TrainingStep, RolloutLossTrainsTheAutoregressiveChain) {
   EXPECT_TRUE(torch::allclose(out.select(1, 0) + state->model->forward(second_input), out.select(1, 1), 1e-5, 1e-5));
 }
 
+TEST(TrainingStep, PredictingTheStateFeedsTheModelsOutputBackAsTheNextState) {
+  // train.prediction = "state" (FourCastNet, PhysicsNeMo's AFNO): each rollout state is the model's
+  // output itself, not the newest state plus it.
+  RunConfig config = small_config();
+  config.data.rollout_steps = 2;
+  config.train.prediction = "state";
+  auto state = make_state(config);
+  EXPECT_TRUE(state->rollout.predicts_state);
+  auto batches = synthetic_micro_batches(config, models::model_shape(config), 2, 1, torch::kCPU);
+  torch::NoGradGuard no_grad;
+  torch::Tensor out = rollout(*state->model, batches[0].input, batches[0].forcings, 2, state->rollout);
+  const int64_t V = config.num_variables();
+  EXPECT_TRUE(torch::allclose(state->model->forward(batches[0].input), out.select(1, 0), 1e-5, 1e-5));
+  torch::Tensor second_input = torch::cat({batches[0].input.narrow(1, V, V), out.select(1, 0)}, 1);
+  EXPECT_TRUE(torch::allclose(state->model->forward(second_input), out.select(1, 1), 1e-5, 1e-5));
+}
+
 TEST(TrainingStep, Bf16MixedAndPureBf16Train) {
   for (const char* precision : {"bf16-mixed", "bf16"}) {
     RunConfig config = small_config();
