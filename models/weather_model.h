@@ -3,6 +3,7 @@
 // [batch, variables, lat, lon] (the next state). A model's forward is a sequence of named blocks
 // (submodules registered with register_block); each runs through run_block, which checkpoints it
 // when checkpointing is on. The block list is what the estimator and the docs talk about.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,17 @@ class WeatherModelImpl : public torch::nn::Module {
   // Every parameter indexed by input or output channel, with how (see ChannelAxis). Everything
   // else is independent of the channel lists: the same shape for any set of variables.
   virtual std::vector<ChannelAxis> channel_axes() const = 0;
+
+  // Buffers the model builds from its grid (GraphCast's graph). A checkpoint trained on another
+  // grid (a global model fine-tuned on a data.region crop) holds other ones: fine-tuning keeps the
+  // model's own, built for its grid, and grid_change says in a line what differs
+  // (trainer/channel_transfer.h reports it). Empty for a model whose parameters and buffers do
+  // not depend on where the grid is.
+  virtual std::vector<std::string> grid_buffers() const { return {}; }
+  virtual std::string grid_change(const std::map<std::string, torch::Tensor>& checkpoint) const {
+    (void)checkpoint;
+    return "";
+  }
 
   const ModelShape& shape() const { return shape_; }
   const std::vector<std::string>& block_names() const { return block_names_; }
