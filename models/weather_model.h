@@ -74,6 +74,17 @@ class WeatherModelImpl : public torch::nn::Module {
     return {};
   }
 
+  // Buffers the model builds from its grid (GraphCast's graph). A checkpoint trained on another
+  // grid (a global model fine-tuned on a data.region crop) holds other ones: fine-tuning keeps the
+  // model's own, built for its grid, and grid_change says in a line what differs
+  // (trainer/channel_transfer.h reports it). Empty for a model whose parameters and buffers do
+  // not depend on where the grid is.
+  virtual std::vector<std::string> grid_buffers() const { return {}; }
+  virtual std::string grid_change(const std::map<std::string, torch::Tensor>& checkpoint) const {
+    (void)checkpoint;
+    return "";
+  }
+
   const ModelShape& shape() const { return shape_; }
   const std::vector<std::string>& block_names() const { return block_names_; }
   void set_checkpointing(bool on) { checkpointing_ = on; }

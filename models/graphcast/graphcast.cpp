@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include "core/error.h"
+#include "models/graphcast/graphcast_reference.h"
 #include "ops/edge_gather.h"
 
 namespace wxtrain::models {
@@ -110,9 +111,15 @@ IcosahedralMesh icosahedral_mesh(int64_t refinement) {
       }
   TORCH_CHECK(faces.size() == 20, "icosahedral_mesh: found ", faces.size(), " faces");
   mesh.faces.push_back(std::move(faces));
+  // A midpoint stays on its edge's great circle, so the children tile the parent exactly.
+  refine_icosahedral_mesh(mesh, refinement, [](const Vec3& a, const Vec3& b) { return normalized(a + b); });
+  return mesh;
+}
 
+void refine_icosahedral_mesh(IcosahedralMesh& mesh, int64_t refinement,
+                             const std::function<Vec3(const Vec3&, const Vec3&)>& midpoint_of) {
   // Each refinement splits every triangle in four at its edges' midpoints, pushed out onto the
-  // sphere (a midpoint stays on its edge's great circle, so the children tile the parent exactly).
+  // sphere; midpoints are numbered in the order the faces first ask for them (ab, bc, ca).
   for (int64_t r = 1; r <= refinement; ++r) {
     const std::vector<Face>& parent = mesh.faces.back();
     std::unordered_map<int64_t, int64_t> midpoints;  // key min * 2^32 + max
@@ -120,7 +127,7 @@ IcosahedralMesh icosahedral_mesh(int64_t refinement) {
       const int64_t key = (std::min(a, b) << 32) | std::max(a, b);
       auto it = midpoints.find(key);
       if (it != midpoints.end()) return it->second;
-      const Vec3 m = normalized(mesh.vertices[a] + mesh.vertices[b]);
+      const Vec3 m = midpoint_of(mesh.vertices[a], mesh.vertices[b]);
       mesh.vertices.push_back(m);
       const auto id = static_cast<int64_t>(mesh.vertices.size()) - 1;
       midpoints.emplace(key, id);
@@ -138,7 +145,6 @@ IcosahedralMesh icosahedral_mesh(int64_t refinement) {
     }
     mesh.faces.push_back(std::move(children));
   }
-  return mesh;
 }
 
 void mesh_level_edges(const IcosahedralMesh& mesh, int64_t level, std::vector<int64_t>& senders,
@@ -331,11 +337,11 @@ GraphCastGraph build_graphcast_graph(const std::vector<double>& latitudes, const
   }
   for (int64_t& v : g2m_r) v = new_id[static_cast<size_t>(v)];
   for (int64_t& v : m2g_s) v = new_id[static_cast<size_t>(v)];
-  std::vector<int64_t> all_s, all_r, mesh_s, mesh_r;
+  std::vector<int64_t> all_s, all_r, mesh_s, mesh_r, kept_edges;
   multimesh_edges(mesh, all_s, all_r);
   for (size_t k = 0; k < all_s.size(); ++k) {
     const int64_t s = new_id[static_cast<size_t>(all_s[k])], r = new_id[static_cast<size_t>(all_r[k])];
-    if (s >= 0 && r >= 0) mesh_s.push_back(s), mesh_r.push_back(r);
+    if (s >= 0 && r >= 0) mesh_s.push_back(s), mesh_r.push_back(r), kept_edges.push_back(static_cast<int64_t>(k));
   }
 
   g.kept_mesh_nodes = to_tensor(kept);
@@ -344,7 +350,10 @@ GraphCastGraph build_graphcast_graph(const std::vector<double>& latitudes, const
   g.g2m_features = edge_features(grid, mesh_pos, g2m_s, g2m_r);
   g.mesh_senders = to_tensor(mesh_s);
   g.mesh_receivers = to_tensor(mesh_r);
-  g.mesh_edge_features = edge_features(mesh_pos, mesh_pos, mesh_s, mesh_r);
+  // Over the whole multi-mesh, then cut: a regional mesh keeps the features (and their scale, the
+  // longest M0 edge) of the global model it may start from.
+  g.mesh_edge_features =
+      edge_features(mesh.vertices, mesh.vertices, all_s, all_r).index_select(0, to_tensor(kept_edges)).contiguous();
   g.m2g_senders = to_tensor(m2g_s);
   g.m2g_receivers = to_tensor(m2g_r);
   g.m2g_features = edge_features(mesh_pos, grid, m2g_s, m2g_r);
@@ -392,10 +401,13 @@ std::vector<torch::Tensor> parameters_of(std::initializer_list<const torch::nn::
 }
 }  // namespace
 
-Grid2MeshImpl::Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_layers, int64_t edge_block)
-    : edge_block(edge_block) {
+Grid2MeshImpl::Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_layers, int64_t edge_block,
+                             bool grid_position_features)
+    : edge_block(edge_block), grid_position_features(grid_position_features) {
   const int64_t L = latent, m = mlp_layers;
-  grid_embed = register_module("grid_embed", graph_mlp({in_channels, 3}, L, L, m));
+  grid_embed = register_module(
+      "grid_embed", graph_mlp(grid_position_features ? std::vector<int64_t>{in_channels, 3} : std::vector<int64_t>{in_channels},
+                              L, L, m));
   mesh_embed = register_module("mesh_embed", graph_mlp({3}, L, L, m));
   g2m_edge_embed = register_module("g2m_edge_embed", graph_mlp({4}, L, L, m));
   mesh_edge_embed = register_module("mesh_edge_embed", graph_mlp({4}, L, L, m));
@@ -407,7 +419,9 @@ Grid2MeshImpl::Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_la
 std::vector<torch::Tensor> Grid2MeshImpl::forward(const torch::Tensor& grid, const GraphCastGraph& g,
                                                   bool checkpoint_edge_blocks) {
   // [B, Ng, L]; the positional term is [Ng, L] and broadcasts over the batch.
-  torch::Tensor h_grid = grid_embed->finish(grid_embed->project(0, grid) + grid_embed->project(1, g.grid_features));
+  torch::Tensor h_grid = grid_position_features
+                            ? grid_embed->finish(grid_embed->project(0, grid) + grid_embed->project(1, g.grid_features))
+                            : grid_embed->forward({grid});
   // Batch-independent embeddings: [Nm, L], [Em, L] (the grid2mesh edges' [Eg, L] is made per block).
   torch::Tensor h_mesh = mesh_embed->forward({g.mesh_features});
   torch::Tensor e_mesh = mesh_edge_embed->forward({g.mesh_edge_features});
@@ -470,7 +484,7 @@ torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Ten
 
 GraphCastImpl::GraphCastImpl(const GraphCastOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
   const auto [latitudes, longitudes] = graphcast_grid(shape);
-  graph_ = build_graphcast_graph(latitudes, longitudes, options.mesh_refinement);
+  graph_ = build_model_graph(options, latitudes, longitudes);
   // Buffers, so that the graph moves with the model (once) and lands in checkpoints, where loading
   // it into a model built on another grid fails on the shapes.
   graph_.grid_features = register_buffer("grid_features", graph_.grid_features);
@@ -486,10 +500,11 @@ GraphCastImpl::GraphCastImpl(const GraphCastOptions& options, const ModelShape& 
   graph_.m2g_features = register_buffer("m2g_features", graph_.m2g_features);
 
   grid2mesh_ =
-      register_block("grid2mesh", Grid2Mesh(shape.in_channels, options.latent, options.mlp_layers, options.edge_block));
+      register_block("grid2mesh", Grid2Mesh(shape.in_channels, options.latent, options.mlp_layers, options.edge_block,
+                                            options.grid_position_features));
   for (int64_t i = 0; i < options.processor_layers; ++i) {
     processors_.push_back(register_block("processor" + std::to_string(i),
-                                         InteractionLayer(options.latent, options.mlp_layers, /*aggregate_residual=*/false)));
+                                         InteractionLayer(options.latent, options.mlp_layers, options.aggregate_residual)));
   }
   mesh2grid_ = register_block("mesh2grid",
                               Mesh2Grid(options.latent, shape.out_channels, options.mlp_layers, options.edge_block));
@@ -501,6 +516,35 @@ std::vector<ChannelAxis> GraphCastImpl::channel_axes() const {
   const std::string last =
       layers == 1 ? "mesh2grid.output_mlp.first.0" : "mesh2grid.output_mlp.layer" + std::to_string(layers - 1);
   return {{"grid2mesh.grid_embed.first.0.weight", 1, true}, {last + ".weight", 0, false}, {last + ".bias", 0, false}};
+}
+
+std::vector<std::string> GraphCastImpl::grid_buffers() const {
+  return {"grid_features",  "mesh_features",      "g2m_senders", "g2m_receivers", "g2m_features", "mesh_senders",
+          "mesh_receivers", "mesh_edge_features", "m2g_senders", "m2g_receivers", "m2g_features"};
+}
+
+std::string GraphCastImpl::grid_change(const std::map<std::string, torch::Tensor>& checkpoint) const {
+  // Sizes of the checkpoint's graph next to ours; "" when the checkpoint's graph is this one.
+  bool same = true;
+  const auto buffers = named_buffers();
+  for (const std::string& name : grid_buffers()) {
+    auto it = checkpoint.find(name);
+    const torch::Tensor& own = buffers[name];
+    if (it == checkpoint.end() || it->second.sizes() != own.sizes() ||
+        !torch::equal(it->second.to(own.device(), own.scalar_type()), own))
+      same = false;
+  }
+  if (same) return "";
+  auto count = [&](const std::string& name) -> std::string {
+    auto it = checkpoint.find(name);
+    return it == checkpoint.end() ? "none" : std::to_string(it->second.size(0));
+  };
+  return "graph built for this grid: " + std::to_string(graph_.grid_nodes) + " grid points (checkpoint " +
+         count("grid_features") + "), " + std::to_string(graph_.mesh_nodes) + " mesh nodes (checkpoint " +
+         count("mesh_features") + "), " + std::to_string(graph_.mesh_senders.size(0)) + " mesh edges (checkpoint " +
+         count("mesh_senders") + "), " + std::to_string(graph_.g2m_senders.size(0)) + " grid2mesh edges (checkpoint " +
+         count("g2m_senders") + "), " + std::to_string(graph_.m2g_senders.size(0)) + " mesh2grid edges (checkpoint " +
+         count("m2g_senders") + ")";
 }
 
 torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
@@ -546,9 +590,11 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
 
 ModelEntry graphcast_entry() {
   // MLPs with index_select/index_add on the edges: GEMMs, no convolutions.
-  return make_model_entry<GraphCastOptions, GraphCastImpl>(graphcast_schema(), &graphcast_parameter_count,
-                                                           &graphcast_activation_memory,
-                                                           {/*gemms=*/true, /*convolutions=*/false}, &graphcast_buffer_bytes);
+  ModelEntry entry = make_model_entry<GraphCastOptions, GraphCastImpl>(
+      graphcast_schema(), &graphcast_parameter_count, &graphcast_activation_memory,
+      {/*gemms=*/true, /*convolutions=*/false}, &graphcast_buffer_bytes);
+  entry.references = {graphcast_reference()};  // PhysicsNeMo's GraphCastNet
+  return entry;
 }
 
 }  // namespace wxtrain::models

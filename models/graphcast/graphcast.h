@@ -41,6 +41,7 @@
 // 3-6 GiB and the edge MLP makes several: blocks keep one block's worth at a time, as the GraphCast
 // maintainers' "edge update in blocks" does. The result equals the unblocked update.
 #include <array>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -66,6 +67,14 @@ struct IcosahedralMesh {
   int64_t refinement() const { return static_cast<int64_t>(faces.size()) - 1; }
 };
 IcosahedralMesh icosahedral_mesh(int64_t refinement);
+// Splits every face of the finest level in four, `refinement` times; midpoint_of(a, b) places the
+// new vertex of edge a-b.
+void refine_icosahedral_mesh(IcosahedralMesh& mesh, int64_t refinement,
+                             const std::function<Vec3(const Vec3&, const Vec3&)>& midpoint_of);
+// DeepMind's icosahedron and refinements (google-deepmind/graphcast icosahedral_mesh.py, which
+// PhysicsNeMo's GraphCastNet copies), vertex for vertex: the same node ids, and the same float32
+// positions bit for bit (its numpy arithmetic reproduced; models/graphcast/physicsnemo_graph.cpp).
+IcosahedralMesh deepmind_icosahedral_mesh(int64_t refinement);
 
 // The directed edges of level r alone (both directions of each of its 30 x 4^r edges), and of the
 // multi-mesh (levels 0..R together; no two levels share an edge: refining splits every edge).
@@ -105,6 +114,23 @@ struct GraphCastGraph {
 GraphCastGraph build_graphcast_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes,
                                      int64_t refinement, double radius_fraction = 0.6);
 
+// PhysicsNeMo's GraphCastNet graph (model.graph = "physicsnemo"; physicsnemo_graph.cpp), built by
+// its rules on the given grid: DeepMind's mesh; grid2mesh from the 4 nearest mesh nodes within 0.6 x
+// the longest finest edge; mesh2grid from the corners of the face (of any level) whose centroid is
+// nearest; mesh node features (cos, sin, cos) of latitude and longitude in degrees, as it computes
+// them; edge features (sender - receiver in the receiver's frame, then the length) over the longest
+// edge of the set; float32 throughout, with the reference's own operations, so that on its grid the
+// graph is the reference's. A grid that covers the sphere keeps every mesh node (as the reference);
+// a regional grid keeps the nodes it talks to. Grid features are the wxtrain ones.
+GraphCastGraph build_physicsnemo_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes,
+                                       int64_t refinement);
+// The graph a model with these options builds on this grid (model.graph picks the rules).
+GraphCastGraph build_model_graph(const GraphCastOptions& options, const std::vector<double>& latitudes,
+                                 const std::vector<double>& longitudes);
+// Whether a grid reaches both poles (within one row) and closes the circle of longitudes (no gap
+// wider than 1.5 columns): a global grid.
+bool covers_the_sphere(const std::vector<double>& latitudes, const std::vector<double>& longitudes);
+
 // The grid a model of `shape` is built on: the shape's coordinates, or a regular global grid.
 std::pair<std::vector<double>, std::vector<double>> graphcast_grid(const ModelShape& shape);
 
@@ -114,12 +140,13 @@ std::pair<std::vector<double>, std::vector<double>> graphcast_grid(const ModelSh
 // {grid latents [B, Ng, L], mesh latents [B, Nm, L], mesh edge latents [Em, L]}.
 class Grid2MeshImpl : public torch::nn::Module {
  public:
-  Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_layers, int64_t edge_block = 0);
+  Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_layers, int64_t edge_block = 0,
+                bool grid_position_features = true);
   // checkpoint_edge_blocks: checkpoint each edge block (the model's checkpointing is on).
   std::vector<torch::Tensor> forward(const torch::Tensor& grid, const GraphCastGraph& graph,
                                      bool checkpoint_edge_blocks = false);
 
-  GraphMLP grid_embed{nullptr};       // on [variables, grid features]
+  GraphMLP grid_embed{nullptr};       // on [variables, grid features] (or the variables alone)
   GraphMLP mesh_embed{nullptr};       // on mesh features
   GraphMLP g2m_edge_embed{nullptr};   // on grid2mesh edge features
   GraphMLP mesh_edge_embed{nullptr};  // on multi-mesh edge features (used by the processor)
@@ -127,6 +154,7 @@ class Grid2MeshImpl : public torch::nn::Module {
   GraphMLP mesh_node_mlp{nullptr};    // on [h_mesh, sum of incoming edge updates]
   GraphMLP grid_node_mlp{nullptr};    // on h_grid (grid nodes receive nothing here)
   int64_t edge_block = 0;             // model.edge_block
+  bool grid_position_features = true;  // model.grid_position_features
 };
 TORCH_MODULE(Grid2Mesh);
 
@@ -152,6 +180,12 @@ class GraphCastImpl : public WeatherModelImpl {
   // The grid embedding's first Linear on the variables (input channels; the positional features
   // have a Linear of their own) and the output MLP's last Linear with its bias (output channels).
   std::vector<ChannelAxis> channel_axes() const override;
+
+  // The graph's buffers: rebuilt, not loaded, when a checkpoint of another grid initialises the
+  // model (a global GraphCast fine-tuned on a region keeps the mesh over the region, its edges cut
+  // and their features as the global mesh has them).
+  std::vector<std::string> grid_buffers() const override;
+  std::string grid_change(const std::map<std::string, torch::Tensor>& checkpoint) const override;
 
   const GraphCastGraph& graph() const { return graph_; }
 

@@ -16,16 +16,18 @@ struct GraphCastSizes {
 };
 GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s) {
   static std::mutex mutex;
-  static std::tuple<std::vector<double>, std::vector<double>, int64_t> key;
+  static std::tuple<std::vector<double>, std::vector<double>, int64_t, std::string> key;
   static GraphCastSizes cached;
   auto [lat, lon] = graphcast_grid(s);
   std::lock_guard<std::mutex> lock(mutex);
-  if (std::get<0>(key) == lat && std::get<1>(key) == lon && std::get<2>(key) == c.mesh_refinement) return cached;
-  const GraphCastGraph g = build_graphcast_graph(lat, lon, c.mesh_refinement);
+  if (std::get<0>(key) == lat && std::get<1>(key) == lon && std::get<2>(key) == c.mesh_refinement &&
+      std::get<3>(key) == c.graph)
+    return cached;
+  const GraphCastGraph g = build_model_graph(c, lat, lon);
   cached = {static_cast<double>(g.grid_nodes), static_cast<double>(g.mesh_nodes),
             static_cast<double>(g.g2m_senders.size(0)), static_cast<double>(g.mesh_senders.size(0)),
             static_cast<double>(g.m2g_senders.size(0))};
-  key = {std::move(lat), std::move(lon), c.mesh_refinement};
+  key = {std::move(lat), std::move(lon), c.mesh_refinement, c.graph};
   return cached;
 }
 
@@ -41,7 +43,9 @@ int64_t graphcast_parameter_count(const GraphCastOptions& c, const ModelShape& s
   auto mlp = [&](const std::vector<int64_t>& in, int64_t out = -1, bool norm = true) {
     return graph_mlp_params(in, L, out < 0 ? L : out, m, norm);
   };
-  const int64_t grid2mesh = mlp({s.in_channels, 3}) + mlp({3}) + 2 * mlp({4}) + mlp({L, L, L}) + mlp({L, L}) + mlp({L});
+  const std::vector<int64_t> grid_in =
+      c.grid_position_features ? std::vector<int64_t>{s.in_channels, 3} : std::vector<int64_t>{s.in_channels};
+  const int64_t grid2mesh = mlp(grid_in) + mlp({3}) + 2 * mlp({4}) + mlp({L, L, L}) + mlp({L, L}) + mlp({L});
   const int64_t processor = mlp({L, L, L}) + mlp({L, L});
   const int64_t mesh2grid = mlp({4}) + mlp({L, L, L}) + mlp({L, L}) + mlp({L}, s.out_channels, false);
   return grid2mesh + c.processor_layers * processor + mesh2grid;
@@ -100,7 +104,9 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   enc.fixed_saved = embedding(Nm, 3) + embedding(Eg, 4) + embedding(Em, 4) + (Eg + Nm) * L * read_twice / 2 +
                     Em * L * w.high;
   enc.fixed_kept = Em * L * w.high;  // the mesh edge latents, the processor's input
-  enc.weights = static_cast<double>(graph_mlp_params({s.in_channels, 3}, Li, Li, layers, true) +
+  enc.weights = static_cast<double>(graph_mlp_params(c.grid_position_features ? std::vector<int64_t>{s.in_channels, 3}
+                                                                               : std::vector<int64_t>{s.in_channels},
+                                                     Li, Li, layers, true) +
                                     graph_mlp_params({3}, Li, Li, layers, true) +
                                     2 * graph_mlp_params({4}, Li, Li, layers, true) +
                                     graph_mlp_params({Li, Li, Li}, Li, Li, layers, true) +

@@ -21,6 +21,17 @@ void read(SectionReader& r, GraphCastOptions& o) {
   r.get("edge_block", o.edge_block, 0, int64_t{1} << 40);  // M7: 163,842 nodes, beyond any published GraphCast
   r.describe("edge_block", "grid2mesh/mesh2grid edges updated this many at a time (0 = all); with checkpointing "
                            "no edge-sized tensor of the whole set is held");
+  r.get_choice("graph", o.graph, {"wxtrain", "physicsnemo"});
+  r.describe("graph", "graph construction: \"wxtrain\" (the paper: grid2mesh from every mesh node within 0.6 x "
+                      "the longest finest edge, mesh2grid from the triangle holding the point) or \"physicsnemo\" "
+                      "(PhysicsNeMo's GraphCastNet: DeepMind's icosahedron, the 4 nearest mesh nodes within the "
+                      "radius, the nearest face centroid, its node and edge features; what imported checkpoints use)");
+  r.get("grid_position_features", o.grid_position_features);
+  r.describe("grid_position_features", "grid nodes get their position (3 features) beside the variables (the paper; "
+                                       "PhysicsNeMo's GraphCastNet reads only the input channels)");
+  r.get("aggregate_residual", o.aggregate_residual);
+  r.describe("aggregate_residual", "processor nodes sum their incoming edges after the edges' residual, e + MLP "
+                                   "(PhysicsNeMo's GraphCastNet), rather than the MLP's update alone (the paper)");
 }
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {

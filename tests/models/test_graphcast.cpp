@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "models/graphcast/graphcast.h"
+#include "models/graphcast/graphcast_reference.h"
 #include "models/weather_model.h"
 #include "tests/models/step_gradients.h"
 
@@ -397,6 +398,158 @@ TEST(GraphCast, ConfigKeysAndErrors) {
   bad = small_graphcast();
   bad.options.as<GraphCastOptions>().latent = 0;
   EXPECT_THROW(build_model(bad, {5, 3, 17, 23}), ConfigError);
+}
+
+
+// ---- PhysicsNeMo's GraphCastNet: arguments and state_dict both ways (tests/models/
+// test_graphcast_reference.cpp holds the tests against the reference's own outputs) ----
+
+nlohmann::json small_reference_args() {
+  return {{"__name__", "GraphCastNet"},
+          {"__module__", "physicsnemo.models.graphcast.graph_cast_net"},
+          {"__args__",
+           {{"mesh_level", 2}, {"input_res", {13, 24}}, {"input_dim_grid_nodes", 5}, {"output_dim_grid_nodes", 4},
+            {"processor_layers", 4}, {"hidden_dim", 16}, {"hidden_layers", 1}}}};
+}
+
+std::string reference_args_error(const nlohmann::json& args) {
+  nlohmann::json file = small_reference_args();
+  for (const auto& [key, value] : args.items()) file["__args__"][key] = value;
+  try {
+    graphcast_from_reference_args(file);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(GraphCastReferenceArgs, MapToOptionsAndBack) {
+  const auto [config, shape] = graphcast_from_reference_args(small_reference_args());
+  EXPECT_EQ(config.name, "graphcast");
+  const auto& o = config.options.as<GraphCastOptions>();
+  EXPECT_EQ(o.latent, 16);
+  EXPECT_EQ(o.processor_layers, 4);
+  EXPECT_EQ(o.mlp_layers, 2);  // hidden_layers + 1 Linears
+  EXPECT_EQ(o.mesh_refinement, 2);
+  EXPECT_EQ(o.graph, "physicsnemo");
+  EXPECT_FALSE(o.grid_position_features);
+  EXPECT_TRUE(o.aggregate_residual);
+  EXPECT_EQ(shape.in_channels, 5);
+  EXPECT_EQ(shape.out_channels, 4);
+  EXPECT_EQ(shape.lat, 13);
+  EXPECT_EQ(shape.lon, 24);
+  // Its grid: south first, longitudes from -180 + 15 up to 180.
+  EXPECT_EQ(shape.latitudes.front(), -90.0);
+  EXPECT_EQ(shape.latitudes.back(), 90.0);
+  EXPECT_EQ(shape.longitudes.front(), -165.0);
+  EXPECT_EQ(shape.longitudes.back(), 180.0);
+
+  const nlohmann::json back = graphcast_to_reference_args(config, shape);
+  EXPECT_EQ(back["mesh_level"], 2);
+  EXPECT_EQ(back["input_res"], nlohmann::json({13, 24}));
+  EXPECT_EQ(back["input_dim_grid_nodes"], 5);
+  EXPECT_EQ(back["output_dim_grid_nodes"], 4);
+  EXPECT_EQ(back["processor_layers"], 4);
+  EXPECT_EQ(back["hidden_dim"], 16);
+  EXPECT_EQ(back["hidden_layers"], 1);
+  EXPECT_EQ(back["processor_type"], "MessagePassing");
+  EXPECT_EQ(back.size(), 29u) << "every constructor argument of GraphCastNet";
+  // And again: the same model.
+  const auto [config2, shape2] = graphcast_from_reference_args(back);
+  EXPECT_EQ(model_options_text(config2), model_options_text(config));
+  EXPECT_EQ(shape2.latitudes, shape.latitudes);
+}
+
+TEST(GraphCastReferenceArgs, WhatWeCannotHonourIsRefusedByName) {
+  auto refused = [](const nlohmann::json& args, const std::string& needle) {
+    const std::string e = reference_args_error(args);
+    EXPECT_NE(e.find(needle), std::string::npos) << e;
+  };
+  refused({{"processor_type", "GraphTransformer"}}, "GraphCastNet argument 'processor_type' = \"GraphTransformer\"");
+  refused({{"multimesh", false}}, "'multimesh' = false");
+  refused({{"aggregation", "mean"}}, "'aggregation' = \"mean\"");
+  refused({{"activation_fn", "gelu"}}, "'activation_fn' = \"gelu\"");
+  refused({{"partition_size", 2}}, "'partition_size' = 2");
+  refused({{"use_cugraphops_processor", true}}, "'use_cugraphops_processor' = true");
+  refused({{"mesh_level", 9}}, "'mesh_level' = 9");
+  refused({{"hidden_dim", "512"}}, "'hidden_dim' = \"512\": expected an integer");
+  refused({{"input_res", {721}}}, "'input_res' = [721]");
+  refused({{"mesh_levle", 6}}, "'mesh_levle' is not one of GraphCastNet's");
+  // Arguments that change speed or memory, not the function, are accepted.
+  EXPECT_EQ(reference_args_error({{"do_concat_trick", true}, {"recompute_activation", true},
+                                  {"norm_type", "TELayerNorm"}, {"khop_neighbors", 8}}),
+            "no error");
+}
+
+TEST(GraphCastReferenceArgs, ExportRefusesWhatGraphCastNetCannotExpress) {
+  auto [config, shape] = graphcast_from_reference_args(small_reference_args());
+  auto refused = [&](const ModelConfig& c, const ModelShape& s, const std::string& needle) {
+    try {
+      graphcast_to_reference_args(c, s);
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  ModelConfig ours = config;
+  ours.options.as<GraphCastOptions>().graph = "wxtrain";
+  refused(ours, shape, "model.graph = \"wxtrain\"");
+  ours = config;
+  ours.options.as<GraphCastOptions>().grid_position_features = true;
+  refused(ours, shape, "model.grid_position_features = true");
+  ours = config;
+  ours.options.as<GraphCastOptions>().aggregate_residual = false;
+  refused(ours, shape, "model.aggregate_residual = false");
+  // A model on ERA5's grid (north first, longitudes from 0) holds another graph than GraphCastNet's.
+  ModelShape era5 = shape;
+  era5.latitudes = global_latitudes(13);
+  era5.longitudes = global_longitudes(24);
+  refused(config, era5, "GraphCastNet builds its graph on latitudes -90 .. 90");
+}
+
+TEST(GraphCastReferenceState, RoundTripsAndNamesWhatDoesNotFit) {
+  const auto [config, shape] = graphcast_from_reference_args(small_reference_args());
+  torch::manual_seed(3);
+  const WeatherModel model = build_model(config, shape);
+  StateDict ours;
+  for (const auto& p : model->named_parameters()) ours[p.key()] = p.value().detach();
+  for (const auto& b : model->named_buffers()) ours[b.key()] = b.value();  // the graph: left out going out
+  const StateDict reference = graphcast_to_reference_state(ours, config, shape);
+  // The reference's layout: one Linear on (sum of edges, node) in a node MLP.
+  ASSERT_TRUE(reference.count("encoder.dst_node_mlp.model.0.weight"));
+  EXPECT_TRUE(torch::equal(reference.at("encoder.dst_node_mlp.model.0.weight").slice(1, 0, 16),
+                           ours.at("grid2mesh.mesh_node_mlp.first.1.weight")));
+  EXPECT_TRUE(reference.count("processor.processor_layers.3.node_mlp.model.3.bias"));  // processor2's node MLP norm
+  EXPECT_TRUE(reference.count("processor_decoder.processor_layers.1.node_mlp.model.0.weight"));
+  EXPECT_TRUE(reference.count("finale.model.2.weight"));
+  const StateDict back = graphcast_from_reference_state(reference, config, shape);
+  EXPECT_EQ(back.size(), model->named_parameters().size());
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(torch::equal(back.at(p.key()), p.value())) << p.key();
+
+  auto error = [&](const StateDict& r) {
+    try {
+      graphcast_from_reference_state(r, config, shape);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  StateDict missing = reference;
+  missing.erase("decoder.node_mlp.model.2.weight");
+  EXPECT_NE(error(missing).find("GraphCastNet's state_dict has no 'decoder.node_mlp.model.2.weight' (expected a "
+                                "tensor of shape [16, 16])"),
+            std::string::npos)
+      << error(missing);
+  StateDict extra = reference;
+  extra["processor.processor_layers.9.edge_mlp.model.0.weight"] = torch::zeros({16, 48});
+  EXPECT_NE(error(extra).find("'processor.processor_layers.9.edge_mlp.model.0.weight' has no counterpart"),
+            std::string::npos)
+      << error(extra);
+  StateDict wrong = reference;
+  wrong["encoder_embedder.grid_node_mlp.model.0.weight"] = torch::zeros({16, 7});
+  EXPECT_NE(error(wrong).find("'encoder_embedder.grid_node_mlp.model.0.weight' has shape [16, 7], expected [16, 5]"),
+            std::string::npos)
+      << error(wrong);
 }
 
 }  // namespace
