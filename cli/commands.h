@@ -17,6 +17,7 @@ Action add_forecast_command(CLI::App& app);
 Action add_tune_batch_command(CLI::App& app);
 Action add_profile_command(CLI::App& app);
 Action add_config_keys_command(CLI::App& app);
+Action add_sync_command(CLI::App& app);
 
 // The command line as a shell would read it back (arguments quoted where needed); main() sets it
 // and `train` records it in <out_dir>/command.txt.

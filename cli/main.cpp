@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   add(wxtrain::cli::add_tune_batch_command, "tune-batch");
   add(wxtrain::cli::add_profile_command, "profile");
   add(wxtrain::cli::add_config_keys_command, "config-keys");
+  add(wxtrain::cli::add_sync_command, "sync");
 
   try {
     app.parse(argc, argv);
