@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/install_deps.sh
+scripts/install_tracking_test_deps.sh   # mlflow and tensorboard, which the tracking tests read runs with
 echo "dependencies ready after $(( $(date +%s) - start )) s"
 scripts/build.sh
 echo "build finished after $(( $(date +%s) - start )) s"
