@@ -296,10 +296,11 @@ find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(fmt REQUIRED)
 find_package(GTest REQUIRED)
+find_package(CURL REQUIRED)
 # The readers' codecs and ecCodes, by data/readers/CMakeLists.txt itself (nothing of it built).
 add_subdirectory(${WXTRAIN_SOURCE}/data/readers readers EXCLUDE_FROM_ALL)
 get_target_property(mpi_include MPI::MPI_C INTERFACE_INCLUDE_DIRECTORIES)
-foreach(v netCDF_DIR tomlplusplus_DIR CLI11_DIR nlohmann_json_DIR fmt_DIR GTest_DIR MPI_C_COMPILER mpi_include MPI_mpi_LIBRARY)
+foreach(v netCDF_DIR tomlplusplus_DIR CLI11_DIR nlohmann_json_DIR fmt_DIR GTest_DIR CURL_INCLUDE_DIR CURL_LIBRARY MPI_C_COMPILER mpi_include MPI_mpi_LIBRARY)
   message(STATUS "found ${v} = ${${v}}")
 endforeach()
 foreach(lib blosc zstd lz4 zlib eccodes)
@@ -310,7 +311,7 @@ foreach(lib blosc zstd lz4 zlib eccodes)
 endforeach()
 add_executable(deps deps.cpp)
 target_link_libraries(deps PRIVATE MPI::MPI_C netCDF::netcdf tomlplusplus::tomlplusplus CLI11::CLI11
-                      nlohmann_json::nlohmann_json fmt::fmt GTest::gtest)
+                      nlohmann_json::nlohmann_json fmt::fmt GTest::gtest CURL::libcurl)
 target_compile_definitions(deps PRIVATE OMPI_SKIP_MPICXX)  # as wxtrain_distributed: the C API only
 # Linked as scripts/gpu_check.sh links wxtrain (an RPATH): runs with no LD_LIBRARY_PATH at all.
 add_executable(rpath_only rpath_only.c)
@@ -340,8 +341,10 @@ EOF
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+#include <curl/curl.h>
 
 TEST(Bundle, EveryDependencyWorks) {
+  ASSERT_NE(curl_version_info(CURLVERSION_NOW), nullptr);
   int nc = 0, dims = 0;
   ASSERT_EQ(nc_open(std::getenv("STORM"), NC_NOWRITE, &nc), NC_NOERR);
   ASSERT_EQ(nc_inq_ndims(nc, &dims), NC_NOERR);

@@ -19,6 +19,7 @@ Action add_profile_command(CLI::App& app);
 Action add_config_keys_command(CLI::App& app);
 Action add_import_command(CLI::App& app);  // commands/interop.cpp
 Action add_export_command(CLI::App& app);
+Action add_sync_command(CLI::App& app);
 
 // The command line as a shell would read it back (arguments quoted where needed); main() sets it
 // and `train` records it in <out_dir>/command.txt.

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   add(wxtrain::cli::add_config_keys_command, "config-keys");
   add(wxtrain::cli::add_import_command, "import");
   add(wxtrain::cli::add_export_command, "export");
+  add(wxtrain::cli::add_sync_command, "sync");
 
   try {
     app.parse(argc, argv);

@@ -11,6 +11,7 @@
 #include "core/model_presets.h"
 #include "core/run_file_text.h"
 #include "data/time/cf_time.h"
+#include "core/tracking_config.h"
 
 namespace wxtrain {
 
@@ -142,6 +143,24 @@ void read_number_table(SectionReader& r, const std::string& key, std::vector<std
   for (auto& e : entries) out.push_back(e.second);
 }
 
+// [tracking.tags]: a table of name = "text", kept in file order.
+void read_string_table(SectionReader& r, const std::string& key, std::vector<std::pair<std::string, std::string>>& out) {
+  r.record(key, "table of strings", "{}", "");
+  const toml::node* n = r.node(key);
+  if (!n) return;
+  if (!n->is_table()) r.fail(key, "must be a table of strings, e.g. [tracking." + key + "] team = \"nwp\"");
+  std::vector<std::pair<const toml::node*, std::pair<std::string, std::string>>> entries;
+  for (const auto& [k, v] : *n->as_table()) {
+    if (!v.is_string())
+      r.fail(key, "has " + std::string(k.str()) + " = " + SectionReader::type_name(v) + ": expected a string");
+    entries.push_back({&v, {std::string(k.str()), v.as_string()->get()}});
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return a.first->source().begin.line < b.first->source().begin.line;
+  });
+  for (auto& e : entries) out.push_back(e.second);
+}
+
 // train.rollout_schedule = [[0, 1], [2000, 2]]: steps strictly increasing from 0, lengths 1..64.
 void read_rollout_schedule(SectionReader& r, std::vector<std::pair<int64_t, int64_t>>& out) {
   r.record("rollout_schedule", "array of [step, rollout] pairs", "[]", "steps from 0, increasing; rollout 1 to 64");
@@ -189,8 +208,32 @@ void apply_override(toml::table& root, const std::string& text) {
   v->visit([&](auto&& n) { sec->insert_or_assign(key, n); });
 }
 
+// [tracking] (core/tracking_config.h).
+void read_tracking(const toml::table* table, const std::string& file, TrackingConfig& t) {
+  SectionReader r(table, file, "tracking");
+  r.get("mlflow_uri", t.mlflow_uri);
+  r.get("experiment", t.experiment);
+  r.get("run_name", t.run_name);
+  read_string_table(r, "tags", t.tags);
+  r.get("tensorboard", t.tensorboard);
+  r.get("tensorboard_dir", t.tensorboard_dir);
+  r.get_bytes("checkpoint_max_size", t.checkpoint_max_size);
+  r.get("timeout", t.timeout, 0.1, 3600.0);
+  r.get("flush_timeout", t.flush_timeout, 0.0, 86400.0);
+  r.finish();
+  if (!t.mlflow_uri.empty()) {
+    const bool http = t.mlflow_uri.rfind("http://", 0) == 0 || t.mlflow_uri.rfind("https://", 0) == 0;
+    if (!http || t.mlflow_uri.find_first_of(" \t\n") != std::string::npos ||
+        t.mlflow_uri.size() <= t.mlflow_uri.find("//") + 2)
+      r.fail("mlflow_uri", "= \"" + t.mlflow_uri + "\" is not an MLflow server's address: expected "
+                           "http://host:port or https://host:port, e.g. \"http://127.0.0.1:5000\"");
+  }
+  if (!t.mlflow_uri.empty() && t.experiment.empty())
+    r.fail("experiment", "must not be empty: name the MLflow experiment, e.g. \"storm\"");
+}
+
 RunConfig build(const toml::table& root, const std::string& file) {
-  static const std::vector<std::string> kSections = {"model", "data", "train", "memory", "distributed"};
+  static const std::vector<std::string> kSections = {"model", "data", "train", "memory", "distributed", "tracking"};
   for (const auto& [k, v] : root) {
     std::string key(k.str());
     if (std::find(kSections.begin(), kSections.end(), key) == kSections.end() || !v.is_table()) {
@@ -460,6 +503,11 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get_choice("backend", d.backend, {"auto", "mpi", "nccl"});
     r.finish();
   }
+
+  {  // [tracking]: checked here with every other key; the trainer reads it with tracking_config().
+    TrackingConfig unused;
+    read_tracking(root.get_as<toml::table>("tracking"), file, unused);
+  }
   return c;
 }
 
@@ -497,6 +545,15 @@ RunConfig parse_config(const std::string& toml_text, const std::string& source_n
   for (const auto& o : overrides) apply_override(root, o);
   apply_model_preset(root, source_name);
   return build(root, source_name);
+}
+
+TrackingConfig tracking_config(const std::string& toml_text, const std::string& source_name,
+                               const std::vector<std::string>& overrides) {
+  toml::table root = parse_toml(toml_text, source_name);
+  for (const auto& o : overrides) apply_override(root, o);
+  TrackingConfig t;
+  read_tracking(root.get_as<toml::table>("tracking"), source_name, t);
+  return t;
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {

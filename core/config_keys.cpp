@@ -95,6 +95,16 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"distributed.world_size", {"", "ranks for estimate (0 = from MPI)"}},
       {"distributed.bucket_mb", {"", "gradient bucket size in MB"}},
       {"distributed.backend", {"", "collectives: auto, mpi or nccl"}},
+      {"tracking.mlflow_uri", {"", "MLflow tracking server, http(s)://host:port (\"\" = off); what it cannot take waits "
+                                   "in <out_dir>/mlflow/ for `wxtrain sync`"}},
+      {"tracking.experiment", {"", "MLflow experiment of the run (created if missing)"}},
+      {"tracking.run_name", {"", "MLflow run name and TensorBoard subfolder (\"\" = the run folder's name)"}},
+      {"tracking.tags", {"", "[tracking.tags] name = \"text\": tags on the MLflow run"}},
+      {"tracking.tensorboard", {"", "write TensorBoard event files as the run goes"}},
+      {"tracking.tensorboard_dir", {"", "\"\" = event files in the run folder; else in <dir>/<run name>"}},
+      {"tracking.checkpoint_max_size", {"", "upload checkpoint.pt to MLflow at the end when at most this large (0 = never)"}},
+      {"tracking.timeout", {"", "seconds one request to the MLflow server may take"}},
+      {"tracking.flush_timeout", {"", "seconds the end of a run waits for a reachable server; the rest waits for `wxtrain sync`"}},
   };
   return docs;
 }

@@ -1,5 +1,6 @@
 #include "core/run_file_text.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -93,6 +94,56 @@ std::string apply_overrides_to_text(const std::string& original, const std::vect
     for (const auto& o : overrides) out += "#   " + o + "\n";
     return out;
   }
+}
+
+namespace {
+
+void flatten_node(const toml::node& node, const std::string& key, std::vector<std::pair<std::string, std::string>>& out);
+
+// TOML text of a value as a run file writes it: "0.002", "\"a.nc\"", "[8, 16]" (toml++'s own
+// formatter pads arrays: "[ 8, 16 ]").
+std::string value_text(const toml::node& node) {
+  if (const toml::array* a = node.as_array()) {
+    std::string text = "[";
+    for (size_t i = 0; i < a->size(); ++i) text += (i ? ", " : "") + value_text((*a)[i]);
+    return text + "]";
+  }
+  std::ostringstream text;
+  text << toml::toml_formatter(node, toml::format_flags::none);
+  return text.str();
+}
+
+void flatten_table(const toml::table& table, const std::string& prefix,
+                   std::vector<std::pair<std::string, std::string>>& out) {
+  // toml++ keeps a table's keys sorted; the file's order is the order of their lines.
+  std::vector<std::pair<std::string, const toml::node*>> entries;
+  for (const auto& [k, v] : table) entries.emplace_back(std::string(k.str()), &v);
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return a.second->source().begin.line < b.second->source().begin.line;
+  });
+  for (const auto& [k, v] : entries) flatten_node(*v, prefix.empty() ? k : prefix + "." + k, out);
+}
+
+void flatten_node(const toml::node& node, const std::string& key, std::vector<std::pair<std::string, std::string>>& out) {
+  if (const toml::table* t = node.as_table()) return flatten_table(*t, key, out);
+  if (const toml::array* a = node.as_array(); a && a->is_array_of_tables()) {
+    for (size_t i = 0; i < a->size(); ++i) flatten_table(*(*a)[i].as_table(), key + "." + std::to_string(i), out);
+    return;
+  }
+  if (const auto* s = node.as_string()) {
+    out.emplace_back(key, s->get());
+    return;
+  }
+  out.emplace_back(key, value_text(node));
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> flatten_run_file(const std::string& toml_text,
+                                                                  const std::string& source_name) {
+  std::vector<std::pair<std::string, std::string>> out;
+  flatten_table(parse_toml(toml_text, source_name), "", out);
+  return out;
 }
 
 }  // namespace wxtrain

@@ -3,6 +3,7 @@
 // writes back and what `train` records as <out_dir>/run.toml. The edits are line by line; the
 // result is always parsed back before it is used.
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wxtrain {
@@ -16,6 +17,13 @@ void write_config_value(const std::string& path, const std::string& section, con
 // The run file's text with the --set values written into it (comments and layout kept), so the
 // result alone reproduces the run: what `train` records as <out_dir>/run.toml.
 std::string apply_overrides_to_text(const std::string& toml_text, const std::vector<std::string>& overrides);
+
+// Every value of a run file's text as (flattened key, value): "train.lr" -> "0.002", arrays as
+// TOML text ("model.channels" -> "[32, 64, 128]"), strings without quotes, the tables of an array
+// of tables numbered from 0 ("data.sources.0.file"); in the file's order. What a tracking server
+// stores as the run's parameters. Throws ConfigError for malformed TOML.
+std::vector<std::pair<std::string, std::string>> flatten_run_file(const std::string& toml_text,
+                                                                  const std::string& source_name);
 
 // The whole text of a run file; a ConfigError naming it when it cannot be opened.
 std::string read_run_file(const std::string& path);

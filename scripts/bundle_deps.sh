@@ -62,7 +62,7 @@ MARKER="wxtrain dependency bundle"
 packages=(libtomlplusplus-dev libtomlplusplus3 libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev
           libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libnetcdf-dev libnetcdf19 netcdf-bin libncarg-data
           libblosc-dev libblosc1 libzstd-dev libzstd1 liblz4-dev liblz4-1 zlib1g-dev zlib1g
-          libeccodes-dev libeccodes0 libeccodes-data libeccodes-tools)
+          libeccodes-dev libeccodes0 libeccodes-data libeccodes-tools libcurl4-gnutls-dev libcurl3-gnutls)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -207,7 +207,8 @@ put_package nlohmann-json3-dev '^/usr/(include/|share/cmake/)'
 put_package libfmt-dev '^/usr/(include/|lib/.*/cmake/|lib/.*\.so$)'
 put_package libgtest-dev '^/usr/(include/|lib/.*/cmake/|lib/.*\.a$)'
 put_package libnetcdf-dev '^/usr/(include/|lib/.*/cmake/|lib/.*\.so$)'
-for f in libtomlplusplus.so libfmt.so libnetcdf.so; do put_lib "$L/$f"; done
+put_package libcurl4-gnutls-dev '^/usr/(include/|lib/.*\.so$)'  # tracking/mlflow's HTTP (FindCURL)
+for f in libtomlplusplus.so libfmt.so libnetcdf.so libcurl-gnutls.so; do put_lib "$L/$f"; done
 
 # netCDF's targets name HDF5, curl, libxml2, ... (and glibc's static libpthread.a and libdl.a) by
 # absolute path, for static linking; the shared libnetcdf loads them itself.

@@ -15,6 +15,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libdnnl2                            # oneDNN's sgemm for fp32 CPU GEMMs (the wheel's MKL runs AVX2 kernels on AMD)
   libgtest-dev
+  libcurl4-gnutls-dev                 # HTTP for the MLflow REST API (tracking/mlflow); libnetcdf-dev's curl
   libopenmpi-dev openmpi-bin
   libnetcdf-dev netcdf-bin
   libblosc-dev libzstd-dev liblz4-dev zlib1g-dev   # Zarr's codecs, read natively (data/readers/zarr)

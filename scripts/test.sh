@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/install_deps.sh
+scripts/install_tracking_test_deps.sh   # mlflow and tensorboard, which the tracking tests read runs with
 echo "dependencies ready after $(( $(date +%s) - start )) s"
 # PhysicsNeMo in its own environment (reusing .venv's torch), for the tests against the reference
 # implementations (CTest label `reference`). Without PyPI they are skipped, and ctest says so.

@@ -1,35 +1,17 @@
 #pragma once
-// What a user watches during training: a progress line (step, loss, samples/s, ETA, memory) and a
-// per-step metrics CSV for plotting afterwards.
+// What a user watches during training: a progress line (step, loss, samples/s, ETA, memory). The
+// per-step records (metrics.csv, TensorBoard, MLflow) leave through tracking/tracker.h.
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 
-#include "core/atomic_file.h"
+#include "tracking/records.h"
 
 namespace wxtrain::trainer {
 
-struct StepMetrics {
-  int64_t step = 0;
-  int64_t epoch = 0;
-  double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1, samples_per_s = 0;
-  double allocated_gb = 0, reserved_gb = 0, peak_gb = 0;
-  bool applied = true;
-  int64_t rollout = 1;  // rollout steps in this step's loss (the curriculum's length)
-};
-
-class MetricsCsv {
- public:
-  // Appends when resuming (the file keeps the earlier steps), else starts a new file with a header.
-  // A row that cannot be written (full disk) throws WriteError and leaves the file at its last
-  // complete row.
-  MetricsCsv(const std::string& path, bool append);
-  void write(const StepMetrics& m);
-
- private:
-  AppendFile out_;
-};
+// The step's record, as every tracking sink receives it (metrics.csv among them: tracking/csv_sink.h).
+using tracking::StepMetrics;
 
 class ProgressLine {
  public:

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/memory_meter.h"
 #include "core/run_file_text.h"
+#include "core/tracking_config.h"
 #include "core/units.h"
 #include "data/dataset.h"
 #include "data/forcings.h"
@@ -30,6 +31,7 @@
 #include "trainer/metrics_log.h"
 #include "trainer/stop_signal.h"
 #include "trainer/training_step.h"
+#include "tracking/open_tracker.h"
 
 namespace wxtrain::trainer {
 
@@ -112,6 +114,11 @@ void record_run(const RunConfig& config, const RunSource& source, const TrainOpt
       fs::remove(path, ec);
       if (ec) throw WriteError(path, ec.value(), "--overwrite could not remove the earlier run's file");
     }
+    // Its TensorBoard event files and MLflow journal too, so they are not taken for this run's.
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(config.train.out_dir, ec))
+      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) fs::remove(entry.path(), ec);
+    fs::remove_all(in_out_dir(config, "mlflow"), ec);
   }
   const std::string stamp = utc_now();
   write_file_atomically(in_out_dir(config, "run.toml"),
@@ -293,6 +300,41 @@ Validation validate(Run& run, int64_t step) {
 }
 
 void print_validation(const Validation& v) { std::cerr << scores_table(v.scores); }
+
+// A validation as the tracking sinks show it: per channel and lead the model's RMSE and ACC and
+// persistence's RMSE ("val/rmse/t/6h", "val/acc/t/6h", "val/persistence_rmse/t/6h"; leads in steps,
+// "step1", for data without dates), and the mean skill against persistence at the first lead.
+tracking::Scalars validation_scalars(const Validation& v) {
+  const LeadScores& s = v.scores;
+  tracking::Scalars out;
+  out.step = v.step;
+  auto lead_name = [&](size_t k) {
+    if (k < s.lead_hours.size()) {
+      char h[32];
+      std::snprintf(h, sizeof h, "%gh", s.lead_hours[k]);
+      return std::string(h);
+    }
+    return "step" + std::to_string(s.lead_steps[k]);
+  };
+  auto add = [&](const std::string& key, double value) {
+    if (std::isfinite(value)) out.values.emplace_back(key, value);
+  };
+  const auto forecaster = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(s.forecasters.begin(), s.forecasters.end(), name) - s.forecasters.begin());
+  };
+  const size_t model = forecaster("model"), persistence = forecaster("persistence");
+  for (size_t k = 0; k < s.lead_steps.size(); ++k)
+    for (size_t c = 0; c < s.names.size(); ++c) {
+      const std::string at = s.names[c] + "/" + lead_name(k);
+      if (model < s.forecasters.size()) {
+        add("val/rmse/" + at, s.rmse[model][k][c]);
+        add("val/acc/" + at, s.acc[model][k][c]);
+      }
+      if (persistence < s.forecasters.size()) add("val/persistence_rmse/" + at, s.rmse[persistence][k][c]);
+    }
+  add("val/skill_vs_persistence", v.mean_skill());
+  return out;
+}
 
 void write_validation(const RunConfig& c, const Validation& v, bool& started) {
   const std::string path = in_out_dir(c, "validation.csv");
@@ -525,21 +567,28 @@ void start_run(Run& run) {
 // ---- The loop: step, metrics row, progress line, validation, checkpoint. ----
 
 // Just before the first step (so a run that fails to start takes nothing over), on rank 0: this
-// run's run.toml and command.txt, the rows a resumed run redoes dropped, and metrics.csv opened.
-std::unique_ptr<MetricsCsv> open_run_files(const Run& run) {
+// run's run.toml and command.txt, the rows a resumed run redoes dropped, and the tracker opened
+// (metrics.csv and the sinks of [tracking]). Other ranks log nothing.
+std::unique_ptr<tracking::Tracker> open_run_files(const Run& run) {
   if (!run.is_root()) return nullptr;
   record_run(run.config, run.source, run.options, run.first_step, run.world.size);
   if (run.options.resume) {
     drop_rows_after(in_out_dir(run.config, "metrics.csv"), run.first_step);
     drop_rows_after(in_out_dir(run.config, "validation.csv"), run.first_step);
   }
-  return std::make_unique<MetricsCsv>(in_out_dir(run.config, "metrics.csv"), run.options.resume);
+  tracking::RunIdentity identity;
+  identity.run_file_text = apply_overrides_to_text(run.source.text, run.source.overrides);
+  identity.command_line = run.options.command_line;
+  identity.world_size = run.world.size;
+  identity.resume = run.options.resume;
+  return tracking::open_tracker(run.config, tracking_config(run.source.text, run.config.path, run.source.overrides),
+                                identity);
 }
 
 class TrainingLoop {
  public:
   explicit TrainingLoop(Run& run)
-      : run_(run), t_(run.config.train), meter_(memory_meter(run.device)), csv_(open_run_files(run)),
+      : run_(run), t_(run.config.train), meter_(memory_meter(run.device)), tracker_(open_run_files(run)),
         progress_(run.first_step, run.config.train.steps), step_runner_(*run.state), step_(run.first_step),
         validation_csv_started_(run.options.resume) {}
 
@@ -556,6 +605,7 @@ class TrainingLoop {
       const bool validated_last_step = t_.val_every > 0 && step_ % t_.val_every == 0;
       if (!summary_.stopped_early && step_ == t_.steps && step_ > run_.first_step && !validated_last_step)
         validate_now();
+      if (tracker_) tracker_->close(summary_.stopped_early ? tracking::RunStatus::kStopped : tracking::RunStatus::kFinished);
     } catch (const WriteError& e) {
       finish_progress();
       throw WriteError(e.path(), e.error_number(), after_write_failure(run_));
@@ -631,7 +681,7 @@ class TrainingLoop {
     m.rollout = rollout;
     summary_.last_loss = r.loss;
     if (!run_.is_root()) return;
-    csv_->write(m);
+    tracker_->step(m);
     if (!run_.options.quiet) progress_.update(m, t_.log_every);
   }
 
@@ -641,8 +691,10 @@ class TrainingLoop {
     const TrainOptions& o = run_.options;
     const bool local_stop = stop_requested() || (o.stop_after > 0 && step_ - run_.first_step >= o.stop_after);
     const bool stop = run_.state->comm->any(local_stop);
-    if (stop || (t_.checkpoint_every > 0 && step_ % t_.checkpoint_every == 0) || step_ == t_.steps)
+    if (stop || (t_.checkpoint_every > 0 && step_ % t_.checkpoint_every == 0) || step_ == t_.steps) {
+      if (tracker_) tracker_->flush();  // the records reach the checkpoint's step before it exists
       save(run_, step_);
+    }
     if (!stop || step_ >= t_.steps) return true;
     summary_.stopped_early = true;
     if (run_.is_root()) {
@@ -660,6 +712,8 @@ class TrainingLoop {
     if (run_.is_root()) {
       print_validation(v);
       write_validation(run_.config, v, validation_csv_started_);
+      tracker_->scalars(validation_scalars(v));
+      tracker_->artifact(in_out_dir(run_.config, "validation.svg"));
     }
     summary_.validations.push_back(v);
   }
@@ -671,7 +725,7 @@ class TrainingLoop {
   Run& run_;
   const TrainConfig& t_;
   MemoryMeter& meter_;
-  std::unique_ptr<MetricsCsv> csv_;  // rank 0's metrics.csv
+  std::unique_ptr<tracking::Tracker> tracker_;  // rank 0's: metrics.csv, TensorBoard, MLflow
   ProgressLine progress_;
   TrainingStep step_runner_;
   TrainSummary summary_;
