@@ -263,12 +263,22 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   report.estimated_slope = slope_at(e.activations, static_cast<double>(std::max<int64_t>(report.estimated_batch, 1))) +
                            report.cpu_overhead.per_sample;
 
+  // A batch larger than the training split could never be filled: the data caps the search.
+  if (options.samples_per_rank > 0 && options.samples_per_rank < mem.max_batch) {
+    if (options.samples_per_rank < mem.multiple_of)
+      throw ConfigError("the training split holds " + std::to_string(options.samples_per_rank) +
+                        " sample(s) per rank, fewer than memory.multiple_of = " + std::to_string(mem.multiple_of) +
+                        ": lower memory.multiple_of, or give the run more training data or fewer ranks");
+    report.data_cap = options.samples_per_rank;
+    report.max_batch = options.samples_per_rank / mem.multiple_of * mem.multiple_of;
+  }
+
   SearchOptions so;
   so.target = report.target;
   so.budget = report.budget;
   so.multiple_of = mem.multiple_of;
-  so.max_batch = mem.max_batch;
-  so.start = std::min(report.estimated_batch, mem.max_batch);
+  so.max_batch = report.max_batch;
+  so.start = std::min(report.estimated_batch, report.max_batch);
   so.slope = report.estimated_slope;
   BatchProber prober(config, shape, device, comm, report.budget, report.target);
   prober.set_overhead(report.cpu_overhead);
@@ -314,6 +324,14 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
                 "% margin); try " + estimator::ways_to_save_memory(config, mem.multiple_of) + " (or a larger memory.limit)");
   }
   return report;
+}
+
+std::string describe_data_cap(const TuneReport& r) {
+  if (!r.capped_by_data()) return "";
+  return "micro-batch " + std::to_string(r.batch) + " is the most the training split fills (" +
+         std::to_string(r.data_cap) + " sample(s) per rank on " + std::to_string(r.world_size) +
+         " rank(s)): the data, not memory, capped the search (the estimate allows " +
+         std::to_string(r.estimated_batch) + ")";
 }
 
 int64_t tune_batch(const RunConfig& config, torch::Device device, std::shared_ptr<distributed::Communicator> comm) {

@@ -104,7 +104,11 @@ struct TuneReport {
   int64_t target = 0;           // (1 - margin) x budget
   int64_t baseline = 0;         // allocated before the first probe (the process's own tensors)
   int64_t multiple_of = 1;
-  int64_t max_batch = 0;
+  int64_t max_batch = 0;        // the search's ceiling: memory.max_batch, or the data's cap below it
+  // The training samples each rank holds (TuneOptions::samples_per_rank), when they, not
+  // memory.max_batch, set the ceiling; 0 otherwise. With batch == max_batch, the data decided.
+  int64_t data_cap = 0;
+  bool capped_by_data() const { return data_cap > 0 && batch == max_batch; }
   int64_t estimated_batch = 0;  // the estimator's predicted maximum (where the search started)
   double estimated_slope = 0;   // the estimator's bytes per sample at that batch (CPU overhead's included)
   estimator::CpuOverhead cpu_overhead;  // modelled bytes outside the meter (zero on a GPU or when turned off)
@@ -125,6 +129,9 @@ struct TuneOptions {
   // On the CPU, count what the process holds outside the counting allocator (cpu_overhead.h)
   // against the budget. Off: the budget is for the counted tensors alone (an emulated device).
   bool cpu_overhead = true;
+  // The training samples each rank holds (0: unknown, a run file without data): a micro-batch is
+  // never searched above it, since the loader could not fill one batch per rank.
+  int64_t samples_per_rank = 0;
 };
 
 // Tunes `config` (memory.limit, margin, multiple_of, max_batch and probe_steps as configured) on
@@ -137,5 +144,10 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
 // For train.batch_size = "auto": the tuned micro-batch (no suggestions, no output).
 int64_t tune_batch(const RunConfig& config, torch::Device device,
                    std::shared_ptr<distributed::Communicator> comm = nullptr);
+
+// One line on what decided the tuned batch when the data did: "micro-batch 12 is all the training
+// split holds per rank (12 samples on each of 1 rank(s)): the data, not memory, caps it (memory
+// would allow about 40)"; "" when memory decided.
+std::string describe_data_cap(const TuneReport& report);
 
 }  // namespace wxtrain::autotune

@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "distributed/communicator.h"
+#include "estimator/cpu_overhead.h"
 
 namespace wxtrain::autotune {
 
@@ -46,6 +47,10 @@ struct ProfileOptions {
   // ProfileReport::snapshot (CUDA: the caching allocator's, core/cuda/cuda_backend.h; CPU: the
   // counting allocator's, core/memory_history.h).
   int64_t snapshot_entries = 0;
+  // CPU: measure what the process holds outside the counting allocator after the steps
+  // (ProfileReport::cpu_overhead), which the threshold then judges with the tensors, as estimate and
+  // tune-batch count a CPU run. Off (--tensors-only): the tensors alone, an emulated device.
+  bool cpu_overhead = true;
 };
 
 struct ProfileReport {
@@ -64,6 +69,14 @@ struct ProfileReport {
   int64_t peak_forward_backward() const;  // highest forward/backward peak of any step
   int64_t peak_optimizer() const;         // highest optimizer-phase peak of any step
   int64_t steady_allocated() const;       // median allocated after steps 2..N (after step 1 when N = 1)
+  // CPU (ProfileOptions::cpu_overhead): the resident bytes outside the counting allocator, the
+  // estimator's model (estimator/cpu_overhead.h) with its fixed part measured in this process after
+  // the steps and its per-sample part from the steps' activations (peak less steady allocated).
+  // Zero on CUDA, where the caching allocator's figure is the whole.
+  estimator::CpuOverhead cpu_overhead;
+  int64_t overhead_at_batch() const { return static_cast<int64_t>(cpu_overhead.at(static_cast<double>(batch))); }
+  // What --threshold judges: the peak of the counted tensors plus the CPU overhead at the batch.
+  int64_t judged_peak() const { return peak() + overhead_at_batch(); }
 };
 
 // Throws ConfigError for steps <= 0 or snapshot_entries < 0.
@@ -80,6 +93,9 @@ struct ThresholdVerdict {
   std::string message;    // "PASS: peak 1.20 GiB <= threshold 2.00 GiB (0.80 GiB, 40.0% headroom)"
 };
 ThresholdVerdict check_threshold(int64_t peak, int64_t threshold);
+// The profile's verdict: judged_peak() against the threshold; the message says what was judged
+// ("peak 1.2 GiB = 0.7 GiB of tensors + 0.5 GiB the process holds outside the allocator").
+ThresholdVerdict check_threshold(const ProfileReport& report, int64_t threshold);
 
 // Parses a size for `flag` ("22GiB"); throws ConfigError naming the flag and the text otherwise.
 int64_t parse_size_argument(const std::string& flag, const std::string& text);

@@ -1,5 +1,5 @@
 // wxtrain: one binary, one subcommand per job. Errors a user can fix print one "error:" line and
-// exit non-zero (2 for a bad run file or arguments, 1 for everything else); never a stack trace.
+// exit non-zero, never with a stack trace; each exit code has one meaning (core/error.h, ExitCode).
 #include <iostream>
 #include <map>
 
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every argument error exits 2, as a bad run file does.
     const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    return code == 0 ? wxtrain::kExitOk : wxtrain::kExitBadInput;
   }
   // Under mpirun every rank runs the same command; an error on any rank ends the whole job with its
   // message (run_or_abort) instead of leaving the others blocked in a collective.
@@ -53,16 +53,16 @@ int main(int argc, char** argv) {
       if (cmd->parsed()) code = wxtrain::distributed::run_or_abort(action);
   } catch (const wxtrain::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
-    code = 2;
+    code = wxtrain::kExitBadInput;
   } catch (const wxtrain::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
-    code = 1;
+    code = wxtrain::kExitFailed;
   } catch (const c10::Error& e) {
     std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    code = 1;
+    code = wxtrain::kExitFailed;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
-    code = 1;
+    code = wxtrain::kExitFailed;
   }
   wxtrain::distributed::finalize_world();  // also after an error: MPI wants every process to finalise
   return code;

@@ -30,8 +30,12 @@ struct SetupRequest {
   // Open the data to train or forecast on, as training reads it, and keep it (RunSetup::dataset).
   // Otherwise only the files' headers are read, and only where the grid must come from them.
   bool open_data = false;
-  // train.batch_size = "auto": tune the micro-batch on this run's device (all ranks agree).
+  // train.batch_size = "auto": tune the micro-batch on this run's device (all ranks agree), never
+  // above the training samples a rank holds.
   bool tune_auto_batch = false;
+  // Count the training samples per rank (RunSetup::samples_per_rank) from the data's time axis:
+  // tune-batch caps its search there.
+  bool count_samples = false;
   // The command writes into train.out_dir with these options (--resume, --overwrite): a folder
   // holding another run is refused first, before the data is opened or a batch tuned.
   const trainer::TrainOptions* run_folder = nullptr;
@@ -43,12 +47,16 @@ struct RunSetup {
   trainer::RunSource source;  // the run file's text and --set values as read (train records them)
   ChannelLayout channels;     // the run's channels by role
   std::shared_ptr<data::Dataset> dataset;  // the opened data (SetupRequest::open_data), else null
+  // Training samples per rank (the loader drops the remainder), when counted: open_data,
+  // count_samples or tune_auto_batch with [[data.sources]]; else 0.
+  int64_t samples_per_rank = 0;
 };
 
 // From a run file and its --set values. Throws ConfigError for a run file that is missing or wrong,
 // or a run folder that is taken; DataError for data that cannot be read.
 RunSetup setup_run(const RunOptions& options, const SetupRequest& request = {});
-// From a run file's text (a checkpoint's); `source_name` names it in messages.
+// From a run file's text (a checkpoint's); `source_name` names it in messages. Relative paths in
+// it resolve against the working directory (checkpoints store absolute ones).
 RunSetup setup_run(trainer::RunSource source, const std::string& source_name, const SetupRequest& request = {});
 
 }  // namespace wxtrain::cli

@@ -60,7 +60,13 @@ void make_directories(const std::string& dir) {
   }
   const std::string parent = parent_of(dir);
   if (parent != dir && parent != "." && parent != "/") make_directories(parent);
-  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) throw WriteError(dir, errno);
+  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+    // The folder is missing: say so first; why it cannot be made ("Permission denied" on its
+    // parent) comes second, so nobody looks for a permission problem on a folder that is not there.
+    const int cause = errno;
+    throw WriteError(dir, ENOENT, "the folder does not exist and cannot be created in " + parent + " (" +
+                                      std::strerror(cause) + ")");
+  }
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {

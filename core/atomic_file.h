@@ -30,7 +30,9 @@ class WriteError : public Error {
   int errno_;
 };
 
-// Creates `dir` and its parents (like mkdir -p); throws WriteError naming the first one that fails.
+// Creates `dir` and its parents (like mkdir -p); throws WriteError naming the first one that fails:
+// "cannot write out/x: No such file or directory; the folder does not exist and cannot be created
+// in out (Permission denied)".
 void make_directories(const std::string& dir);
 
 class AtomicFile {

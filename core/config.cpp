@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <sstream>
 
+#include "core/config_keys.h"
 #include "core/config_reader.h"
 #include "core/error.h"
 #include "core/model_presets.h"
@@ -120,6 +122,41 @@ int64_t RunConfig::max_rollout() const {
 
 namespace {
 
+namespace fs = std::filesystem;
+
+// A path the run reads, made absolute: a relative one written in the run file against the run
+// file's folder (so the run reads the same files from any directory, and a checkpoint's embedded
+// run file still finds them), one given with --set (no source line) against the working directory.
+std::string absolute_input_path(const std::string& path, const toml::node* node, const std::string& folder) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  const bool written_in_file = node && node->source().begin.line > 0;
+  const fs::path base = written_in_file && !folder.empty() ? fs::path(folder) : fs::current_path();
+  return (base / path).lexically_normal().string();
+}
+
+// Before a section's finish(): a key this section does not have but another section does is an
+// error that names the section to move it to (val_fraction under [train] belongs in [data]).
+void point_to_owning_section(const SectionReader& r, const toml::table* table) {
+  if (!table) return;
+  const auto& known = r.known_keys();
+  for (const auto& [k, v] : *table) {
+    const std::string key(k.str());
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::vector<std::string> owners;
+    for (const ConfigKey& c : config_keys()) {
+      const auto dot = c.key.rfind('.');
+      const std::string section = c.key.substr(0, dot);
+      if (c.key.substr(dot + 1) != key || section == r.section()) continue;
+      const std::string shown = section == "data.sources" || section == "data.static" ? "[[" + section + "]]"
+                                                                                       : "[" + section + "]";
+      if (std::find(owners.begin(), owners.end(), shown) == owners.end()) owners.push_back(shown);
+    }
+    if (owners.empty()) continue;  // finish() reports it, with a did-you-mean
+    throw ConfigError(r.where(&v) + ": unknown key " + r.section() + "." + key + ": " + key + " belongs in " +
+                      join_list(owners, " or ") + ", not in [" + r.section() + "]");
+  }
+}
+
 // [train.loss_weights] / [train.level_weights]: a table of name = number, kept in file order.
 void read_number_table(SectionReader& r, const std::string& key, std::vector<std::pair<std::string, double>>& out) {
   r.record(key, "table of numbers", "{}", ">= 0");
@@ -232,7 +269,7 @@ void read_tracking(const toml::table* table, const std::string& file, TrackingCo
     r.fail("experiment", "must not be empty: name the MLflow experiment, e.g. \"storm\"");
 }
 
-RunConfig build(const toml::table& root, const std::string& file) {
+RunConfig build(const toml::table& root, const std::string& file, const std::string& folder) {
   static const std::vector<std::string> kSections = {"model", "data", "train", "memory", "distributed", "tracking"};
   for (const auto& [k, v] : root) {
     std::string key(k.str());
@@ -259,6 +296,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     // is still an unknown key with a did-you-mean) and this model ignores them.
     for (const auto& other : model_schemas())
       if (other.name != schema.name) r.accept(model_option_keys(other));
+    point_to_owning_section(r, root.get_as<toml::table>("model"));
     r.finish();
   }
 
@@ -274,6 +312,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
         SectionReader s(e.as_table(), file, "data.sources");
         DataSource src;
         s.get("file", src.file);
+        src.file = absolute_input_path(src.file, s.node("file"), folder);
         s.get("variable", src.variable);
         s.get("name", src.name);
         s.get("levels", src.levels);
@@ -300,6 +339,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
         SectionReader s(e.as_table(), file, "data.static");
         StaticField field;
         s.get("file", field.file);
+        field.file = absolute_input_path(field.file, s.node("file"), folder);
         s.get("variable", field.variable);
         s.get("name", field.name);
         s.get_choice("regrid", field.regrid, {"none", "nearest"});
@@ -355,6 +395,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("history", d.history, 1, 64);
     d.rollout_steps_set = r.node("rollout_steps") != nullptr;
     r.get("rollout_steps", d.rollout_steps, 1, 64);
+    d.val_fraction_set = r.node("val_fraction") != nullptr;
     r.get("val_fraction", d.val_fraction, 0.0, 0.9);
     r.get("time_step", d.time_step);
     if (!d.time_step.empty()) {
@@ -396,6 +437,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("prefetch", d.prefetch, 0, 64);
     r.get("queue_depth", d.queue_depth, 1, 1024);
     r.get("load_delay_ms", d.load_delay_ms, 0.0, 1e6);
+    point_to_owning_section(r, t);
     r.finish();
     if (d.sources.empty() && d.variables.empty())
       throw ConfigError(file + ": [data] needs either [[data.sources]] (files to train on) or "
@@ -446,6 +488,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("checkpoint_every", t.checkpoint_every, 0, int64_t{1} << 40);
     r.get("log_every", t.log_every, 1, int64_t{1} << 40);
     r.get("val_every", t.val_every, 0, int64_t{1} << 40);
+    t.val_lead_steps_set = r.node("val_lead_steps") != nullptr;
     r.get("val_lead_steps", t.val_lead_steps, 0, 1000);
     r.get("climatology_window", t.climatology_window, 0, 183);
     read_number_table(r, "loss_weights", t.loss_weights);
@@ -471,9 +514,11 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("scale_backoff", t.scale_backoff, 1e-6, 1.0);
     r.get("scale_interval", t.scale_interval, 1, int64_t{1} << 40);
     r.get("init_from", t.init_from);
+    t.init_from = absolute_input_path(t.init_from, r.node("init_from"), folder);
     r.get("strict", t.strict);
     r.get("freeze", t.freeze);
     r.get("frozen_lr_scale", t.frozen_lr_scale, 0.0, 1.0);
+    point_to_owning_section(r, root.get_as<toml::table>("train"));
     r.finish();
     if (!t.rollout_schedule.empty() && c.data.rollout_steps_set)
       r.fail("rollout_schedule", "and data.rollout_steps are both given: the schedule sets the rollout length, "
@@ -491,6 +536,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("multiple_of", m.multiple_of, 1, 1 << 20);
     r.get("max_batch", m.max_batch, 1, 1 << 24);
     r.get("probe_steps", m.probe_steps, 1, 100);
+    point_to_owning_section(r, root.get_as<toml::table>("memory"));
     r.finish();
   }
 
@@ -501,6 +547,7 @@ RunConfig build(const toml::table& root, const std::string& file) {
     r.get("world_size", d.world_size, 0, 1 << 20);
     r.get("bucket_mb", d.bucket_mb, 0.001, 1e5);
     r.get_choice("backend", d.backend, {"auto", "mpi", "nccl"});
+    point_to_owning_section(r, root.get_as<toml::table>("distributed"));
     r.finish();
   }
 
@@ -540,11 +587,11 @@ void apply_model_preset(toml::table& root, const std::string& file) {
 }  // namespace
 
 RunConfig parse_config(const std::string& toml_text, const std::string& source_name,
-                       const std::vector<std::string>& overrides) {
+                       const std::vector<std::string>& overrides, const std::string& folder) {
   toml::table root = parse_toml(toml_text, source_name);
   for (const auto& o : overrides) apply_override(root, o);
   apply_model_preset(root, source_name);
-  return build(root, source_name);
+  return build(root, source_name, folder);
 }
 
 TrackingConfig tracking_config(const std::string& toml_text, const std::string& source_name,
@@ -557,7 +604,11 @@ TrackingConfig tracking_config(const std::string& toml_text, const std::string& 
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_config(read_run_file(path), path, overrides);
+  return parse_config(read_run_file(path), path, overrides, run_file_folder(path));
+}
+
+std::string run_file_folder(const std::string& path) {
+  return fs::absolute(fs::path(path)).lexically_normal().parent_path().string();
 }
 
 }  // namespace wxtrain

@@ -98,6 +98,7 @@ struct DataConfig {
   int64_t rollout_steps = 1;    // data.rollout_steps: predicted states per sample (autoregressive)
   bool rollout_steps_set = false;  // given in the run file (a train.rollout_schedule then conflicts)
   double val_fraction = 0.2;    // data.val_fraction: trailing share of the time axis for validation
+  bool val_fraction_set = false;  // given in the run file: the run asked for validation
   // data.time_step: the model's step ("6h"): states this far apart form a sample; hourly data with
   // "6h" trains on every sixth state. "" = the spacing of the data.
   std::string time_step;
@@ -137,6 +138,7 @@ struct TrainConfig {
   int64_t log_every = 1;        // train.log_every
   int64_t val_every = 0;        // train.val_every: steps between validations (0 = per epoch)
   int64_t val_lead_steps = 0;   // train.val_lead_steps: validation rollout length (0 = the longest training rollout)
+  bool val_lead_steps_set = false;  // given in the run file: the run asked for validation
   int64_t climatology_window = 15;  // train.climatology_window: days either side of a day of year
   // Loss weights on top of the area weight: per channel by glob (train.loss_weights, t_850 = 1.0,
   // "q_*" = 0.5; the first pattern that matches wins, in file order), and by pressure level
@@ -232,9 +234,18 @@ struct RunConfig {
 // Reads and validates a run file. `overrides` are "section.key=value" strings (TOML values:
 // train.batch_size=16, train.precision="bf16-mixed" or train.precision=bf16-mixed) applied before
 // validation so they get the same checks. Throws ConfigError naming file, line, key and what was
-// expected; unknown keys get a did-you-mean.
+// expected; unknown keys get a did-you-mean, a key of another section the section that has it.
+//
+// The paths the run reads (data.sources.file, data.static.file, train.init_from) come out absolute:
+// relative ones in the text resolve against `folder` (the run file's folder; "" = the working
+// directory), those given with --set against the working directory, so a run means the same from
+// any directory. train.out_dir, like an output path on the command line, stays relative to the
+// working directory. load_config takes the folder of `path`.
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 RunConfig parse_config(const std::string& toml_text, const std::string& source_name,
-                       const std::vector<std::string>& overrides = {});
+                       const std::vector<std::string>& overrides = {}, const std::string& folder = "");
+
+// The folder a run file's relative paths resolve against: the absolute folder of `path`.
+std::string run_file_folder(const std::string& path);
 
 }  // namespace wxtrain

@@ -18,13 +18,13 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"model.preset", {"", "a published configuration (docs/estimator.md): its [model] keys, and for a run file "
                             "without sources its [data] shape; keys set here win"}},
       {"data.sources", {"array of tables", "[[data.sources]]: one variable from one file each (keys below)"}},
-      {"data.sources.file", {"", "NetCDF file, Zarr store or GRIB file (required)"}},
+      {"data.sources.file", {"", "NetCDF file, Zarr store or GRIB file (required); relative to the run file's folder"}},
       {"data.sources.variable", {"", "the variable's name in the file (required)"}},
       {"data.sources.name", {"", "wxtrain's name for it (default: variable); unique"}},
       {"data.sources.levels", {"", "level coordinate values to take, one channel <name>_<level> each"}},
       {"data.sources.role", {"", "prognostic (input and predicted), forcing (input only) or diagnostic (predicted only)"}},
       {"data.static", {"array of tables", "[[data.static]]: constant 2-D input fields (keys below)"}},
-      {"data.static.file", {"", "file holding the field (required)"}},
+      {"data.static.file", {"", "file holding the field (required); relative to the run file's folder"}},
       {"data.static.variable", {"", "the field's name in the file (required)"}},
       {"data.static.name", {"", "wxtrain's name for it (default: variable); unique"}},
       {"data.static.regrid", {"", "none: on the data's grid; nearest: nearest point of another lat/lon grid"}},
@@ -40,7 +40,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"data.grid", {"", "without sources: [lat, lon]"}},
       {"data.history", {"", "input states per sample"}},
       {"data.rollout_steps", {"", "predicted states per sample (autoregressive); or train.rollout_schedule"}},
-      {"data.val_fraction", {"", "trailing share of the time axis for validation"}},
+      {"data.val_fraction", {"", "trailing share of the time axis for validation (0 = none); set here, too few states "
+                                     "for one validation sample is an error, by default a warning"}},
       {"data.time_step", {"", "the model's step, a multiple of the data's spacing: \"6h\", \"1d\", or calendar months \"1mo\", \"3mo\", \"1y\" (= 12mo); \"\" = the data's spacing (1mo for monthly data)"}},
       {"data.train_period", {"", "[first, last] dates of training samples (with val_period)"}},
       {"data.val_period", {"", "[first, last] dates of validation samples (with train_period)"}},
@@ -66,7 +67,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"train.grad_clip", {"", "max global gradient norm (0 = off)"}},
       {"train.seed", {"", "model init, shuffling, dropout"}},
       {"train.device", {"", "auto, cpu, cuda or cuda:N"}},
-      {"train.out_dir", {"", "the run's folder: checkpoint.pt, metrics.csv, validation.csv, run.toml, command.txt"}},
+      {"train.out_dir", {"", "the run's folder (relative to the working directory): checkpoint.pt, metrics.csv, "
+                          "validation.csv, run.toml, command.txt"}},
       {"train.checkpoint_every", {"", "steps between checkpoints (0 = only at the end and on a stop)"}},
       {"train.log_every", {"", "steps between progress lines when not on a terminal"}},
       {"train.val_every", {"", "steps between validations (0 = at each epoch's end)"}},
@@ -82,7 +84,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"train.scale_growth", {"", "fp16-mixed: scale factor after scale_interval finite steps"}},
       {"train.scale_backoff", {"", "fp16-mixed: scale factor after a non-finite step"}},
       {"train.scale_interval", {"", "fp16-mixed: finite steps before the scale grows"}},
-      {"train.init_from", {"", "checkpoint whose weights start this run (\"\" = none)"}},
+      {"train.init_from", {"", "checkpoint whose weights start this run (\"\" = none; relative to the run file's "
+                            "folder); one of which no tensor fits the model is an error"}},
       {"train.strict", {"", "init_from: every name must match"}},
       {"train.freeze", {"", "glob patterns of parameter names to freeze"}},
       {"train.frozen_lr_scale", {"", "lr multiplier of frozen groups (0 = frozen)"}},
@@ -161,7 +164,16 @@ std::string config_keys_markdown() {
       "models/<name>/<name>_options.cpp) by `wxtrain config-keys --markdown`; the CTest\n"
       "`docs.config_keys` fails when the two differ. A model reads only its own [model] keys; those of\n"
       "another model are accepted and ignored. Regenerate it with\n\n"
-      "    build/cli/wxtrain config-keys --markdown > docs/config.md\n";
+      "    build/cli/wxtrain config-keys --markdown > docs/config.md\n\n"
+      "**Paths.** The files a run reads (`data.sources.file`, `data.static.file`, `train.init_from`)\n"
+      "resolve against the run file's folder when relative, so a run file works from any directory;\n"
+      "given with `--set` they resolve against the working directory. `train.out_dir`, an output, is\n"
+      "relative to the working directory. Checkpoints and `<out_dir>/run.toml` record the paths\n"
+      "absolute, so `wxtrain forecast` finds the data from anywhere.\n\n"
+      "**Exit codes** (README, \"Exit codes\"): 0 done; 1 the work failed (data, a write, memory);\n"
+      "2 the input is wrong (a run-file key or value, a duration or date, a command-line argument, a\n"
+      "checkpoint that does not fit the run file); 3 the answer is no (`estimate` fits no GPU asked\n"
+      "about, `profile --threshold` FAIL).\n";
   // Sections in the order the parser reads them, [[data.sources]] after the rest of [data].
   std::vector<ConfigKey> keys = config_keys();
   auto section_of = [](const ConfigKey& k) { return k.key.substr(0, k.key.rfind('.')); };

@@ -1,8 +1,11 @@
 #include "core/run_file_text.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <sys/stat.h>
 
 #include "core/atomic_file.h"
 #include "core/config_reader.h"
@@ -11,6 +14,9 @@
 namespace wxtrain {
 
 std::string read_run_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw ConfigError(path + ": is a folder; expected a run file (TOML), e.g. configs/storm_unet.toml");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open the run file (does it exist?)");
   std::ostringstream s;
@@ -62,7 +68,71 @@ std::string set_value_in_text(const std::string& text, const std::string& sectio
   return out;
 }
 
+// Byte offset of a toml++ source position (1-based line and column, the column in code points).
+size_t offset_of(const std::string& text, const toml::source_position& at) {
+  size_t offset = 0;
+  for (toml::source_index line = 1; line < at.line && offset < text.size(); ++line) {
+    const size_t newline = text.find('\n', offset);
+    if (newline == std::string::npos) return text.size();
+    offset = newline + 1;
+  }
+  for (toml::source_index column = 1; column < at.column && offset < text.size(); ++column) {
+    ++offset;  // past one code point: its lead byte and its continuation bytes
+    while (offset < text.size() && (static_cast<unsigned char>(text[offset]) & 0xC0) == 0x80) ++offset;
+  }
+  return offset;
+}
+
 }  // namespace
+
+std::string absolute_paths_in_text(const std::string& text, const std::string& folder) {
+  namespace fs = std::filesystem;
+  const toml::table root = parse_toml(text, "run file");
+  std::vector<const toml::node*> paths;  // the string values that name a file the run reads
+  auto add = [&](const toml::node* n) {
+    if (n && n->is_string() && !n->as_string()->get().empty() && !fs::path(n->as_string()->get()).is_absolute())
+      paths.push_back(n);
+  };
+  for (const char* list : {"sources", "static"})
+    if (const toml::array* a = root.at_path(std::string("data.") + list).as_array())
+      for (const auto& entry : *a)
+        if (const toml::table* t = entry.as_table()) add(t->get("file"));
+  add(root.at_path("train.init_from").node());
+  // Replaced from the last to the first, so the earlier offsets stay valid.
+  std::sort(paths.begin(), paths.end(), [&](const toml::node* a, const toml::node* b) {
+    return offset_of(text, a->source().begin) > offset_of(text, b->source().begin);
+  });
+  std::string out = text;
+  for (const toml::node* n : paths) {
+    const size_t begin = offset_of(text, n->source().begin), end = offset_of(text, n->source().end);
+    const std::string absolute = (fs::path(folder) / n->as_string()->get()).lexically_normal().string();
+    out.replace(begin, end - begin, toml_text(absolute));
+  }
+  parse_toml(out, "run file");  // never hand on a text that does not read back
+  return out;
+}
+
+std::vector<std::string> absolute_paths_in_overrides(const std::vector<std::string>& overrides) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || o.substr(0, eq) != "train.init_from") {
+      out.push_back(o);
+      continue;
+    }
+    std::string value = o.substr(eq + 1);
+    try {
+      const toml::table t = toml::parse("v = " + value);
+      if (const auto s = t["v"].value<std::string>()) value = *s;
+    } catch (const toml::parse_error&) {
+      // a bare path such as ckpt/checkpoint.pt, as --set reads it
+    }
+    if (!value.empty() && !fs::path(value).is_absolute()) value = (fs::current_path() / value).lexically_normal().string();
+    out.push_back("train.init_from=" + toml_text(value));
+  }
+  return out;
+}
 
 void write_config_value(const std::string& path, const std::string& section, const std::string& key,
                         const std::string& toml_value) {

@@ -25,7 +25,15 @@ std::string apply_overrides_to_text(const std::string& toml_text, const std::vec
 std::vector<std::pair<std::string, std::string>> flatten_run_file(const std::string& toml_text,
                                                                   const std::string& source_name);
 
-// The whole text of a run file; a ConfigError naming it when it cannot be opened.
+// The whole text of a run file; a ConfigError naming it when it cannot be opened or is a folder.
 std::string read_run_file(const std::string& path);
+
+// The run file's text with the relative paths of what the run reads (data.sources.file,
+// data.static.file, train.init_from) made absolute against `folder` (the run file's), the rest kept
+// as written: what a checkpoint embeds and run.toml records, so `forecast` from another directory,
+// or a run started again from run.toml, reads the same files.
+std::string absolute_paths_in_text(const std::string& text, const std::string& folder);
+// --set values of those keys (train.init_from) made absolute against the working directory.
+std::vector<std::string> absolute_paths_in_overrides(const std::vector<std::string>& overrides);
 
 }  // namespace wxtrain

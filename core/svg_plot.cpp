@@ -96,6 +96,16 @@ Axis make_axis(Range r, const Style& style, bool zero_floor, double headroom) {
   return axis;
 }
 
+// Estimated widths of text as drawn (sans-serif, no font metrics at hand): an average glyph of the
+// 12 px labels, and of the 15 px bold title. A legend or title wider than its plots widens the
+// page, so nothing is cut off at the right edge.
+constexpr double kCharWidth = 7.0, kTitleCharWidth = 9.0;
+double text_width(const std::string& text, double per_char = kCharWidth) {
+  return per_char * static_cast<double>(text.size());
+}
+// A legend entry: a 20 px line, 4 px, then the label.
+double legend_entry_width(const Series& s) { return 24 + text_width(s.label); }
+
 void legend_entry(std::ostream& o, const Series& s, double x, double y) {
   o << "<line x1=\"" << x << "\" y1=\"" << y << "\" x2=\"" << x + 20 << "\" y2=\"" << y << "\" stroke=\"" << s.color
     << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << "/><text x=\"" << x + 24
@@ -167,8 +177,10 @@ void open_svg(std::ostringstream& o, double width, double height, const std::str
 }  // namespace
 
 std::string render_svg(const PlotSpec& plot) {
-  const double width = 760, height = 440;
-  const Frame f{70, 40, width - 70 - 180, height - 40 - 50};
+  const double height = 440;
+  const Frame f{70, 40, 760 - 70 - 180, height - 40 - 50};
+  double width = std::max(760.0, 10 + text_width(plot.title, kTitleCharWidth) + 10);
+  for (const Series& s : plot.series) width = std::max(width, f.x + f.width + 12 + legend_entry_width(s) + 10);
   std::ostringstream o;
   open_svg(o, width, height, plot.title);
   draw_plot(o, plot, f, kSinglePlot, /*titled=*/false);
@@ -182,20 +194,24 @@ std::string render_svg(const FigureSpec& figure) {
   constexpr double kPlotW = 270, kPlotH = 200, kHeader = 64;
   size_t columns = 0;
   for (const auto& row : figure.rows) columns = std::max(columns, row.size());
-  const double width = static_cast<double>(columns) * kPlotW + 20;
-  const double height = kHeader + static_cast<double>(figure.rows.size()) * kPlotH + 10;
-  std::ostringstream o;
-  open_svg(o, width, height, figure.title);
   std::vector<const Series*> legend;
   for (const auto& row : figure.rows)
     for (const PlotSpec& plot : row)
       for (const Series& s : plot.series)
         if (std::none_of(legend.begin(), legend.end(), [&](const Series* l) { return l->label == s.label; }))
           legend.push_back(&s);
+  // The page is as wide as the plots, the legend in one line and the title, whichever is widest.
+  double legend_width = 10;
+  for (const Series* s : legend) legend_width += legend_entry_width(*s) + 16;
+  const double width = std::max({static_cast<double>(columns) * kPlotW + 20, legend_width,
+                                 10 + text_width(figure.title, kTitleCharWidth) + 10});
+  const double height = kHeader + static_cast<double>(figure.rows.size()) * kPlotH + 10;
+  std::ostringstream o;
+  open_svg(o, width, height, figure.title);
   double x = 10;
   for (const Series* s : legend) {
     legend_entry(o, *s, x, 44);
-    x += 40 + 7.0 * static_cast<double>(s->label.size());
+    x += legend_entry_width(*s) + 16;
   }
   for (size_t r = 0; r < figure.rows.size(); ++r) {
     for (size_t c = 0; c < figure.rows[r].size(); ++c) {

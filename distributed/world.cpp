@@ -90,7 +90,7 @@ int run_or_abort(const std::function<int()>& body) {
   try {
     return body();
   } catch (const ConfigError& e) {
-    abort_world(e.what(), 2);
+    abort_world(e.what(), kExitBadInput);
   } catch (const c10::Error& e) {
     abort_world(e.what_without_backtrace());  // a message, not LibTorch's C++ stack
   } catch (const std::exception& e) {

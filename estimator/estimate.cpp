@@ -146,12 +146,19 @@ std::vector<MemorySaver> memory_savers(const RunConfig& config, int64_t world_si
   return savers;
 }
 
-std::string ways_to_save_memory(const RunConfig& config, int64_t batch) {
+std::string ways_to_save_memory(const RunConfig& config, int64_t batch, Mode mode) {
   std::vector<std::string> ways;
-  // The savers of one rank; ZeRO, which needs more of them, comes last.
-  for (const MemorySaver& saver : memory_savers(config, /*world_size=*/1)) ways.push_back(saver.setting);
-  if (batch > 1) ways.push_back("a smaller batch");
-  ways.push_back("distributed.zero_stage with more ranks");
+  if (mode == Mode::kInference) {
+    // A forward pass holds the weights and one step's activations: their precision and the batch.
+    if (config.train.precision != Precision::kBf16) ways.push_back("train.precision = \"bf16\"");
+    if (batch > 1) ways.push_back("a smaller batch");
+    ways.push_back("a GPU with more memory");
+  } else {
+    // The savers of one rank; ZeRO, which needs more of them, comes last.
+    for (const MemorySaver& saver : memory_savers(config, /*world_size=*/1)) ways.push_back(saver.setting);
+    if (batch > 1) ways.push_back("a smaller batch");
+    ways.push_back("distributed.zero_stage with more ranks");
+  }
   std::string out;
   for (size_t i = 0; i < ways.size(); ++i) out += (i == 0 ? "" : i + 1 == ways.size() ? ", or " : ", ") + ways[i];
   return out;

@@ -88,7 +88,9 @@ struct MemorySaver {
 std::vector<MemorySaver> memory_savers(const RunConfig& config, int64_t world_size);
 
 // For a run that fits nowhere: the settings that would make it smaller ("train.checkpointing =
-// true, a smaller batch, or ..."), leaving out what it already does.
-std::string ways_to_save_memory(const RunConfig& config, int64_t batch);
+// true, a smaller batch, or ..."), leaving out what it already does. In inference (`estimate --mode
+// inference`, a forecast) only what changes a forward pass: checkpointing, rollout checkpointing and
+// ZeRO save nothing there (no backward, no gradients or optimizer state to shard).
+std::string ways_to_save_memory(const RunConfig& config, int64_t batch, Mode mode = Mode::kTrain);
 
 }  // namespace wxtrain::estimator

@@ -56,6 +56,15 @@ std::optional<GpuSpec> find_gpu(const std::string& name) {
   return std::nullopt;
 }
 
+std::vector<GpuSpec> common_gpus() {
+  static const std::vector<std::string> names = {"T4", "A10G", "V100", "A100-40", "L40S", "A100-80", "H100", "H200", "B200"};
+  std::vector<GpuSpec> out;
+  for (const auto& g : gpu_catalog())
+    for (const auto& name : names)
+      if (g.name == name) out.push_back(g);
+  return out;
+}
+
 std::string gpu_names() {
   std::string out;
   for (const auto& g : gpu_catalog()) out += (out.empty() ? "" : ", ") + g.name;

@@ -25,5 +25,8 @@ const std::vector<GpuSpec>& gpu_catalog();
 // Case-insensitive, ignoring spaces, dashes and "GB"; nullopt when unknown.
 std::optional<GpuSpec> find_gpu(const std::string& name);
 std::string gpu_names();  // comma-separated, for error messages
+// The GPUs people rent most for training, one line each in `estimate --svg` when no --gpu or
+// --memory is given: T4 16GB to B200 180GB, in the catalog's order.
+std::vector<GpuSpec> common_gpus();
 
 }  // namespace wxtrain::estimator

@@ -1,5 +1,6 @@
 #include "trainer/channel_transfer.h"
 
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -113,7 +114,9 @@ std::string ChannelTransferReport::summary() const {
   if (!initialised.empty()) s += " (" + list(initialised) + ")";
   s += ", " + std::to_string(unexpected.size()) + " unexpected";
   if (!unexpected.empty()) s += " (" + list(unexpected) + ")";
-  return s + "\n";
+  char share[32];
+  std::snprintf(share, sizeof share, "%.1f%%", 100.0 * loaded_share);
+  return s + "; " + share + " of the model's values come from the checkpoint\n";
 }
 
 ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const TensorMap& weights,
@@ -208,13 +211,25 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
     if (!own.count(name)) report.unexpected.push_back(name);
 
   if (!shape_errors.empty())
-    throw Error(source + ": weights do not fit this model: " + list(shape_errors) +
-                " — is [model] the same architecture as the checkpoint's?");
+    throw ConfigError(source + ": weights do not fit this model: " + list(shape_errors) +
+                      " — is [model] the same architecture as the checkpoint's? (" + kStrictLoadRemedy + ")");
   if (strict && (!missing_reasons.empty() || !report.unexpected.empty()))
     throw ConfigError(source + ": strict loading failed: missing " +
                       (missing_reasons.empty() ? "none" : list(missing_reasons)) + "; unexpected " +
-                      (report.unexpected.empty() ? "none" : list(report.unexpected)) +
-                      " (set train.strict = false to load what matches)");
+                      (report.unexpected.empty() ? "none" : list(report.unexpected)) + " (" + kStrictLoadRemedy + ")");
+  // Loading nothing would train from scratch while the user believes it fine-tunes.
+  if (report.loaded.empty() && report.remapped.empty())
+    throw ConfigError(source + ": no tensor of the checkpoint fits this model (the checkpoint has " +
+                      (report.unexpected.empty() ? "none that the model lacks" : list(report.unexpected)) +
+                      "; the model has " + list(report.initialised) +
+                      "): is [model] the architecture the checkpoint was trained with? Fine-tuning needs the "
+                      "same model.name and sizes; only the channels may differ");
+
+  int64_t total = 0, carried = 0;
+  for (const auto& [name, t] : own) total += t.numel();
+  for (const auto& name : report.loaded) carried += own[name].numel();
+  for (const auto& name : report.remapped) carried += own[name].numel();
+  report.loaded_share = total > 0 ? static_cast<double>(carried) / static_cast<double>(total) : 1.0;
 
   for (const auto& name : report.loaded) own[name].copy_(weights.at(name));
   for (const auto& name : report.remapped) {

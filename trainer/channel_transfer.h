@@ -22,11 +22,16 @@ struct ChannelTransferReport {
   std::vector<std::string> initialised;  // left at their fresh init: absent from the checkpoint, or
                                          // channel-indexed with no channel in common
   std::vector<std::string> unexpected;   // in the checkpoint, not in the model
+  // The share of the model's values (elements of its parameters and buffers) in tensors loaded or
+  // remapped; a remapped tensor counts whole.
+  double loaded_share = 0;
   // A few lines for the terminal:
   //   input channels: 12 matched, 1 new (insolation@t+1), 0 dropped
   //   output channels: 6 matched, 1 new (tp), 0 dropped
-  //   tensors: 40 loaded, 3 remapped, 0 initialised, 0 unexpected
+  //   tensors: 40 loaded, 3 remapped, 0 initialised, 0 unexpected; 100.0% of the model's values come from the checkpoint
   std::string summary() const;
+  // Under this share of the model's values from the checkpoint, a fine-tuning run says so loudly.
+  static constexpr double kFewLoaded = 0.5;
 };
 
 // Copies `weights` (a checkpoint's model TensorMap) into `model`, which must have been built for
@@ -35,9 +40,10 @@ struct ChannelTransferReport {
 // the channels present in both lists (by name), and the rest keep their initialisation.
 //
 // `strict` (train.strict): any parameter that is neither loaded nor remapped, or an unexpected name,
-// is a ConfigError listing them; without, they are reported. A shape mismatch on anything else — or
+// is a ConfigError listing them; without, they are reported. A transfer that would load no tensor at
+// all (another architecture) is a ConfigError either way. A shape mismatch on anything else — or
 // a channel-indexed parameter whose other dimensions differ, or whose channel dimension does not
-// hold the listed channels — is always an Error naming it and both shapes: silently skipping it
+// hold the listed channels — is always a ConfigError naming it and both shapes: silently skipping it
 // would train a different model than the user thinks. Channel names must be unique within each list
 // and the new lists must match the model's shape (else ConfigError). Nothing is copied when it throws.
 //

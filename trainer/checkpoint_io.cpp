@@ -377,7 +377,7 @@ TensorMap model_weights(const models::WeatherModelImpl& model) {
 }
 
 WeightLoadReport load_weights(models::WeatherModelImpl& model, const TensorMap& weights, bool strict,
-                              const std::string& source) {
+                              const std::string& source, const std::string& remedy) {
   WeightLoadReport report;
   torch::NoGradGuard no_grad;
   std::vector<std::string> shape_errors;
@@ -404,12 +404,12 @@ WeightLoadReport load_weights(models::WeatherModelImpl& model, const TensorMap& 
     return s;
   };
   if (!shape_errors.empty())
-    throw Error(source + ": weights do not fit this model: " + list(shape_errors) +
-                " — is [model] the same architecture as the checkpoint's?");
+    throw ConfigError(source + ": weights do not fit this model: " + list(shape_errors) +
+                      " — is [model] the same architecture as the checkpoint's? (" + remedy + ")");
   if (strict && (!report.missing.empty() || !report.unexpected.empty()))
-    throw Error(source + ": strict loading failed: missing " + (report.missing.empty() ? "none" : list(report.missing)) +
-                "; unexpected " + (report.unexpected.empty() ? "none" : list(report.unexpected)) +
-                " (set train.strict = false to load what matches)");
+    throw ConfigError(source + ": strict loading failed: missing " + (report.missing.empty() ? "none" : list(report.missing)) +
+                      "; unexpected " + (report.unexpected.empty() ? "none" : list(report.unexpected)) + " (" +
+                      remedy + ")");
   for (const auto& name : report.loaded) own[name].copy_(weights.at(name));
   return report;
 }

@@ -66,8 +66,11 @@ struct WeightLoadReport {
 };
 // Copies `weights` into the model. Strict: any missing or unexpected name, or a shape mismatch, is
 // an error listing them. Non-strict: loads what matches and reports the rest (shape mismatches are
-// always errors: silently skipping them would train a different model than the user thinks).
+// always errors: silently skipping them would train a different model than the user thinks). The
+// errors are ConfigErrors (exit 2: the checkpoint does not fit the run file), nothing copied; they
+// end with `remedy`, what the caller's user can do about it.
+inline const char* const kStrictLoadRemedy = "set train.strict = false to load what matches";
 WeightLoadReport load_weights(models::WeatherModelImpl& model, const TensorMap& weights, bool strict,
-                              const std::string& source);
+                              const std::string& source, const std::string& remedy = kStrictLoadRemedy);
 
 }  // namespace wxtrain::trainer

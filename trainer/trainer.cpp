@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -123,7 +124,7 @@ void record_run(const RunConfig& config, const RunSource& source, const TrainOpt
   const std::string stamp = utc_now();
   write_file_atomically(in_out_dir(config, "run.toml"),
                         "# The run file of the run in this folder (from " + config.path + ", " + stamp +
-                            "), with its --set values written in.\n" +
+                            "), with its --set values written in and the paths it reads made absolute.\n" +
                             apply_overrides_to_text(source.text, source.overrides));
   if (options.command_line.empty()) return;
   const std::string path = in_out_dir(config, "command.txt");
@@ -379,6 +380,55 @@ std::string after_write_failure(const Run& run) {
 
 // ---- The setup: everything the loop needs, built once, and the run's header. ----
 
+// A run whose validation split holds no sample writes no validation.csv and no scores. When the
+// run file asked for validation (data.val_fraction, data.val_period or train.val_lead_steps set) that
+// is an error; with the defaults a warning at the start; both say what the split holds and what to
+// change. data.val_fraction = 0 turns validation off, and is said once.
+void no_validation_samples(const Run& run, int64_t val_leads) {
+  const RunConfig& c = run.config;
+  const DataConfig& d = c.data;
+  if (d.val_period.empty() && d.val_fraction_set && d.val_fraction == 0) {
+    if (run.is_root()) std::cerr << "validation: off (data.val_fraction = 0)\n";
+    return;
+  }
+  const data::TimeSplit& split = *run.val_split;
+  const int64_t states = split.end(data::Split::kValidation) - split.begin(data::Split::kValidation);
+  const int64_t needed = d.history + val_leads, total = run.dataset->time_axis().size();
+  const std::string leads = c.train.val_lead_steps > 0 ? "train.val_lead_steps = " + std::to_string(val_leads)
+                                                       : "the longest training rollout, " + std::to_string(val_leads);
+  std::string holds;
+  if (!d.val_period.empty()) {
+    holds = "data.val_period = [\"" + d.val_period[0] + "\", \"" + d.val_period[1] + "\"] holds " +
+            std::to_string(states) + " state(s)";
+  } else {
+    char share[32];
+    std::snprintf(share, sizeof share, "%g", d.val_fraction);
+    holds = "the trailing data.val_fraction = " + std::string(share) + (d.val_fraction_set ? "" : " (the default)") +
+            " of the " + std::to_string(total) + " states holds " + std::to_string(states);
+  }
+  std::string why = holds + ", but a validation sample needs " + std::to_string(needed) + " consecutive states (data.history " +
+                    std::to_string(d.history) + " + " + leads + ")";
+  if (states >= needed) why += "; gaps in the time axis break every window there";
+  std::string change;
+  if (!d.val_period.empty()) {
+    change = "widen data.val_period";
+  } else {
+    const double fraction = std::ceil(100.0 * static_cast<double>(needed) / static_cast<double>(total)) / 100.0;
+    char share[32];
+    std::snprintf(share, sizeof share, "%g", fraction);
+    change = "raise data.val_fraction (" + std::string(share) + " holds " + std::to_string(needed) +
+             " states) or give data.train_period and data.val_period";
+  }
+  change += ", or lower train.val_lead_steps";
+  const bool asked = !d.val_period.empty() || d.val_fraction_set || c.train.val_lead_steps_set;
+  if (asked)
+    throw ConfigError(c.path + ": the run asks for validation but gets no validation sample: " + why + "; " + change +
+                      " (data.val_fraction = 0 trains without validation)");
+  if (run.is_root())
+    std::cerr << "warning: no validation: " << why << ", so this run writes no validation.csv and no scores; " << change
+              << "\n";
+}
+
 // The training and validation windows, and the climatology of the days validation scores (each
 // valid time of each lead), computed from the training split.
 void split_samples(Run& run) {
@@ -389,6 +439,7 @@ void split_samples(Run& run) {
   run.val_split.emplace(axis, c.data, data::SampleWindow{c.data.history, val_leads});
   if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split, *run.val_split) << "\n";
   run.val_times = run.val_split->sample_times(data::Split::kValidation);
+  if (run.val_times.empty()) no_validation_samples(run, val_leads);
   std::vector<int64_t> valid_seconds;
   if (axis.has_dates)
     for (int64_t s0 : run.val_times)
@@ -461,7 +512,14 @@ torch::Tensor residual_scale_for(const Run& run) {
 ModelInit weight_init(const Run& run, const StartingPoint& from) {
   if (from.resume_from)
     return [&run, &from](models::WeatherModelImpl& m) {
-      load_weights(m, from.resume_from->model, true, checkpoint_path(run.config));
+      // train.strict is about init_from: a resumed run continues the same model, so the remedy is
+      // the checkpoint's own [model], or a new run that starts from its weights.
+      const std::string& dir = run.config.train.out_dir;
+      load_weights(m, from.resume_from->model, true, checkpoint_path(run.config),
+                   "--resume continues the run in " + dir + " exactly, so [model] must be the one it was trained with (model.name = \"" +
+                       from.resume_from->model_name + "\"; its run file is " + (fs::path(dir) / "run.toml").string() +
+                       "); to train another [model] from these weights, start a new run with train.init_from = \"" +
+                       checkpoint_path(run.config) + "\" (and train.strict = false to load what matches)");
     };
   if (!from.init_from) return {};
   return [&run, &from](models::WeatherModelImpl& m) {
@@ -477,7 +535,16 @@ ModelInit weight_init(const Run& run, const StartingPoint& from) {
         if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << line << "\n";
     auto report = transfer_weights(m, weights, old_channels.inputs, old_channels.outputs,
                                    run.layout.input_names(), run.layout.output_names(), t.strict, t.init_from);
-    if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
+    if (!run.is_root()) return;
+    std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
+    if (report.loaded_share < ChannelTransferReport::kFewLoaded) {
+      char share[32];
+      std::snprintf(share, sizeof share, "%.1f%%", 100.0 * report.loaded_share);
+      std::cerr << "warning: init_from " << t.init_from << " loaded only " << share
+                << " of the model's values (" << report.loaded.size() + report.remapped.size() << " of "
+                << report.loaded.size() + report.remapped.size() + report.initialised.size()
+                << " tensors); the rest start from scratch: is [model] the checkpoint's?\n";
+    }
   };
 }
 

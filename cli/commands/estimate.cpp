@@ -27,6 +27,8 @@ struct EstimateArgs {
   bool json = false;
   int64_t batch = 0;
   int64_t world_size = 0;
+  CLI::Option* batch_option = nullptr;       // given at all: then it must be 1 or more
+  CLI::Option* world_size_option = nullptr;
 };
 
 nlohmann::json breakdown_json(const estimator::Breakdown& b) {
@@ -35,7 +37,11 @@ nlohmann::json breakdown_json(const estimator::Breakdown& b) {
           {"overhead_bytes", b.overhead}, {"total_bytes", b.total()}};
 }
 
-void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFit>& targets, const std::string& path) {
+// Memory against batch size: the CPU and GPU totals with their overheads (the GPU's for `column_gpu`,
+// named in the legend) and a dashed line at each GPU's capacity: the GPUs asked about, else the
+// common ones (estimator::common_gpus).
+void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFit>& targets,
+                const estimator::GpuSpec& column_gpu, const std::string& path) {
   PlotSpec plot;
   plot.title = "wxtrain estimate: " + e.config.model.name + " (" + to_string(e.config.train.precision) +
                (e.config.train.checkpointing || e.config.train.rollout_checkpointing
@@ -46,19 +52,21 @@ void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFi
   plot.y_label = "memory per rank (GiB)";
   int64_t top = std::max<int64_t>(e.batch() * 2, 8);
   for (const auto& t : targets) top = std::max(top, std::min<int64_t>(t.max_batch + t.max_batch / 4, 4096));
-  Series cpu{"CPU (with overhead)"}, gpu{"GPU (with overhead)"};
+  Series cpu{"CPU (with overhead)"}, gpu{"GPU (with the overhead of a " + column_gpu.label + ")"};
   gpu.color = "#d62728";
   for (int64_t b = 1; b <= top; b += std::max<int64_t>(1, top / 64)) {
     cpu.x.push_back(b);
     cpu.y.push_back(e.cpu_breakdown(b).total() / kGiB);
     gpu.x.push_back(b);
-    gpu.y.push_back(e.breakdown(b, targets.empty() ? std::nullopt : std::optional(targets[0].gpu)).total() / kGiB);
+    gpu.y.push_back(e.breakdown(b, column_gpu).total() / kGiB);
   }
   plot.series = {cpu, gpu};
-  const char* colors[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
-  for (size_t i = 0; i < targets.size() && i < 5; ++i) {
+  const char* colors[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                          "#bcbd22", "#17becf", "#1f77b4", "#ff7f0e"};
+  for (size_t i = 0; i < targets.size(); ++i) {
     Series cap{targets[i].gpu.label, {1.0, static_cast<double>(top)},
-               {targets[i].gpu.memory_bytes / kGiB, targets[i].gpu.memory_bytes / kGiB}, colors[i], true};
+               {targets[i].gpu.memory_bytes / kGiB, targets[i].gpu.memory_bytes / kGiB},
+               colors[i % (sizeof colors / sizeof colors[0])], true};
     plot.series.push_back(cap);
   }
   write_file_atomically(path, render_svg(plot));
@@ -74,9 +82,14 @@ int run_estimate(const EstimateArgs& args) {
   options.analytic = args.analytic;
   options.force_trace = args.trace;
   if (args.analytic && args.trace) throw ConfigError("--analytic and --trace: choose one");
+  // Numbers on the command line are held to the rules of the run file's.
+  if (args.batch_option->count() && args.batch < 1)
+    throw ConfigError("--batch " + std::to_string(args.batch) + " is out of range: expected a micro-batch of 1 or more");
+  if (args.world_size_option->count() && args.world_size < 1)
+    throw ConfigError("--world-size " + std::to_string(args.world_size) + " is out of range: expected 1 or more ranks");
   options.world_size = args.world_size > 0 ? args.world_size
                        : config.distributed.world_size > 0 ? config.distributed.world_size : 1;
-  if (args.batch > 0) options.batch = args.batch;
+  if (args.batch_option->count()) options.batch = args.batch;
 
   std::vector<estimator::GpuSpec> targets;
   if (!args.gpu.empty()) {
@@ -104,8 +117,18 @@ int run_estimate(const EstimateArgs& args) {
   const int64_t batch = e.batch();
   const auto cpu = e.cpu_breakdown(batch);
   const estimator::CpuOverhead cpu_overhead = e.cpu_overhead();
-  const auto gpu = e.breakdown(batch, targets.empty() ? std::optional(estimator::gpu_catalog().back()) : std::optional(targets[0]));
-  if (!args.svg.empty()) write_plot(e, fits, args.svg);
+  // The table's GPU column prices the overhead of one GPU: the first asked about, else the catalog's
+  // last (a large CUDA board); its header names it.
+  const estimator::GpuSpec column_gpu = targets.empty() ? estimator::gpu_catalog().back() : targets[0];
+  const auto gpu = e.breakdown(batch, column_gpu);
+  if (!args.svg.empty()) {
+    std::vector<estimator::GpuFit> drawn = fits;
+    if (targets.empty()) {
+      drawn.clear();
+      for (const auto& g : estimator::common_gpus()) drawn.push_back(e.fit(g));
+    }
+    write_plot(e, drawn, column_gpu, args.svg);
+  }
 
   if (args.json) {
     nlohmann::json j;
@@ -123,6 +146,8 @@ int run_estimate(const EstimateArgs& args) {
     j["zero_stage"] = config.distributed.zero_stage;
     j["world_size"] = options.world_size;
     j["cpu"] = breakdown_json(cpu);
+    j["gpu"] = breakdown_json(gpu);  // the table's GPU column: with the overhead of gpu_column
+    j["gpu_column"] = column_gpu.name;
     j["activation_bytes_per_sample"] = e.activations.per_sample();
     // The CPU column's overhead (cpu.overhead_bytes at the batch): resident bytes outside the
     // counting allocator, a fixed part measured in this process and a per-sample part.
@@ -146,7 +171,7 @@ int run_estimate(const EstimateArgs& args) {
               << "method     " << e.method << ", " << std::fixed;
     std::printf("%.2f s\n\n", seconds);
     std::cout.flush();
-    Table t({"memory per rank", "CPU", "GPU (with overhead)"}, {false, true, true});
+    Table t({"memory per rank", "CPU", "GPU: " + column_gpu.label}, {false, true, true});
     t.add({"parameters", format_bytes(cpu.params), format_bytes(gpu.params)});
     t.add({"gradients", format_bytes(cpu.grads), format_bytes(gpu.grads)});
     t.add({"optimizer state", format_bytes(cpu.optimizer), format_bytes(gpu.optimizer)});
@@ -167,10 +192,10 @@ int run_estimate(const EstimateArgs& args) {
   if (!any_fits) {
     std::cerr << "error: at micro-batch " << batch << " this run needs " << format_gib(gpu.total(), 2)
               << " GiB per rank and fits " << (targets.empty() ? "no GPU in the catalog" : "none of the given targets")
-              << "; try " << estimator::ways_to_save_memory(config, batch) << "\n";
-    return 1;
+              << "; try " << estimator::ways_to_save_memory(config, batch, options.mode) << "\n";
+    return kExitNo;  // an answer, not a failure: the run was estimated
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
@@ -182,12 +207,15 @@ Action add_estimate_command(CLI::App& app) {
   cmd->add_option("--gpu", args->gpu, "one GPU from the catalog (T4, A100-80, H100, ...)");
   cmd->add_option("--memory", args->memory, "a device of this size instead of the catalog, e.g. 24GiB");
   cmd->add_option("--mode", args->mode, "train (default) or inference (forecast only)");
-  cmd->add_option("--batch", args->batch, "micro-batch to report (default train.batch_size)");
-  cmd->add_option("--world-size", args->world_size, "ranks for ZeRO sharding (default distributed.world_size or 1)");
+  args->batch_option = cmd->add_option("--batch", args->batch, "micro-batch to report (default train.batch_size)");
+  args->world_size_option =
+      cmd->add_option("--world-size", args->world_size, "ranks for ZeRO sharding (default distributed.world_size or 1)");
   cmd->add_flag("--analytic", args->analytic, "formulas instead of tracing (for models too large to trace here)");
   cmd->add_flag("--trace", args->trace, "trace the real step even when it is large (slow)");
   cmd->add_flag("--json", args->json, "machine-readable output");
-  cmd->add_option("--svg", args->svg, "write a plot of memory against batch size to this SVG file");
+  cmd->add_option("--svg", args->svg,
+                  "write a plot of memory against batch size to this SVG file, with the capacity of the GPUs "
+                  "given (--gpu, --memory) or of the common ones");
   return [args]() { return run_estimate(*args); };
 }
 

@@ -1,8 +1,10 @@
 // `wxtrain tune-batch`: the largest micro-batch that trains within the memory budget, by real probes
 // of the training step (autotune/batch_search.h), printed as a table or --json, optionally written
 // back into the run file.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/run_setup.h"
 #include "cli/table.h"
+#include "core/config_reader.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/run_file_text.h"
@@ -20,13 +23,16 @@ namespace wxtrain::cli {
 
 namespace {
 
+// A number flag not given keeps the run file's value; one given is checked like it.
+constexpr int64_t kNotGiven = INT64_MIN;
+
 struct TuneArgs {
   RunOptions run;
   std::string memory_limit;
-  double margin = -1;
-  int64_t multiple_of = 0;
-  int64_t max_batch = 0;
-  int64_t probe_steps = 0;
+  double margin = std::numeric_limits<double>::quiet_NaN();  // NaN: not given
+  int64_t multiple_of = kNotGiven;
+  int64_t max_batch = kNotGiven;
+  int64_t probe_steps = kNotGiven;
   bool write = false;
   bool tensors_only = false;
   bool json = false;
@@ -46,22 +52,22 @@ void apply_flags(const TuneArgs& args, RunConfig& config) {
       throw ConfigError("--memory-limit " + args.memory_limit + ": expected a size such as 24GiB or 512MiB");
     config.memory.limit = *bytes;
   }
-  if (args.margin >= 0) {
-    if (args.margin > 0.9) throw ConfigError("--margin " + std::to_string(args.margin) + ": expected 0 to 0.9 (0.1 = keep 10% free)");
+  if (!std::isnan(args.margin)) {
+    if (!(args.margin >= 0 && args.margin <= 0.9))
+      throw ConfigError("--margin " + toml_text(args.margin) + " is out of range: expected 0 to 0.9 (0.1 = keep 10% free)");
     config.memory.margin = args.margin;
   }
-  if (args.multiple_of != 0) {
-    if (args.multiple_of < 1) throw ConfigError("--multiple-of " + std::to_string(args.multiple_of) + ": expected 1 or more");
-    config.memory.multiple_of = args.multiple_of;
-  }
-  if (args.max_batch != 0) {
-    if (args.max_batch < 1) throw ConfigError("--max-batch " + std::to_string(args.max_batch) + ": expected 1 or more");
-    config.memory.max_batch = args.max_batch;
-  }
-  if (args.probe_steps != 0) {
-    if (args.probe_steps < 1) throw ConfigError("--probe-steps " + std::to_string(args.probe_steps) + ": expected 1 or more");
-    config.memory.probe_steps = args.probe_steps;
-  }
+  // The run file's ranges (core/config.cpp, [memory]).
+  auto count = [](const char* flag, int64_t value, int64_t max, int64_t& into) {
+    if (value == kNotGiven) return;
+    if (value < 1 || value > max)
+      throw ConfigError(std::string(flag) + " " + std::to_string(value) + " is out of range: expected 1 to " +
+                        std::to_string(max));
+    into = value;
+  };
+  count("--multiple-of", args.multiple_of, 1 << 20, config.memory.multiple_of);
+  count("--max-batch", args.max_batch, 1 << 24, config.memory.max_batch);
+  count("--probe-steps", args.probe_steps, 100, config.memory.probe_steps);
 }
 
 nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& r) {
@@ -76,6 +82,8 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
   j["baseline_bytes"] = r.baseline;
   j["multiple_of"] = r.multiple_of;
   j["max_batch"] = r.max_batch;
+  j["samples_per_rank"] = r.data_cap;  // when the training split caps the search below memory.max_batch
+  j["capped_by_data"] = r.capped_by_data();
   j["estimated_batch"] = r.estimated_batch;
   j["estimated_bytes_per_sample"] = r.estimated_slope;
   // CPU: modelled resident bytes outside the counting allocator, counted against the budget.
@@ -98,7 +106,10 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
 int run_tune(const TuneArgs& args) {
   const distributed::World& world = distributed::current_world();  // main() initialised it
   return distributed::run_or_abort([&] {
-    RunConfig config = setup_run(args.run).config;
+    SetupRequest request;
+    request.count_samples = true;  // the search never goes past what the training split fills
+    const RunSetup setup = setup_run(args.run, request);
+    RunConfig config = setup.config;
     apply_flags(args, config);
     const torch::Device device = resolve_device(config.train.device, world.local_rank);
     const bool lead = world.rank == 0;
@@ -112,6 +123,7 @@ int run_tune(const TuneArgs& args) {
 
     autotune::TuneOptions options;
     options.cpu_overhead = !args.tensors_only;
+    options.samples_per_rank = setup.samples_per_rank;
     if (lead && !args.json)
       options.on_probe = [](const autotune::Probe& p) {
         std::cout << "  probe batch " << p.batch << ": "
@@ -154,6 +166,7 @@ int run_tune(const TuneArgs& args) {
     std::cout << "micro-batch " << r.batch << " (" << r.probes.size() << " probes, " << secs(r.seconds)
               << " s); effective batch " << r.batch << " x accumulation " << r.accumulation << " x " << r.world_size
               << " rank(s) = " << r.effective_batch << "\n";
+    if (r.capped_by_data()) std::cout << autotune::describe_data_cap(r) << "\n";
     if (!r.suggestions.empty()) {
       std::cout << "\nwhat would allow more (estimated, not probed):\n";
       Table s({"change", "estimated max batch"}, {false, true});

@@ -56,4 +56,10 @@ sed -i 's/name = "unet"/name = "unte"/' unknown_model.toml
 printf '[model]\nname = "unet"\nchannels = [16, 32\n\n[train]\nbatch_size = 4\n' > malformed.toml
 # The published GraphCast fine-tuned over 12 steps: fits no GPU with per-block checkpointing alone.
 printf '[model]\npreset = "graphcast-0.25"\n[data]\nrollout_steps = 12\n[train]\nbatch_size = 1\nprecision = "bf16-mixed"\ncheckpointing = true\n' > graphcast_12_steps.toml
+# A [data] key written under [train]; a model step that is not a duration (dated six-hourly from
+# 1996-01-05 like configs/storm_unet.toml, with a unit nobody knows).
+run_file wrong_section "$src/Tstorm.cdf" t
+sed -i 's/^steps = 3$/steps = 3\nval_fraction = 0.3/' wrong_section.toml
+run_file bad_duration "$src/Tstorm.cdf" t
+sed -i 's/^val_fraction = 0.2$/val_fraction = 0.2\ntime_origin = "1996-01-05"\ntime_step = "6 hourz"/' bad_duration.toml
 echo "bad inputs in $dir"

@@ -1,8 +1,8 @@
 #!/bin/bash
 # zoo_configs_train.sh WXTRAIN PYTHON DIR CONFIG... — each bundled run file trains to the end and
 # beats persistence on every variable at its first lead (the validation table `wxtrain train`
-# prints). Run files that read the ERA5-shaped fixture (file = "build/era5_fixture/...") get the
-# fixture written into DIR by tests/data/era5_fixture.py and their paths pointed there.
+# prints). Run files that read the ERA5-shaped fixture (file = "../build/era5_fixture/...", relative
+# to configs/) get the fixture written into DIR by tests/data/era5_fixture.py and their paths pointed there.
 set -eu
 wxtrain="$1"
 python="$2"
@@ -18,7 +18,7 @@ fi
 fail=0
 for config in "$@"; do
   name="$(basename "$config" .toml)"
-  sed "s#build/era5_fixture/#$dir/era5_fixture/#g" "$config" >"$dir/$name.toml"
+  sed "s#\(\.\./\)\{0,1\}build/era5_fixture/#$dir/era5_fixture/#g" "$config" >"$dir/$name.toml"
   echo "=== $name"
   start=$SECONDS
   if ! output="$(OMP_NUM_THREADS=1 "$wxtrain" train --config "$dir/$name.toml" --set "train.out_dir=$dir/run_$name" 2>&1)"; then

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "core/config.h"
@@ -207,4 +208,49 @@ TEST(Config, OverridesWrittenIntoTheTextReproduceTheRun) {
   EXPECT_DOUBLE_EQ(recorded.memory.margin, 0.25);
   EXPECT_EQ(recorded.distributed.zero_stage, 1);
   EXPECT_EQ(recorded.model.options.as<models::ViTOptions>().patch_size, direct.model.options.as<models::ViTOptions>().patch_size);
+}
+
+// A key written in the wrong section names the section that has it ([data] here); a key no section
+// has keeps the did-you-mean of its own section.
+TEST(Config, AKeyInTheWrongSectionPointsToItsSection) {
+  const std::string text = std::string(kValid) + "val_fraction = 0.3\n";  // under [memory]
+  const std::string message = error_of(text);
+  EXPECT_NE(message.find("run.toml:20: unknown key memory.val_fraction: val_fraction belongs in [data], not in [memory]"),
+            std::string::npos)
+      << message;
+  const std::string sources = error_of(std::string(kValid) + "[train]\nfile = \"x.nc\"\n");
+  EXPECT_NE(sources.find("unknown key train.file: file belongs in [[data.sources]] or [[data.static]], not in [train]"),
+            std::string::npos)
+      << sources;
+  EXPECT_NE(error_of(std::string(kValid) + "[train]\nbatchsize = 4\n").find("did you mean 'batch_size'"), std::string::npos);
+}
+
+// The files a run reads resolve against the run file's folder, --set ones against the working
+// directory, and come out absolute; the text recorded for the checkpoint says the same.
+TEST(Config, RelativePathsResolveAgainstTheRunFilesFolder) {
+  const std::string text =
+      "[data]\n[[data.sources]]\nfile = \"data/t.nc\"  # next to the run file\nvariable = \"t\"\n"
+      "[[data.static]]\nfile = \"/abs/lsm.nc\"\nvariable = \"lsm\"\n"
+      "[train]\ninit_from = \"../pretrained/checkpoint.pt\"\nout_dir = \"runs/x\"\n";
+  const RunConfig c = parse_config(text, "/home/u/project/run.toml", {}, "/home/u/project");
+  EXPECT_EQ(c.data.sources[0].file, "/home/u/project/data/t.nc");
+  EXPECT_EQ(c.data.statics[0].file, "/abs/lsm.nc");
+  EXPECT_EQ(c.train.init_from, "/home/u/pretrained/checkpoint.pt");
+  EXPECT_EQ(c.train.out_dir, "runs/x");  // an output: relative to the working directory
+  const RunConfig set = parse_config(text, "/home/u/project/run.toml", {"train.init_from=other.pt"}, "/home/u/project");
+  EXPECT_EQ(set.train.init_from, (std::filesystem::current_path() / "other.pt").string());
+  EXPECT_EQ(run_file_folder("/home/u/project/run.toml"), "/home/u/project");
+
+  const std::string recorded = absolute_paths_in_text(text, "/home/u/project");
+  EXPECT_NE(recorded.find("file = \"/home/u/project/data/t.nc\"  # next to the run file\n"), std::string::npos) << recorded;
+  EXPECT_NE(recorded.find("init_from = \"/home/u/pretrained/checkpoint.pt\"\n"), std::string::npos) << recorded;
+  EXPECT_NE(recorded.find("file = \"/abs/lsm.nc\"\n"), std::string::npos) << recorded;
+  EXPECT_NE(recorded.find("out_dir = \"runs/x\"\n"), std::string::npos) << recorded;
+  // Read anywhere, the recorded text means the same files.
+  const RunConfig again = parse_config(recorded, "checkpoint (embedded run file)");
+  EXPECT_EQ(again.data.sources[0].file, c.data.sources[0].file);
+  EXPECT_EQ(again.train.init_from, c.train.init_from);
+  EXPECT_EQ(absolute_paths_in_overrides({"train.init_from=x.pt", "train.steps=3"}),
+            (std::vector<std::string>{"train.init_from=\"" + (std::filesystem::current_path() / "x.pt").string() + "\"",
+                                      "train.steps=3"}));
 }

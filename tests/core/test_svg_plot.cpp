@@ -80,3 +80,50 @@ TEST(SvgPlot, AFlatOrEmptyPlotStillHasAxes) {
   EXPECT_EQ(empty.find("nan"), std::string::npos);
   EXPECT_EQ(empty.find("inf"), std::string::npos);
 }
+
+namespace {
+
+double attribute(const std::string& svg, const std::string& name) {
+  const size_t at = svg.find(" " + name + "=\"");
+  return at == std::string::npos ? -1 : std::stod(svg.substr(at + name.size() + 3));
+}
+
+// The x where the text element holding exactly `text` starts (-1 when absent).
+double text_x(const std::string& svg, const std::string& text) {
+  const size_t end = svg.find(">" + text + "</text>");
+  if (end == std::string::npos) return -1;
+  const size_t at = svg.rfind("<text x=\"", end);
+  return std::stod(svg.substr(at + 9));
+}
+
+}  // namespace
+
+// validation.svg of a run with one variable: one column of small plots under a legend of three
+// forecasters and a long title; every word of them lies inside the page (7 px a glyph of the 12 px
+// labels, 9 of the 15 px title), which was 290 px wide and cut "climatology" off.
+TEST(SvgPlot, AFigureIsWideEnoughForItsLegendAndTitle) {
+  FigureSpec figure;
+  figure.title = "unet at step 120 (/home/someone/experiments/configs/storm_unet.toml)";
+  PlotSpec plot;
+  plot.title = "t RMSE";
+  plot.series = {{"model", {6, 12}, {0.5, 0.7}}, {"persistence", {6, 12}, {0.6, 0.8}, "#ff7f0e"},
+                 {"climatology", {6, 12}, {0.9, 0.9}, "#2ca02c"}};
+  figure.rows.push_back({plot});
+  const std::string svg = render_svg(figure);
+  const double width = attribute(svg, "width");
+  const double climatology = text_x(svg, "climatology");
+  ASSERT_GT(climatology, 0);
+  EXPECT_LE(climatology + 7.0 * 11, width);
+  EXPECT_LE(10 + 9.0 * static_cast<double>(figure.title.size()), width);
+}
+
+// estimate --svg: a legend entry as long as "GPU with H100 80GB's overhead" stays inside the page.
+TEST(SvgPlot, OnePlotIsWideEnoughForItsLegend) {
+  PlotSpec plot;
+  const std::string label = "GPU (with the overhead of an H100 NVL 94GB)";
+  plot.series = {{label, {1, 2}, {1, 2}}, {"T4 16GB", {1, 2}, {14.56, 14.56}, "#2ca02c", true}};
+  const std::string svg = render_svg(plot);
+  const double x = text_x(svg, label);
+  ASSERT_GT(x, 0);
+  EXPECT_LE(x + 7.0 * static_cast<double>(label.size()), attribute(svg, "width"));
+}

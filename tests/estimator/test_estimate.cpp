@@ -158,6 +158,12 @@ TEST(Estimate, MemorySaversAreWhatTheRunDoesNotUseYet) {
                                              "distributed.zero_stage=2"});
   EXPECT_EQ(settings(memory_savers(saving, 4)), (std::vector<std::string>{"distributed.zero_stage = 3 (estimate only)"}));
   EXPECT_EQ(ways_to_save_memory(saving, 1), "distributed.zero_stage with more ranks");
+
+  // A forecast (estimate --mode inference) runs no backward and holds no gradients or optimizer
+  // state: checkpointing and ZeRO would change nothing, only the precision and the batch do.
+  EXPECT_EQ(ways_to_save_memory(plain, 8, Mode::kInference),
+            "train.precision = \"bf16\", a smaller batch, or a GPU with more memory");
+  EXPECT_EQ(ways_to_save_memory(saving, 1, Mode::kInference), "a GPU with more memory");
 }
 
 TEST(GpuCatalog, HasTheCardsUsersRentAndFindsThemLoosely) {

@@ -300,4 +300,33 @@ TEST(ChannelTransfer, NoChannelInCommonLeavesTheLayerFreshAndStrictRefusesIt) {
   EXPECT_TRUE(torch::equal(now.at("embed.proj.weight"), model_weights(*a).at("embed.proj.weight")));
 }
 
+// init_from with train.strict = false from another architecture: not one tensor fits, so training
+// would start from scratch under the name of fine-tuning. An error (the run file's: ConfigError),
+// nothing copied; a transfer that loads some says which share of the model's values it carried.
+TEST(ChannelTransfer, ATransferThatLoadsNothingIsAnErrorAndTheShareIsReported) {
+  models::WeatherModel vit = build("vit", kOldIn, kOldOut, 1);
+  models::WeatherModel unet = build("unet", kOldIn, kOldOut, 2);
+  const TensorMap fresh = cloned_weights(*unet);
+  const std::string message =
+      error_of([&] { transfer_weights(*unet, model_weights(*vit), kOldIn, kOldOut, kOldIn, kOldOut, false, "vit.pt"); });
+  EXPECT_NE(message.find("vit.pt: no tensor of the checkpoint fits this model"), std::string::npos) << message;
+  EXPECT_THROW(transfer_weights(*unet, model_weights(*vit), kOldIn, kOldOut, kOldIn, kOldOut, false, "vit.pt"),
+               ConfigError);
+  for (const auto& [name, t] : model_weights(*unet)) EXPECT_TRUE(torch::equal(t, fresh.at(name))) << name << " was written";
+
+  // All of it: 100%. Only the decoder's tensors: their share of the model's values.
+  models::WeatherModel a = build("unet", kOldIn, kOldOut, 3);
+  EXPECT_DOUBLE_EQ(transfer_weights(*unet, model_weights(*a), kOldIn, kOldOut, kOldIn, kOldOut, false, "a.pt").loaded_share, 1.0);
+  TensorMap some;
+  int64_t kept = 0, total = 0;
+  for (const auto& [name, t] : model_weights(*a)) {
+    total += t.numel();
+    if (name.rfind("decoder", 0) == 0) some[name] = t, kept += t.numel();
+  }
+  ASSERT_GT(kept, 0);
+  const ChannelTransferReport partial = transfer_weights(*unet, some, kOldIn, kOldOut, kOldIn, kOldOut, false, "a.pt");
+  EXPECT_DOUBLE_EQ(partial.loaded_share, static_cast<double>(kept) / static_cast<double>(total));
+  EXPECT_NE(partial.summary().find("of the model's values come from the checkpoint"), std::string::npos) << partial.summary();
+}
+
 }  // namespace
