@@ -22,10 +22,15 @@ struct ChannelTransferReport {
   std::vector<std::string> initialised;  // left at their fresh init: absent from the checkpoint, or
                                          // channel-indexed with no channel in common
   std::vector<std::string> unexpected;   // in the checkpoint, not in the model
+  // Buffers built from the grid (WeatherModelImpl::grid_buffers) that the checkpoint has for
+  // another grid, or not at all: the model keeps its own. grid_change: what differs, in a line.
+  std::vector<std::string> rebuilt;
+  std::string grid_change;
   // A few lines for the terminal:
   //   input channels: 12 matched, 1 new (insolation@t+1), 0 dropped
   //   output channels: 6 matched, 1 new (tp), 0 dropped
   //   tensors: 40 loaded, 3 remapped, 0 initialised, 0 unexpected
+  //   grid: graph built for this grid: 1188 grid points (checkpoint 65160), ... (11 buffers)
   std::string summary() const;
 };
 
@@ -33,6 +38,10 @@ struct ChannelTransferReport {
 // new_inputs -> new_outputs. A parameter or buffer with the same name and shape is copied whole; one
 // named in model.channel_axes() is, when its side's channel list changed, copied slice by slice for
 // the channels present in both lists (by name), and the rest keep their initialisation.
+//
+// The model's grid buffers (grid_buffers()) are loaded like the rest when the checkpoint's are
+// this model's graph; otherwise (a checkpoint of another grid, or one without them, as a
+// reference's state_dict) the model keeps the ones it built for its grid, listed in `rebuilt`.
 //
 // `strict` (train.strict): any parameter that is neither loaded nor remapped, or an unexpected name,
 // is a ConfigError listing them; without, they are reported. A shape mismatch on anything else — or
