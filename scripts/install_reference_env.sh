@@ -35,12 +35,13 @@ fi
 site() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 site "$base" > "$(site "$env")/wxtrain-torch-from-venv.pth"
 
-installed=$("$env/bin/python" -c 'import importlib.metadata as m; print(m.version("nvidia-physicsnemo"))' 2>/dev/null || true)
-if [ "$installed" != "$physicsnemo_version" ]; then
+installed=$("$env/bin/python" -c 'import importlib.metadata as m; print(m.version("nvidia-physicsnemo"), m.version("scikit-learn"))' 2>/dev/null || true)
+if [ "$installed" != "$physicsnemo_version 1.9.1" ]; then
   torch_version=$("$base/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
   # torch pinned to the one already there: pip must resolve it as satisfied, never download it.
   "$env/bin/pip" install --quiet --disable-pip-version-check \
-    "nvidia-physicsnemo==$physicsnemo_version" "torch_geometric==$torch_geometric_version" "torch==$torch_version"
+    "nvidia-physicsnemo==$physicsnemo_version" "torch_geometric==$torch_geometric_version" "torch==$torch_version" \
+    "scikit-learn==1.9.1" "scipy==1.17.1"  # GraphCastNet builds its graph with them (scikit-learn's KD tree)
 fi
 # The torch imported must be .venv's, one copy on sys.path.
 "$env/bin/python" - "$base" <<'EOF'

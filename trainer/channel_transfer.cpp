@@ -116,7 +116,9 @@ std::string ChannelTransferReport::summary() const {
   if (!unexpected.empty()) s += " (" + list(unexpected) + ")";
   char share[32];
   std::snprintf(share, sizeof share, "%.1f%%", 100.0 * loaded_share);
-  return s + "; " + share + " of the model's values come from the checkpoint\n";
+  s += std::string("; ") + share + " of the model's values come from the checkpoint\n";
+  if (!rebuilt.empty()) s += "grid: " + grid_change + " (" + std::to_string(rebuilt.size()) + " buffers)\n";
+  return s;
 }
 
 ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const TensorMap& weights,
@@ -175,9 +177,19 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
     axis_maps[a.parameter] = match_channels(old_on_axis, new_on_axis, unused_matched, unused_added, unused_dropped);
   }
 
+  // Grid buffers of another grid: the model's own stay (what was built, the report says).
+  const std::vector<std::string> grid_buffers = model.grid_buffers();
+  const std::set<std::string> grid(grid_buffers.begin(), grid_buffers.end());
+  if (!grid.empty()) report.grid_change = model.grid_change(weights);
+  const bool rebuild_grid = !report.grid_change.empty();
+
   // Decide everything first, copy last: an error leaves the model as it was built.
   std::vector<std::string> shape_errors, missing_reasons;
   for (const auto& [name, target] : own) {
+    if (rebuild_grid && grid.count(name)) {
+      report.rebuilt.push_back(name);
+      continue;
+    }
     auto it = weights.find(name);
     if (it == weights.end()) {
       report.initialised.push_back(name);
@@ -208,7 +220,7 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
     }
   }
   for (const auto& [name, t] : weights)
-    if (!own.count(name)) report.unexpected.push_back(name);
+    if (!own.count(name) && !(rebuild_grid && grid.count(name))) report.unexpected.push_back(name);
 
   if (!shape_errors.empty())
     throw ConfigError(source + ": weights do not fit this model: " + list(shape_errors) +

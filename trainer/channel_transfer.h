@@ -25,10 +25,15 @@ struct ChannelTransferReport {
   // The share of the model's values (elements of its parameters and buffers) in tensors loaded or
   // remapped; a remapped tensor counts whole.
   double loaded_share = 0;
+  // Buffers built from the grid (WeatherModelImpl::grid_buffers) that the checkpoint has for
+  // another grid, or not at all: the model keeps its own. grid_change: what differs, in a line.
+  std::vector<std::string> rebuilt;
+  std::string grid_change;
   // A few lines for the terminal:
   //   input channels: 12 matched, 1 new (insolation@t+1), 0 dropped
   //   output channels: 6 matched, 1 new (tp), 0 dropped
   //   tensors: 40 loaded, 3 remapped, 0 initialised, 0 unexpected; 100.0% of the model's values come from the checkpoint
+  //   grid: graph built for this grid: 1188 grid points (checkpoint 65160), ... (11 buffers)
   std::string summary() const;
   // Under this share of the model's values from the checkpoint, a fine-tuning run says so loudly.
   static constexpr double kFewLoaded = 0.5;
@@ -38,6 +43,10 @@ struct ChannelTransferReport {
 // new_inputs -> new_outputs. A parameter or buffer with the same name and shape is copied whole; one
 // named in model.channel_axes() is, when its side's channel list changed, copied slice by slice for
 // the channels present in both lists (by name), and the rest keep their initialisation.
+//
+// The model's grid buffers (grid_buffers()) are loaded like the rest when the checkpoint's are
+// this model's graph; otherwise (a checkpoint of another grid, or one without them, as a
+// reference's state_dict) the model keeps the ones it built for its grid, listed in `rebuilt`.
 //
 // `strict` (train.strict): any parameter that is neither loaded nor remapped, or an unexpected name,
 // is a ConfigError listing them; without, they are reported. A transfer that would load no tensor at

@@ -5,6 +5,7 @@
 out="$1"
 python="${WXTRAIN_REFERENCE_PYTHON:-$2}"
 here="$(cd "$(dirname "$0")" && pwd)"
+rm -rf "$out"  # no fixtures left from an earlier run: without the environment the tests skip
 if [ -z "$python" ] || [ ! -x "$python" ]; then
   echo "SKIPPED: no reference environment (python '${python}' not found); install it with scripts/install_reference_env.sh or set WXTRAIN_REFERENCE_PYTHON"
   exit 77
@@ -13,5 +14,4 @@ if ! "$python" -c "import physicsnemo, torch_geometric, sklearn, scipy" >/dev/nu
   echo "SKIPPED: $python lacks physicsnemo, torch_geometric, scikit-learn or scipy (the reference environment)"
   exit 77
 fi
-rm -rf "$out"
 exec "$python" "$here/graphcast_reference.py" "$out"

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/graphcast/graphcast.h"
+#include "models/graphcast/graphcast_reference.h"
 #include "models/pangu/pangu.h"
 #include "models/weather_model.h"
 #include "trainer/channel_transfer.h"
@@ -327,6 +329,79 @@ TEST(ChannelTransfer, ATransferThatLoadsNothingIsAnErrorAndTheShareIsReported) {
   const ChannelTransferReport partial = transfer_weights(*unet, some, kOldIn, kOldOut, kOldIn, kOldOut, false, "a.pt");
   EXPECT_DOUBLE_EQ(partial.loaded_share, static_cast<double>(kept) / static_cast<double>(total));
   EXPECT_NE(partial.summary().find("of the model's values come from the checkpoint"), std::string::npos) << partial.summary();
+}
+
+// A global GraphCast (PhysicsNeMo's graph, as an imported checkpoint has it) initialises one on a
+// data.region crop: every parameter loads whole (none is grid-sized), the graph is built for the
+// region (the mesh cut to the nodes over it, each kept mesh edge with the global mesh's features)
+// and the report says what changed. The region's model then trains.
+TEST(ChannelTransfer, GlobalGraphCastFineTunesOnARegion) {
+  ModelConfig c;
+  c.name = "graphcast";
+  auto& o = c.options.as<models::GraphCastOptions>();
+  o.latent = 16;
+  o.processor_layers = 3;
+  o.mesh_refinement = 3;
+  o.graph = "physicsnemo";
+  o.grid_position_features = false;
+  o.aggregate_residual = true;
+  // 5 degrees, GraphCastNet's layout; the region: 20N..60N, 130W..60W.
+  models::ModelShape global{2, 2, 37, 72};
+  std::tie(global.latitudes, global.longitudes) = models::physicsnemo_grid(37, 72);
+  models::ModelShape region{2, 2, 9, 15};
+  for (int64_t i = 0; i < 9; ++i) region.latitudes.push_back(global.latitudes[static_cast<size_t>(22 + i)]);
+  for (int64_t j = 0; j < 15; ++j) region.longitudes.push_back(global.longitudes[static_cast<size_t>(9 + j)]);
+  ASSERT_EQ(region.latitudes.front(), 20.0);
+  ASSERT_EQ(region.longitudes.front(), -130.0);
+
+  torch::manual_seed(1);
+  const models::WeatherModel g = models::build_model(c, global);
+  randomise(*g, 2);
+  const TensorMap weights = cloned_weights(*g);
+  torch::manual_seed(3);
+  const models::WeatherModel r = models::build_model(c, region);
+  const Names in{"a@t0", "b@t0"}, out{"a", "b"};
+  const ChannelTransferReport report = transfer_weights(*r, weights, in, out, in, out, /*strict=*/true, "global.pt");
+
+  EXPECT_EQ(report.rebuilt.size(), 11u);
+  EXPECT_TRUE(report.unexpected.empty());
+  EXPECT_TRUE(report.initialised.empty());
+  for (const auto& p : r->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), weights.at(p.key()))) << p.key();
+  const auto& rg = std::dynamic_pointer_cast<models::GraphCastImpl>(r)->graph();
+  const auto& gg = std::dynamic_pointer_cast<models::GraphCastImpl>(g)->graph();
+  EXPECT_EQ(gg.mesh_nodes, 642) << "the global grid keeps all of M3";
+  EXPECT_LT(rg.mesh_nodes, gg.mesh_nodes / 4);
+  EXPECT_GT(rg.mesh_nodes, 20);
+  const std::string summary = report.summary();
+  EXPECT_NE(summary.find("grid: graph built for this grid: 135 grid points (checkpoint 2664), " +
+                         std::to_string(rg.mesh_nodes) + " mesh nodes (checkpoint 642)"),
+            std::string::npos)
+      << summary;
+
+  // The region's mesh edges are the global mesh's between kept nodes, features and all.
+  std::map<std::pair<int64_t, int64_t>, int64_t> global_edge;
+  for (int64_t e = 0; e < gg.mesh_senders.size(0); ++e)
+    global_edge[{gg.mesh_senders[e].item<int64_t>(), gg.mesh_receivers[e].item<int64_t>()}] = e;
+  const auto kept = rg.kept_mesh_nodes.accessor<int64_t, 1>();
+  for (int64_t e = 0; e < rg.mesh_senders.size(0); ++e) {
+    const auto it = global_edge.find({kept[rg.mesh_senders[e].item<int64_t>()], kept[rg.mesh_receivers[e].item<int64_t>()]});
+    ASSERT_NE(it, global_edge.end()) << "regional mesh edge " << e << " is not a global one";
+    ASSERT_TRUE(torch::equal(rg.mesh_edge_features[e], gg.mesh_edge_features[it->second])) << "edge " << e;
+    ASSERT_TRUE(torch::equal(rg.mesh_features[rg.mesh_senders[e].item<int64_t>()],
+                             gg.mesh_features[kept[rg.mesh_senders[e].item<int64_t>()]]));
+  }
+
+  // It trains: a step on the region lowers its loss.
+  torch::optim::Adam adam(r->parameters(), torch::optim::AdamOptions(1e-3));
+  const torch::Tensor x = torch::randn({1, 2, 9, 15}), y = torch::randn({1, 2, 9, 15});
+  const double before = torch::mse_loss(r->forward(x), y).item<double>();
+  for (int step = 0; step < 5; ++step) {
+    adam.zero_grad();
+    const torch::Tensor loss = torch::mse_loss(r->forward(x), y);
+    loss.backward();
+    adam.step();
+  }
+  EXPECT_LT(torch::mse_loss(r->forward(x), y).item<double>(), before);
 }
 
 }  // namespace
