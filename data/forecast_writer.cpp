@@ -3,8 +3,11 @@
 #include <netcdf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -63,12 +66,30 @@ void group_channels(const std::vector<VariableInfo>& variables, std::vector<Outp
   }
 }
 
-// The CF time values and attributes to write.
+// The CF time values and attributes to write: the states' times and, with dates, the reference
+// time in the same units and the lead times.
 struct OutputTime {
   std::vector<double> values;
   std::string units;
   std::string calendar;  // "" without dates
+  std::optional<double> reference;
+  std::vector<double> lead;  // per state, in lead_units
+  std::string lead_units;
 };
+
+// The coarsest of days, hours, minutes and seconds in which every lead is a whole number (what
+// xarray chooses for timedeltas).
+std::string lead_unit(const std::vector<int64_t>& leads, int64_t& seconds_per_unit) {
+  for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
+           {"days", 86400}, {"hours", 3600}, {"minutes", 60}, {"seconds", 1}}) {
+    if (std::all_of(leads.begin(), leads.end(), [&](int64_t l) { return l % size == 0; })) {
+      seconds_per_unit = size;
+      return name;
+    }
+  }
+  seconds_per_unit = 1;
+  return "seconds";
+}
 
 OutputTime output_time(const ForecastCoordinates& c) {
   OutputTime time;
@@ -78,133 +99,274 @@ OutputTime output_time(const ForecastCoordinates& c) {
     return time;
   }
   time.calendar = calendar_name(c.calendar);
+  // The reference time first, so it is encoded with the states in one unit and epoch.
+  std::vector<int64_t> seconds = c.seconds;
+  if (c.reference_seconds) seconds.insert(seconds.begin(), *c.reference_seconds);
   // The data's own units when whole numbers of them express every time; otherwise the coarsest
-  // unit that does, since the first forecast time (what xarray would choose).
+  // unit that does, since the first time (what xarray would choose).
+  EncodedTimes encoded;
+  bool own_units = false;
   if (!c.time_units.empty()) {
     try {
       const TimeUnits units = parse_time_units(c.time_units, c.calendar);
-      const EncodedTimes encoded = encode_times(c.seconds, c.calendar, units.unit_name, units.epoch);
-      if (std::all_of(encoded.values.begin(), encoded.values.end(), [](double v) { return v == std::round(v); })) {
-        time.values = encoded.values;
-        time.units = c.time_units;
-        return time;
-      }
+      encoded = encode_times(seconds, c.calendar, units.unit_name, units.epoch);
+      own_units = std::all_of(encoded.values.begin(), encoded.values.end(), [](double v) { return v == std::round(v); });
+      if (own_units) encoded.units = c.time_units;
     } catch (const DataError&) {
       // Units we cannot write back (sub-second): fall through to our own.
     }
   }
-  const EncodedTimes encoded = encode_times(c.seconds, c.calendar);
-  time.values = encoded.values;
+  if (!own_units) encoded = encode_times(seconds, c.calendar);
   time.units = encoded.units;
+  time.values = encoded.values;
+  if (c.reference_seconds) {
+    time.reference = time.values.front();
+    time.values.erase(time.values.begin());
+    std::vector<int64_t> leads;
+    for (int64_t s : c.seconds) leads.push_back(s - *c.reference_seconds);
+    int64_t unit = 1;
+    time.lead_units = lead_unit(leads, unit);
+    for (int64_t l : leads) time.lead.push_back(static_cast<double>(l / unit));
+  }
   return time;
 }
 
-// [T, (levels,) H, W] of one output variable, NaN kept.
-std::vector<float> gather(const torch::Tensor& values, const OutputVariable& output) {
-  const int64_t T = values.size(0), H = values.size(2), W = values.size(3);
-  const int64_t L = static_cast<int64_t>(output.channels.size());
-  std::vector<float> field(static_cast<size_t>(T * L * H * W));
-  const float* data = values.data_ptr<float>();
-  const int64_t V = values.size(1);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t l = 0; l < L; ++l) {
-      std::copy_n(data + (t * V + output.channels[static_cast<size_t>(l)]) * H * W, H * W,
-                  field.data() + (t * L + l) * H * W);
-    }
-  }
-  return field;
+// The variables' `coordinates` attribute: the scalar and auxiliary coordinates xarray attaches.
+std::string auxiliary_coordinates(const OutputTime& time) {
+  return time.reference ? "forecast_reference_time lead_time" : "";
 }
 
-void write_netcdf(const std::string& path, const torch::Tensor& values, bool has_nan, const ForecastCoordinates& c,
-                  const std::vector<OutputVariable>& outputs, const std::vector<OutputLevels>& levels,
-                  const OutputTime& time) {
-  const auto T = static_cast<size_t>(values.size(0)), H = c.lat.size(), W = c.lon.size();
-  NetcdfFile file = NetcdfFile::create(path);
-  file.define_dimension("time", 0);
-  for (const auto& level : levels) file.define_dimension(level.dim, level.values.size());
-  file.define_dimension("lat", H);
-  file.define_dimension("lon", W);
-  file.define_variable("time", NC_DOUBLE, {"time"});
-  if (!time.units.empty()) file.put_text_attribute("time", "units", time.units);
-  if (!time.calendar.empty()) file.put_text_attribute("time", "calendar", time.calendar);
-  for (const auto& level : levels) {
-    file.define_variable(level.dim, NC_DOUBLE, {level.dim});
-    if (!level.units.empty()) file.put_text_attribute(level.dim, "units", level.units);
-  }
-  file.define_variable("lat", NC_DOUBLE, {"lat"});
-  file.put_text_attribute("lat", "units", "degrees_north");
-  file.define_variable("lon", NC_DOUBLE, {"lon"});
-  file.put_text_attribute("lon", "units", "degrees_east");
-  for (const auto& output : outputs) {
-    if (output.level_dim.empty()) file.define_variable(output.name, NC_FLOAT, {"time", "lat", "lon"});
-    else file.define_variable(output.name, NC_FLOAT, {"time", output.level_dim, "lat", "lon"});
-    if (!output.info->units.empty()) file.put_text_attribute(output.name, "units", output.info->units);
-    if (!output.info->long_name.empty()) file.put_text_attribute(output.name, "long_name", output.info->long_name);
-    if (has_nan) file.put_float_attribute(output.name, "_FillValue", NC_FILL_FLOAT);
-  }
-  file.put_text_attribute("", "source", "wxtrain forecast");
-  file.end_define();
-  for (const auto& level : levels) file.write_doubles(level.dim, level.values);
-  file.write_doubles("lat", c.lat);
-  file.write_doubles("lon", c.lon);
-  file.write_doubles("time", time.values);
-  for (const auto& output : outputs) {
-    std::vector<float> field = gather(values, output);
-    for (float& v : field) {
-      if (std::isnan(v)) v = NC_FILL_FLOAT;
-    }
-    if (output.level_dim.empty()) {
-      file.write_floats(output.name, {0, 0, 0}, {T, H, W}, field.data());
-    } else {
-      file.write_floats(output.name, {0, 0, 0, 0}, {T, output.channels.size(), H, W}, field.data());
-    }
-  }
-  file.close();
+// One output variable of a state [V, H, W]: its channels one after the other ([L, H, W]).
+void gather(const float* state, int64_t plane, const OutputVariable& output, std::vector<float>& out) {
+  out.resize(output.channels.size() * static_cast<size_t>(plane));
+  for (size_t l = 0; l < output.channels.size(); ++l)
+    std::copy_n(state + output.channels[l] * plane, plane, out.data() + l * static_cast<size_t>(plane));
 }
 
-void write_zarr(const std::string& path, const torch::Tensor& values, const ForecastCoordinates& c,
-                const std::vector<OutputVariable>& outputs, const std::vector<OutputLevels>& levels,
-                const OutputTime& time) {
-  const auto T = static_cast<size_t>(values.size(0)), H = c.lat.size(), W = c.lon.size();
-  ZarrV2Writer store(path);
-  auto coordinate = [&](const std::string& name, const std::vector<double>& v, nlohmann::json attributes) {
-    ZarrArraySpec spec{name, {name}, {v.size()}, {std::max<size_t>(1, v.size())}, true, std::move(attributes), {}};
-    store.add_array(spec, v.data());
-  };
-  nlohmann::json time_attributes = nlohmann::json::object();
-  if (!time.units.empty()) time_attributes["units"] = time.units;
-  if (!time.calendar.empty()) time_attributes["calendar"] = time.calendar;
-  coordinate("time", time.values, time_attributes);
-  for (const auto& level : levels) {
-    nlohmann::json attributes = nlohmann::json::object();
-    if (!level.units.empty()) attributes["units"] = level.units;
-    coordinate(level.dim, level.values, attributes);
+}  // namespace
+
+// Where the states go: one implementation per file format.
+class ForecastWriter::Format {
+ public:
+  virtual ~Format() = default;
+  virtual void write_step(int64_t k, const float* state) = 0;  // [V, H, W]
+  virtual void commit() = 0;
+};
+
+namespace {
+
+class NetcdfFormat : public ForecastWriter::Format {
+ public:
+  NetcdfFormat(const std::string& target, const ForecastCoordinates& c, const std::vector<OutputVariable>& outputs,
+               const std::vector<OutputLevels>& levels, const OutputTime& time)
+      : target_(target), outputs_(outputs), time_(time), H_(c.lat.size()), W_(c.lon.size()) {
+    const std::filesystem::path file(target);
+    temporary_ = (file.parent_path() / ("." + file.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+    try {
+      guarded([&] { define(c, levels); });
+    } catch (...) {
+      discard();  // no destructor runs for a constructor that throws
+      throw;
+    }
   }
-  coordinate("lat", c.lat, {{"units", "degrees_north"}});
-  coordinate("lon", c.lon, {{"units", "degrees_east"}});
-  for (const auto& output : outputs) {
-    nlohmann::json attributes = nlohmann::json::object();
-    if (!output.info->units.empty()) attributes["units"] = output.info->units;
-    if (!output.info->long_name.empty()) attributes["long_name"] = output.info->long_name;
-    ZarrArraySpec spec;
-    spec.name = output.name;
-    spec.attributes = attributes;
-    spec.fill_value = std::nan("");
-    if (output.level_dim.empty()) {
-      spec.dims = {"time", "lat", "lon"};
-      spec.shape = {T, H, W};
-      spec.chunks = {1, H, W};
-    } else {
+
+  ~NetcdfFormat() override {
+    if (!committed_) discard();
+  }
+
+  void write_step(int64_t k, const float* state) override {
+    guarded([&] {
+      const size_t t = static_cast<size_t>(k);
+      file_->write_doubles("time", {t}, {1}, &time_.values[t]);
+      if (time_.reference) file_->write_doubles("lead_time", {t}, {1}, &time_.lead[t]);
+      for (const auto& output : outputs_) {
+        gather(state, static_cast<int64_t>(H_ * W_), output, field_);
+        if (output.level_dim.empty()) file_->write_floats(output.name, {t, 0, 0}, {1, H_, W_}, field_.data());
+        else file_->write_floats(output.name, {t, 0, 0, 0}, {1, output.channels.size(), H_, W_}, field_.data());
+      }
+      // HDF5 keeps written chunks of a growing (unlimited) dimension in memory until a flush,
+      // whatever the chunk cache: flushed every step, memory stays flat and the temporary file
+      // holds every step written so far.
+      file_->sync();
+    });
+  }
+
+  void commit() override {
+    guarded([&] {
+      file_->close();
+      std::filesystem::rename(temporary_, target_);
+    });
+    committed_ = true;
+  }
+
+ private:
+  void define(const ForecastCoordinates& c, const std::vector<OutputLevels>& levels) {
+    file_ = std::make_unique<NetcdfFile>(NetcdfFile::create(temporary_));
+    NetcdfFile& file = *file_;
+    file.define_dimension("time", 0);  // unlimited: a record per step, as it is produced
+    for (const auto& level : levels) file.define_dimension(level.dim, level.values.size());
+    file.define_dimension("lat", H_);
+    file.define_dimension("lon", W_);
+    file.define_variable("time", NC_DOUBLE, {"time"});
+    if (!time_.units.empty()) file.put_text_attribute("time", "units", time_.units);
+    if (!time_.calendar.empty()) {
+      file.put_text_attribute("time", "calendar", time_.calendar);
+      file.put_text_attribute("time", "standard_name", "time");
+    }
+    if (time_.reference) {
+      file.define_variable("forecast_reference_time", NC_DOUBLE, {});
+      file.put_text_attribute("forecast_reference_time", "standard_name", "forecast_reference_time");
+      file.put_text_attribute("forecast_reference_time", "units", time_.units);
+      file.put_text_attribute("forecast_reference_time", "calendar", time_.calendar);
+      file.define_variable("lead_time", NC_DOUBLE, {"time"});
+      file.put_text_attribute("lead_time", "standard_name", "forecast_period");
+      file.put_text_attribute("lead_time", "long_name", "time since forecast_reference_time");
+      file.put_text_attribute("lead_time", "units", time_.lead_units);
+    }
+    for (const auto& level : levels) {
+      file.define_variable(level.dim, NC_DOUBLE, {level.dim});
+      if (!level.units.empty()) file.put_text_attribute(level.dim, "units", level.units);
+    }
+    file.define_variable("lat", NC_DOUBLE, {"lat"});
+    file.put_text_attribute("lat", "units", "degrees_north");
+    file.put_text_attribute("lat", "standard_name", "latitude");
+    file.define_variable("lon", NC_DOUBLE, {"lon"});
+    file.put_text_attribute("lon", "units", "degrees_east");
+    file.put_text_attribute("lon", "standard_name", "longitude");
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (const auto& output : outputs_) {
+      if (output.level_dim.empty()) {
+        file.define_variable(output.name, NC_FLOAT, {"time", "lat", "lon"});
+        file.define_chunking(output.name, {1, H_, W_});
+      } else {
+        file.define_variable(output.name, NC_FLOAT, {"time", output.level_dim, "lat", "lon"});
+        file.define_chunking(output.name, {1, output.channels.size(), H_, W_});
+      }
+      // One chunk per step, each written whole: no cache, so no step stays in memory.
+      file.set_chunk_cache(output.name, 0);
+      if (!output.info->units.empty()) file.put_text_attribute(output.name, "units", output.info->units);
+      if (!output.info->long_name.empty()) file.put_text_attribute(output.name, "long_name", output.info->long_name);
+      // Masked cells (always missing in the data) are NaN, and CF readers must know it.
+      file.put_float_attribute(output.name, "_FillValue", nan);
+      file.put_float_attribute(output.name, "missing_value", nan);
+      if (time_.reference) file.put_text_attribute(output.name, "coordinates", auxiliary_coordinates(time_));
+    }
+    file.put_text_attribute("", "source", "wxtrain forecast");
+    file.put_text_attribute("", "Conventions", "CF-1.8");
+    file.end_define();
+    for (const auto& level : levels) file.write_doubles(level.dim, level.values);
+    file.write_doubles("lat", c.lat);
+    file.write_doubles("lon", c.lon);
+    if (time_.reference) file.write_doubles("forecast_reference_time", {*time_.reference});
+  }
+
+  void discard() {
+    file_.reset();  // closes it
+    std::error_code ignored;
+    std::filesystem::remove(temporary_, ignored);
+  }
+
+  // netCDF-C's and the file system's messages name the temporary file; the user asked for the target.
+  template <typename F>
+  void guarded(F&& body) {
+    try {
+      body();
+    } catch (const std::filesystem::filesystem_error& error) {
+      throw DataError("cannot write forecast " + target_ + ": " + error.what());
+    } catch (const DataError& error) {
+      throw DataError("cannot write forecast " + target_ + " (through " + temporary_ + "): " + error.what());
+    }
+  }
+
+  std::string target_, temporary_;
+  std::vector<OutputVariable> outputs_;
+  OutputTime time_;
+  size_t H_, W_;
+  std::unique_ptr<NetcdfFile> file_;
+  std::vector<float> field_;  // one variable of one step
+  bool committed_ = false;
+};
+
+class ZarrFormat : public ForecastWriter::Format {
+ public:
+  ZarrFormat(const std::string& target, const ForecastCoordinates& c, const std::vector<OutputVariable>& outputs,
+             const std::vector<OutputLevels>& levels, const OutputTime& time)
+      : store_(target), outputs_(outputs), H_(c.lat.size()), W_(c.lon.size()) {
+    auto coordinate = [&](const std::string& name, const std::vector<double>& v, nlohmann::json attributes) {
+      ZarrArraySpec spec{name, {name}, {v.size()}, {std::max<size_t>(1, v.size())}, true, std::move(attributes), {}};
+      store_.add_array(spec, v.data());
+    };
+    // Every time is known before the first step, so the coordinates are written whole now.
+    nlohmann::json time_attributes = nlohmann::json::object();
+    if (!time.units.empty()) time_attributes["units"] = time.units;
+    if (!time.calendar.empty()) {
+      time_attributes["calendar"] = time.calendar;
+      time_attributes["standard_name"] = "time";
+    }
+    coordinate("time", time.values, time_attributes);
+    if (time.reference) {
+      ZarrArraySpec spec{"forecast_reference_time", {}, {}, {}, true,
+                         {{"standard_name", "forecast_reference_time"}, {"units", time.units}, {"calendar", time.calendar}},
+                         {}};
+      store_.add_array(spec, &*time.reference);
+      ZarrArraySpec lead{"lead_time", {"time"}, {time.lead.size()}, {std::max<size_t>(1, time.lead.size())}, true,
+                         {{"standard_name", "forecast_period"},
+                          {"long_name", "time since forecast_reference_time"},
+                          {"units", time.lead_units}},
+                         {}};
+      store_.add_array(lead, time.lead.data());
+    }
+    for (const auto& level : levels) {
+      nlohmann::json attributes = nlohmann::json::object();
+      if (!level.units.empty()) attributes["units"] = level.units;
+      coordinate(level.dim, level.values, attributes);
+    }
+    coordinate("lat", c.lat, {{"units", "degrees_north"}, {"standard_name", "latitude"}});
+    coordinate("lon", c.lon, {{"units", "degrees_east"}, {"standard_name", "longitude"}});
+    const auto T = static_cast<size_t>(c.steps());
+    for (const auto& output : outputs_) {
+      ZarrArraySpec spec;
+      spec.name = output.name;
+      if (!output.info->units.empty()) spec.attributes["units"] = output.info->units;
+      if (!output.info->long_name.empty()) spec.attributes["long_name"] = output.info->long_name;
+      if (time.reference) spec.attributes["coordinates"] = auxiliary_coordinates(time);
+      spec.fill_value = std::nan("");  // Zarr's own declaration of missing values
       const size_t L = output.channels.size();
-      spec.dims = {"time", output.level_dim, "lat", "lon"};
-      spec.shape = {T, L, H, W};
-      spec.chunks = {1, L, H, W};
+      if (output.level_dim.empty()) {
+        spec.dims = {"time", "lat", "lon"};
+        spec.shape = {T, H_, W_};
+        spec.chunks = {1, H_, W_};
+      } else {
+        spec.dims = {"time", output.level_dim, "lat", "lon"};
+        spec.shape = {T, L, H_, W_};
+        spec.chunks = {1, L, H_, W_};
+      }
+      store_.define_array(spec);
     }
-    const std::vector<float> field = gather(values, output);
-    store.add_array(spec, field.data());
+    store_.set_group_attributes({{"source", "wxtrain forecast"}, {"Conventions", "CF-1.8"}});
   }
-  store.set_group_attributes({{"source", "wxtrain forecast"}});
-  store.commit();
+
+  void write_step(int64_t k, const float* state) override {
+    for (const auto& output : outputs_) {
+      gather(state, static_cast<int64_t>(H_ * W_), output, field_);
+      std::vector<size_t> index(output.level_dim.empty() ? 3 : 4, 0);
+      index[0] = static_cast<size_t>(k);
+      store_.write_chunk(output.name, index, field_.data());
+    }
+  }
+
+  void commit() override { store_.commit(); }
+
+ private:
+  ZarrV2Writer store_;
+  std::vector<OutputVariable> outputs_;
+  size_t H_, W_;
+  std::vector<float> field_;
+};
+
+std::string without_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
 }
 
 }  // namespace
@@ -219,7 +381,8 @@ ForecastCoordinates ForecastCoordinates::after(const Dataset& dataset, int64_t s
   c.calendar = axis.calendar;
   c.time_units = axis.units;
   if (axis.has_dates) {
-    for (int64_t k = 1; k <= steps; ++k) c.seconds.push_back(axis.seconds[static_cast<size_t>(start)] + k * axis.step_seconds);
+    c.reference_seconds = axis.seconds[static_cast<size_t>(start)];
+    for (int64_t k = 1; k <= steps; ++k) c.seconds.push_back(*c.reference_seconds + k * axis.step_seconds);
   } else {
     const double dt = axis.size() > 1 ? axis.raw[1] - axis.raw[0] : 1.0;
     for (int64_t k = 1; k <= steps; ++k) c.times.push_back(axis.raw[static_cast<size_t>(start)] + dt * static_cast<double>(k));
@@ -227,8 +390,47 @@ ForecastCoordinates ForecastCoordinates::after(const Dataset& dataset, int64_t s
   return c;
 }
 
+ForecastWriter::ForecastWriter(const std::string& path, ForecastCoordinates coordinates)
+    : path_(without_trailing_slashes(path)), coordinates_(std::move(coordinates)) {
+  std::vector<OutputVariable> outputs;
+  std::vector<OutputLevels> levels;
+  group_channels(coordinates_.variables, outputs, levels);
+  const OutputTime time = output_time(coordinates_);
+  if (ends_with(path_, ".zarr")) format_ = std::make_unique<ZarrFormat>(path_, coordinates_, outputs, levels, time);
+  else format_ = std::make_unique<NetcdfFormat>(path_, coordinates_, outputs, levels, time);
+}
+
+ForecastWriter::~ForecastWriter() = default;
+
+void ForecastWriter::write_step(const torch::Tensor& state) {
+  const auto V = static_cast<int64_t>(coordinates_.variables.size());
+  const auto H = static_cast<int64_t>(coordinates_.lat.size());
+  const auto W = static_cast<int64_t>(coordinates_.lon.size());
+  if (state.dim() != 3 || state.size(0) != V || state.size(1) != H || state.size(2) != W) {
+    std::ostringstream message;
+    message << "cannot write forecast " << path_ << ": step " << written_ + 1 << " is " << state.sizes()
+            << " but the coordinates say [" << V << ", " << H << ", " << W << "] (variable, lat, lon)";
+    throw DataError(message.str());
+  }
+  if (written_ >= coordinates_.steps()) {
+    throw DataError("cannot write forecast " + path_ + ": all " + std::to_string(coordinates_.steps()) +
+                    " steps are written already");
+  }
+  const torch::Tensor values = state.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  format_->write_step(written_, values.data_ptr<float>());
+  ++written_;
+}
+
+void ForecastWriter::commit() {
+  if (written_ != coordinates_.steps()) {
+    throw DataError("cannot write forecast " + path_ + ": " + std::to_string(written_) + " of " +
+                    std::to_string(coordinates_.steps()) + " steps were written");
+  }
+  format_->commit();
+}
+
 void write_forecast(const std::string& path, const torch::Tensor& states, const ForecastCoordinates& c) {
-  const auto T = static_cast<int64_t>(c.has_dates ? c.seconds.size() : c.times.size());
+  const int64_t T = c.steps();
   const auto V = static_cast<int64_t>(c.variables.size());
   const auto H = static_cast<int64_t>(c.lat.size());
   const auto W = static_cast<int64_t>(c.lon.size());
@@ -239,39 +441,9 @@ void write_forecast(const std::string& path, const torch::Tensor& states, const 
             << T << ", " << V << ", " << H << ", " << W << "] (time, variable, lat, lon)";
     throw DataError(message.str());
   }
-  const torch::Tensor values = states.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  const bool has_nan = torch::isnan(values).any().item<bool>();
-  std::vector<OutputVariable> outputs;
-  std::vector<OutputLevels> levels;
-  group_channels(c.variables, outputs, levels);
-  const OutputTime time = output_time(c);
-
-  std::string target = path;
-  while (target.size() > 1 && target.back() == '/') target.pop_back();
-  if (ends_with(target, ".zarr")) {
-    write_zarr(target, values, c, outputs, levels, time);
-    return;
-  }
-  const std::filesystem::path file(target);
-  const std::filesystem::path temporary =
-      file.parent_path() / ("." + file.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  try {
-    write_netcdf(temporary.string(), values, has_nan, c, outputs, levels, time);
-    std::filesystem::rename(temporary, file);
-  } catch (const std::filesystem::filesystem_error& error) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw DataError("cannot write forecast " + path + ": " + error.what());
-  } catch (const DataError& error) {
-    // netCDF-C's message names the temporary file; the user asked for `path`.
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw DataError("cannot write forecast " + path + " (through " + temporary.string() + "): " + error.what());
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw;
-  }
+  ForecastWriter writer(path, c);
+  for (int64_t t = 0; t < T; ++t) writer.write_step(states[t]);
+  writer.commit();
 }
 
 }  // namespace wxtrain::data

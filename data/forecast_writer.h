@@ -3,9 +3,19 @@
 // Zarr v2 store (path ending .zarr). Channels cut from one source's levels go back into one
 // variable with its level dimension (z(time, level, lat, lon), level = 500, 850), single-level
 // channels are (time, lat, lon); names, units and long_name are the source's; lat/lon coordinates
-// are the data's grid; time is CF time (units and calendar) when the data has dates. Written to a
-// temporary file or folder next to the target and renamed, so a killed job never leaves a
-// half-written forecast under the real name.
+// are the data's grid; time is CF time (units and calendar) when the data has dates, and then the
+// file also holds the CF forecast_reference_time (the newest initial state) and each state's
+// lead_time after it (standard_name forecast_period, in hours or days: xarray reads it as a
+// timedelta), so verification tools line forecasts up by initialisation and lead.
+//
+// Streamed: ForecastWriter takes one state at a time and writes it at once (NetCDF: one record of
+// the unlimited time dimension; Zarr: one chunk per variable and step), so host memory does not grow
+// with the number of steps. Missing values (NaN) are written as NaN, declared by _FillValue (and
+// missing_value in NetCDF) as CF asks. Everything goes to a temporary file or folder next to the
+// target, renamed on commit(): a killed job never leaves a half-written forecast under the real name.
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +26,7 @@
 namespace wxtrain::data {
 
 struct ForecastCoordinates {
-  std::vector<VariableInfo> variables;  // channel order of the states tensor
+  std::vector<VariableInfo> variables;  // channel order of the states
   std::vector<double> lat, lon;         // degrees
   // One per forecast state: with dates, seconds in `calendar` (written as CF time in the data's
   // own units when they can express them); without, the raw time values in `time_units` ("" = none).
@@ -25,14 +35,47 @@ struct ForecastCoordinates {
   std::vector<int64_t> seconds;
   std::vector<double> times;
   std::string time_units;
+  // With dates: the newest initial state's time (forecast_reference_time); lead times are the
+  // states' times after it.
+  std::optional<int64_t> reference_seconds;
+
+  int64_t steps() const { return static_cast<int64_t>(has_dates ? seconds.size() : times.size()); }
 
   // The dataset's channels and grid, and the times of `steps` states after dataset time `start`,
   // one data.time_step apart (one time-coordinate spacing apart without dates).
   static ForecastCoordinates after(const Dataset& dataset, int64_t start, int64_t steps);
 };
 
-// states: [T, V, lat, lon] in physical units (denormalised). NaN becomes the fill value. Throws
-// DataError naming the path when shapes disagree with the coordinates or writing fails.
+class ForecastWriter {
+ public:
+  // Creates the temporary file or store and writes everything but the states. Throws DataError
+  // naming `path` when it cannot be created (a missing folder, no permission).
+  ForecastWriter(const std::string& path, ForecastCoordinates coordinates);
+  ~ForecastWriter();  // removes the temporary file or store unless committed
+  ForecastWriter(const ForecastWriter&) = delete;
+  ForecastWriter& operator=(const ForecastWriter&) = delete;
+
+  // The next state, [V, lat, lon] in physical units, NaN where missing. Throws DataError naming
+  // the path when its shape disagrees with the coordinates, every step was written already, or
+  // writing fails.
+  void write_step(const torch::Tensor& state);
+  // After the last step: closes the file and renames it onto the target (replacing an earlier
+  // forecast there). Throws DataError when steps are missing or the rename fails.
+  void commit();
+
+  int64_t steps_written() const { return written_; }
+
+  class Format;  // NetCDF or Zarr
+
+ private:
+  std::string path_;
+  ForecastCoordinates coordinates_;
+  std::unique_ptr<Format> format_;
+  int64_t written_ = 0;
+};
+
+// The whole forecast at once: states [T, V, lat, lon] through a ForecastWriter. Throws DataError
+// naming the path when shapes disagree with the coordinates or writing fails.
 void write_forecast(const std::string& path, const torch::Tensor& states, const ForecastCoordinates& coordinates);
 
 }  // namespace wxtrain::data

@@ -54,9 +54,12 @@ Normalization Normalization::compute(const Dataset& dataset, int64_t time_begin,
   }
   const TimeAxis& axis = dataset.time_axis();
   Moments states(V), diffs(V);
+  MissingValues missing(dataset.variable_names());
   torch::Tensor previous;
   for (int64_t t = time_begin; t < time_end; ++t) {
-    torch::Tensor state = dataset.shared_state(t).to(torch::kFloat64).reshape({V, -1});  // to() copies
+    const torch::Tensor raw = dataset.shared_state(t);
+    missing.add(raw);
+    torch::Tensor state = raw.to(torch::kFloat64).reshape({V, -1});  // to() copies
     states.add(state);
     if (previous.defined() && axis.one_step_apart(t - 1, t))
       diffs.add(state - previous);  // NaN where either is masked
@@ -107,6 +110,7 @@ Normalization Normalization::compute(const Dataset& dataset, int64_t time_begin,
   }
   Normalization result(names, torch::tensor(mean), torch::tensor(std));
   result.diff_std_ = torch::tensor(diff_std);
+  result.missing_ = std::move(missing);
   return result;
 }
 
@@ -124,6 +128,7 @@ Normalization Normalization::subset(const std::vector<std::string>& names) const
   const torch::Tensor i = torch::tensor(index, torch::kInt64);
   Normalization out(names, mean_.index_select(0, i), std_.index_select(0, i));
   if (diff_std_.defined()) out.diff_std_ = diff_std_.index_select(0, i);
+  out.missing_ = missing_.subset(names);
   return out;
 }
 
@@ -181,6 +186,7 @@ std::map<std::string, torch::Tensor> Normalization::to_map() const {
     map[kIndex + names_[v]] = torch::tensor(v, torch::kInt64);
     if (diff_std_.defined()) map[kDiffStd + names_[v]] = diff_std_[v].clone();
   }
+  missing_.add_to_map(map);
   return map;
 }
 
@@ -217,6 +223,7 @@ Normalization Normalization::from_map(const std::map<std::string, torch::Tensor>
   }
   Normalization result(names, mean, std);
   if (any_diff) result.diff_std_ = diff_std;
+  result.missing_ = MissingValues::from_map(map);
   return result;
 }
 

@@ -10,6 +10,8 @@
 
 #include <torch/torch.h>
 
+#include "data/missing_values.h"
+
 namespace wxtrain::data {
 
 class Dataset;
@@ -33,6 +35,10 @@ class Normalization {
   // where they were not computed (static fields, computed forcings, an older checkpoint).
   const torch::Tensor& diff_std() const { return diff_std_; }
   void set_diff_std(torch::Tensor diff_std) { diff_std_ = std::move(diff_std); }
+  // The dataset's channels' missing values in the same training split (data/missing_values.h);
+  // not recorded for static fields, computed forcings or an older checkpoint.
+  const MissingValues& missing() const { return missing_; }
+  void set_missing(MissingValues missing) { missing_ = std::move(missing); }
   // Leaves values unchanged (mean 0, std 1): for callers that want raw units through the loader.
   static Normalization identity(const std::vector<std::string>& names);
 
@@ -48,7 +54,7 @@ class Normalization {
 
   // Keys "norm/mean/<name>", "norm/std/<name>", "norm/diff_std/<name>" (0-d float32; diff_std
   // NaN where none) and "norm/index/<name>" (0-d int64, the channel), so a checkpoint records
-  // which statistics belong to which channel.
+  // which statistics belong to which channel; and the missing values' "missing/*" entries.
   std::map<std::string, torch::Tensor> to_map() const;
   // Reads what to_map wrote (other keys are ignored). Throws DataError when no statistics are
   // present or a variable lacks its mean or std.
@@ -60,6 +66,7 @@ class Normalization {
   std::vector<std::string> names_;
   torch::Tensor mean_, std_;
   torch::Tensor diff_std_;  // [V], NaN where not computed; undefined when none was
+  MissingValues missing_;
 };
 
 }  // namespace wxtrain::data

@@ -184,6 +184,9 @@ SampleMaker::SampleMaker(const Dataset& dataset, const Normalization& normalizat
   file_forcing_norm_ = normalization.subset(names_of(dataset, file_forcings));
   computed_norm_ = normalization.subset(dataset.computed_forcing_names());
   statics_ = normalization.subset(dataset.static_names()).normalize(dataset.static_fields());
+  // NaN in a file that declares no fill value (netCDF4-python writes np.nan without _FillValue)
+  // is missing all the same: the statistics' pass over the training split saw it.
+  mask_targets_ = dataset.has_fill_values() || normalization.missing().any();
 }
 
 int64_t SampleMaker::num_forcings() const {
@@ -221,7 +224,7 @@ Sample SampleMaker::make(int64_t t) const {
     forcings.push_back(step_forcings(axis.has_dates ? axis.seconds[static_cast<size_t>(valid)] : 0, future[k]));
   }
   sample.forcings = torch::stack(forcings);
-  if (dataset_.has_fill_values()) {
+  if (mask_targets_) {
     sample.target_mask = (~torch::isnan(future.index_select(1, outputs_))).to(torch::kFloat32);
   }
   return sample;

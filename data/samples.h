@@ -72,7 +72,9 @@ struct Sample {
   // (state t + 1 + k), then the static fields; F + S may be 0.
   torch::Tensor forcings;
   torch::Tensor target;       // [rollout_steps, P + D, lat, lon]
-  torch::Tensor target_mask;  // like target, 1 valid / 0 fill; undefined when the data has no fill values
+  // Like target, 1 valid / 0 missing; undefined when the data has no missing values (no fill value
+  // declared, and no NaN in the training split: Normalization::missing()).
+  torch::Tensor target_mask;
   int64_t time = 0;           // t: the newest input state
 };
 
@@ -99,6 +101,7 @@ class SampleMaker {
   torch::Tensor prognostic_, outputs_, file_forcings_;  // int64 channel indices into a state
   Normalization prognostic_norm_, output_norm_, file_forcing_norm_, computed_norm_;
   torch::Tensor statics_;  // [S, lat, lon] normalised
+  bool mask_targets_ = false;  // the data has missing values: samples carry target_mask
 };
 
 // One sample through a SampleMaker made for it (tests, one-off callers).

@@ -623,6 +623,9 @@ void start_run(Run& run) {
   split_samples(run);
   const StartingPoint from = load_starting_point(run);
   run.normalization = choose_normalization(run, from);
+  if (run.is_root()) {
+    if (const std::string missing = run.normalization.missing().report(); !missing.empty()) std::cerr << missing << "\n";
+  }
   run.residual_scale = residual_scale_for(run);
   build_state(run, from);
   open_loader(run, from);
@@ -820,6 +823,7 @@ data::Normalization keep_pretrained_statistics(const data::Normalization& fresh,
   }
   data::Normalization out(fresh.names(), mean, std);
   if (diff.defined()) out.set_diff_std(diff);
+  out.set_missing(fresh.missing());  // this run's data
   return out;
 }
 

@@ -199,6 +199,11 @@ void NetcdfFile::close() {
   check(nc_close(ncid), path_, "", "closing");
 }
 
+void NetcdfFile::sync() {
+  Lock lock(netcdf_mutex());
+  check(nc_sync(ncid_), path_, "", "flushing to disk");
+}
+
 int NetcdfFile::variable_id(const std::string& variable) const {
   int id = -1;
   const int status = nc_inq_varid(ncid_, variable.c_str(), &id);
@@ -403,6 +408,18 @@ void NetcdfFile::put_float_attribute(const std::string& variable, const std::str
         "writing attribute '" + name + "'");
 }
 
+void NetcdfFile::define_chunking(const std::string& variable, const std::vector<size_t>& chunks) {
+  Lock lock(netcdf_mutex());
+  check(nc_def_var_chunking(ncid_, variable_id(variable), NC_CHUNKED, chunks.data()), path_, variable,
+        "setting its chunks");
+}
+
+void NetcdfFile::set_chunk_cache(const std::string& variable, size_t bytes) {
+  Lock lock(netcdf_mutex());
+  check(nc_set_var_chunk_cache(ncid_, variable_id(variable), bytes, bytes > 0 ? 1009 : 0, 1.0f), path_, variable,
+        "setting its chunk cache");
+}
+
 void NetcdfFile::end_define() {
   Lock lock(netcdf_mutex());
   check(nc_enddef(ncid_), path_, "", "leaving define mode");
@@ -420,6 +437,13 @@ void NetcdfFile::write_doubles(const std::string& variable, const std::vector<do
   const size_t start = 0;
   const size_t count = values.size();
   check(nc_put_vara_double(ncid_, variable_id(variable), &start, &count, values.data()), path_,
+        variable, "writing values");
+}
+
+void NetcdfFile::write_doubles(const std::string& variable, const std::vector<size_t>& start,
+                               const std::vector<size_t>& count, const double* values) {
+  Lock lock(netcdf_mutex());
+  check(nc_put_vara_double(ncid_, variable_id(variable), start.data(), count.data(), values), path_,
         variable, "writing values");
 }
 

@@ -50,6 +50,9 @@ class NetcdfFile {
 
   const std::string& path() const { return path_; }
   void close();  // flushes a written file; errors are thrown here rather than lost in the destructor
+  // Writes what is buffered to the file (HDF5's chunks and metadata): the file on disk is whole up
+  // to here.
+  void sync();
 
   // --- reading ---
   std::vector<std::string> variable_names() const;
@@ -78,10 +81,18 @@ class NetcdfFile {
   void define_variable(const std::string& name, int nc_type, const std::vector<std::string>& dims);
   void put_text_attribute(const std::string& variable, const std::string& name, const std::string& value);
   void put_float_attribute(const std::string& variable, const std::string& name, float value);
+  // Chunked storage with these chunk lengths, one per dimension (netCDF-4, define mode).
+  void define_chunking(const std::string& variable, const std::vector<size_t>& chunks);
+  // The variable's HDF5 chunk cache in bytes; 0 writes each chunk straight to the file, which keeps
+  // memory flat when every write is one whole chunk (a forecast written step by step).
+  void set_chunk_cache(const std::string& variable, size_t bytes);
   void end_define();
   void write_floats(const std::string& variable, const std::vector<size_t>& start,
                     const std::vector<size_t>& count, const float* values);
   void write_doubles(const std::string& variable, const std::vector<double>& values);
+  // A hyperslab of doubles (one record of a variable along an unlimited dimension).
+  void write_doubles(const std::string& variable, const std::vector<size_t>& start,
+                     const std::vector<size_t>& count, const double* values);
 
  private:
   NetcdfFile(std::string path, int ncid) : path_(std::move(path)), ncid_(ncid) {}

@@ -3,6 +3,7 @@
 #include <blosc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -60,12 +61,14 @@ void ZarrV2Writer::write_file(const std::string& relative, const std::string& by
   }
 }
 
-void ZarrV2Writer::add_array(const ZarrArraySpec& spec, const void* values) {
+void ZarrV2Writer::define_array(const ZarrArraySpec& spec) {
   const size_t rank = spec.shape.size();
   if (spec.chunks.size() != rank || spec.dims.size() != rank) {
     throw DataError("Zarr array '" + spec.name + "' of " + target_ + ": shape, chunks and dims must have one rank");
   }
-  const size_t itemsize = spec.float64 ? 8 : 4;
+  for (size_t d = 0; d < rank; ++d) {
+    if (spec.chunks[d] == 0) throw DataError("Zarr array '" + spec.name + "': a chunk dimension of 0");
+  }
   nlohmann::json zarray = {
       {"zarr_format", 2},
       {"shape", spec.shape},
@@ -86,12 +89,40 @@ void ZarrV2Writer::add_array(const ZarrArraySpec& spec, const void* values) {
   write_file(spec.name + "/.zattrs", zattrs.dump(4));
   consolidated_[spec.name + "/.zarray"] = zarray;
   consolidated_[spec.name + "/.zattrs"] = zattrs;
+  arrays_[spec.name] = spec;
+}
 
+void ZarrV2Writer::write_chunk(const std::string& name, const std::vector<size_t>& index, const void* values) {
+  const auto found = arrays_.find(name);
+  if (found == arrays_.end()) throw DataError("Zarr array '" + name + "' of " + target_ + " was not defined");
+  const ZarrArraySpec& spec = found->second;
+  if (index.size() != spec.shape.size()) {
+    throw DataError("Zarr array '" + name + "' of " + target_ + ": a chunk index of rank " +
+                    std::to_string(index.size()) + " for an array of rank " + std::to_string(spec.shape.size()));
+  }
+  size_t elements = 1;
+  std::string key;
+  for (size_t d = 0; d < index.size(); ++d) {
+    elements *= spec.chunks[d];
+    key += (d ? "." : "") + std::to_string(index[d]);
+  }
+  if (index.empty()) key = "0";  // a 0-d array's one chunk
+  const size_t itemsize = spec.float64 ? 8 : 4;
+  write_file(name + "/" + key, blosc_compress(static_cast<const char*>(values), elements * itemsize, itemsize));
+}
+
+void ZarrV2Writer::add_array(const ZarrArraySpec& spec, const void* values) {
+  define_array(spec);
+  const size_t rank = spec.shape.size();
+  const size_t itemsize = spec.float64 ? 8 : 4;
+  if (rank == 0) {
+    write_chunk(spec.name, {}, values);
+    return;
+  }
   // Every chunk, edge chunks padded to the full chunk shape as the spec requires.
   std::vector<size_t> grid(rank), strides(rank, 1);
   size_t chunk_count = 1, chunk_elements = 1;
   for (size_t d = 0; d < rank; ++d) {
-    if (spec.chunks[d] == 0) throw DataError("Zarr array '" + spec.name + "': a chunk dimension of 0");
     grid[d] = (spec.shape[d] + spec.chunks[d] - 1) / spec.chunks[d];
     chunk_count *= grid[d];
     chunk_elements *= spec.chunks[d];
@@ -104,9 +135,9 @@ void ZarrV2Writer::add_array(const ZarrArraySpec& spec, const void* values) {
     // index: the chunk's grid position; copy it element row by element row (innermost runs).
     std::fill(chunk.begin(), chunk.end(), 0);
     std::vector<size_t> local(rank, 0);
-    const size_t inner = rank ? spec.chunks[rank - 1] : 1;
+    const size_t inner = spec.chunks[rank - 1];
     for (size_t row = 0; row < chunk_elements / inner; ++row) {
-      size_t rest = row, offset = 0, chunk_offset = 0;
+      size_t rest = row, offset = 0;
       bool inside = true;
       for (size_t d = rank - 1; d-- > 0;) {
         local[d] = rest % spec.chunks[d];
@@ -117,16 +148,12 @@ void ZarrV2Writer::add_array(const ZarrArraySpec& spec, const void* values) {
         inside = inside && global < spec.shape[d];
         offset += global * strides[d];
       }
-      chunk_offset = row * inner;
       if (!inside) continue;
-      const size_t first = rank ? index[rank - 1] * spec.chunks[rank - 1] : 0;
-      const size_t count = rank ? std::min(inner, spec.shape[rank - 1] - first) : 1;
-      std::memcpy(chunk.data() + chunk_offset * itemsize, source + (offset + first) * itemsize, count * itemsize);
+      const size_t first = index[rank - 1] * spec.chunks[rank - 1];
+      const size_t count = std::min(inner, spec.shape[rank - 1] - first);
+      std::memcpy(chunk.data() + row * inner * itemsize, source + (offset + first) * itemsize, count * itemsize);
     }
-    std::string key;
-    for (size_t d = 0; d < rank; ++d) key += (d ? "." : "") + std::to_string(index[d]);
-    if (rank == 0) key = "0";
-    write_file(spec.name + "/" + key, blosc_compress(chunk.data(), chunk.size(), itemsize));
+    write_chunk(spec.name, index, chunk.data());
     for (size_t d = rank; d-- > 0;) {
       if (++index[d] < grid[d]) break;
       index[d] = 0;

@@ -135,3 +135,43 @@ TEST(ForecastWriter, RoundTripsValuesNamesUnitsAndGrid) {
   EXPECT_THROW(write_forecast(dir.file("bad.nc"), forecast.slice(1, 0, 5), coordinates), DataError);
   EXPECT_FALSE(std::filesystem::exists(dir.file("bad.nc")));
 }
+
+// Written step by step: nothing exists under the target before commit(); a forecast that stops
+// short (fewer steps than its coordinates) is refused and leaves no file; the reference time and
+// lead times are CF (forecast_reference_time in the time units, lead_time in hours).
+TEST(ForecastWriter, StreamsStepsAndCommitsOnlyAWholeForecast) {
+  DatasetOptions options;
+  Dataset storm(storm_sources(), options);
+  TempDir dir;
+  auto coordinates = ForecastCoordinates::after(storm, 20, 3);
+  coordinates.has_dates = true;
+  coordinates.time_units = "hours since 1996-01-05 00:00";
+  const int64_t epoch = to_seconds(parse_date("1996-01-05T00:00"), Calendar::kStandard);
+  coordinates.reference_seconds = epoch;
+  coordinates.seconds = {epoch + 6 * 3600, epoch + 12 * 3600, epoch + 18 * 3600};
+  for (const std::string name : {"short.nc", "short.zarr"}) {
+    {
+      ForecastWriter writer(dir.file(name), coordinates);
+      writer.write_step(storm.state(21));
+      EXPECT_FALSE(std::filesystem::exists(dir.file(name)));
+      EXPECT_THROW(writer.write_step(storm.state(22).slice(0, 0, 5)), DataError);  // 5 of 6 channels
+      EXPECT_THROW(writer.commit(), DataError);                                 // 1 of 3 steps
+    }
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 0)
+        << name << ": the temporary file was left behind";
+  }
+  const std::string path = dir.file("whole.nc");
+  {
+    ForecastWriter writer(path, coordinates);
+    for (int64_t t = 21; t <= 23; ++t) writer.write_step(storm.state(t));
+    writer.commit();
+  }
+  NetcdfFile file = NetcdfFile::open(path);
+  EXPECT_EQ(file.read_doubles("time"), (std::vector<double>{6, 12, 18}));
+  EXPECT_EQ(file.read_doubles("forecast_reference_time"), (std::vector<double>{0}));
+  EXPECT_EQ(file.text_attribute("forecast_reference_time", "units"), "hours since 1996-01-05 00:00");
+  EXPECT_EQ(file.read_doubles("lead_time"), (std::vector<double>{6, 12, 18}));
+  EXPECT_EQ(file.text_attribute("lead_time", "units"), "hours");
+  EXPECT_EQ(file.text_attribute("lead_time", "standard_name"), "forecast_period");
+  EXPECT_EQ(file.text_attribute("p", "coordinates"), "forecast_reference_time lead_time");
+}

@@ -1,9 +1,13 @@
 // The time split and the sample window: which states go into input and target, in which order.
 #include <gtest/gtest.h>
+#include <netcdf.h>
+
+#include <cmath>
 
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/normalization.h"
+#include "data/readers/netcdf_file.h"
 #include "data/samples.h"
 #include "storm_fixture.h"
 
@@ -66,4 +70,60 @@ TEST(Samples, WindowContentAndChannelOrder) {
   const Sample following = make_sample(dataset, norm, window, 11);
   EXPECT_TRUE(torch::equal(sample.target[0], following.input.slice(0, 2 * V, 3 * V)));
   EXPECT_TRUE(torch::equal(sample.input.slice(0, V, 3 * V), following.input.slice(0, 0, 2 * V)));
+}
+
+// NaN stored without a _FillValue (as netCDF4-python writes np.nan with fill_value=False) is
+// missing all the same: preloaded or read lazily, the targets carry a mask that is 0 there, and
+// the statistics record the share missing and the cells missing in every state, also through a
+// checkpoint's map.
+TEST(Samples, NanWithoutFillValueIsMaskedAndCounted) {
+  TempDir dir;
+  const std::string path = dir.file("nan_nofill.nc");
+  const size_t T = 6, H = 4, W = 5;
+  {
+    NetcdfFile file = NetcdfFile::create(path);
+    file.define_dimension("time", T);
+    file.define_dimension("lat", H);
+    file.define_dimension("lon", W);
+    file.define_variable("time", NC_DOUBLE, {"time"});
+    file.put_text_attribute("time", "units", "hours since 2020-01-01");
+    file.define_variable("swh", NC_FLOAT, {"time", "lat", "lon"});  // no _FillValue
+    file.end_define();
+    file.write_doubles("time", {0, 6, 12, 18, 24, 30});
+    std::vector<float> values(T * H * W);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 1.0f + 0.01f * static_cast<float>(i);
+    for (size_t t = 0; t < T; ++t) values[(t * H + 1) * W + 2] = std::nanf("");  // cell (1, 2): land
+    values[(3 * H + 0) * W + 0] = std::nanf("");                                  // (0, 0) once
+    file.write_floats("swh", {0, 0, 0}, {T, H, W}, values.data());
+    file.close();
+  }
+  for (int64_t preload : {int64_t{0}, int64_t{1} << 20}) {
+    SCOPED_TRACE(preload ? "preloaded" : "read lazily");
+    DatasetOptions options;
+    options.preload_max_bytes = preload;
+    Dataset dataset({{path, "swh", "swh"}}, options);
+    const Normalization norm = Normalization::compute(dataset, 0, 6);
+    EXPECT_TRUE(norm.missing().any());
+    EXPECT_DOUBLE_EQ(norm.missing().share("swh"), 7.0 / (T * H * W));
+    EXPECT_DOUBLE_EQ(norm.missing().always_share("swh"), 1.0 / (H * W));
+    const torch::Tensor always = norm.missing().always_missing("swh");
+    ASSERT_TRUE(always.defined());
+    EXPECT_EQ(always.sum().item<int64_t>(), 1);
+    EXPECT_TRUE(always[1][2].item<bool>());
+    EXPECT_NE(norm.missing().report().find("swh 5.0% of cells in every state (5.8% of all values)"), std::string::npos)
+        << norm.missing().report();
+
+    const Sample sample = make_sample(dataset, norm, {2, 1}, 2);  // target: state 3
+    ASSERT_TRUE(sample.target_mask.defined());
+    EXPECT_EQ(sample.target_mask[0][0][1][2].item<float>(), 0.0f);
+    EXPECT_EQ(sample.target_mask[0][0][0][0].item<float>(), 0.0f);
+    EXPECT_EQ(sample.target_mask.sum().item<float>(), static_cast<float>(H * W - 2));
+    EXPECT_TRUE(torch::isfinite(sample.target).all().item<bool>());
+
+    // Through a checkpoint's map and back.
+    const Normalization back = Normalization::from_map(norm.to_map());
+    EXPECT_DOUBLE_EQ(back.missing().share("swh"), norm.missing().share("swh"));
+    ASSERT_TRUE(back.missing().always_missing("swh").defined());
+    EXPECT_TRUE(torch::equal(back.missing().always_missing("swh"), always));
+  }
 }
