@@ -260,6 +260,9 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
     return est.cpu_max_batch(room, options.cpu_overhead ? est.cpu_overhead() : estimator::CpuOverhead{});
   };
   report.estimated_batch = max_of(e);
+  // A GPU has been measured to need up to the band above the central estimate: the search starts
+  // where the estimate is sure, so that its first probe passes rather than runs out of memory.
+  report.sure_batch = device.is_cpu() ? report.estimated_batch : e.sure_max_batch(room, gpu);
   report.estimated_slope = slope_at(e.activations, static_cast<double>(std::max<int64_t>(report.estimated_batch, 1))) +
                            report.cpu_overhead.per_sample;
 
@@ -278,7 +281,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   so.budget = report.budget;
   so.multiple_of = mem.multiple_of;
   so.max_batch = report.max_batch;
-  so.start = std::min(report.estimated_batch, report.max_batch);
+  so.start = std::min(report.sure_batch, report.max_batch);
   so.slope = report.estimated_slope;
   BatchProber prober(config, shape, device, comm, report.budget, report.target);
   prober.set_overhead(report.cpu_overhead);

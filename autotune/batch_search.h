@@ -109,7 +109,11 @@ struct TuneReport {
   // memory.max_batch, set the ceiling; 0 otherwise. With batch == max_batch, the data decided.
   int64_t data_cap = 0;
   bool capped_by_data() const { return data_cap > 0 && batch == max_batch; }
-  int64_t estimated_batch = 0;  // the estimator's predicted maximum (where the search started)
+  int64_t estimated_batch = 0;  // the estimator's predicted maximum
+  // The largest batch the estimate is sure of on this device (its measured error band,
+  // estimator/error_band.h), where the search starts; on the CPU, whose trace is its own
+  // measurement, estimated_batch.
+  int64_t sure_batch = 0;
   double estimated_slope = 0;   // the estimator's bytes per sample at that batch (CPU overhead's included)
   estimator::CpuOverhead cpu_overhead;  // modelled bytes outside the meter (zero on a GPU or when turned off)
   std::vector<Probe> probes;

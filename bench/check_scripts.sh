@@ -23,8 +23,9 @@
 #                                             lists a GPU torch cannot use. Skipped (77) where a GPU is.
 #   bench/check_scripts.sh plumbing WORK BUILD PYTHON STAGES [fresh]
 #                                             scripts/gpu_check.sh --device cpu --only STAGES on the
-#                                             storm unet with the binaries of BUILD, into WORK (emptied
-#                                             first with `fresh`): exit 0, each stage RAN or PASS in
+#                                             storm unet (and the presets' toy sizes) with the binaries
+#                                             of BUILD, into WORK (emptied first with `fresh`): exit 0,
+#                                             each stage RAN or PASS in
 #                                             report.json, and its raw results there. Skipped (77)
 #                                             without a torch in PYTHON or the binaries in BUILD.
 #
@@ -465,6 +466,20 @@ if "tune" in stages:
 if "throughput" in stages:
     impls = {l.split()[1] for l in open(os.path.join(parts, "throughput.txt"))}
     assert impls == {"impl=wxtrain", "impl=pytorch"}, impls
+if "presets" in stages:
+    # The toy presets: graphcast-1.0 (checkpointed, rollout 2, edge blocks), fourcastnet-0.25 at
+    # batch 1 and 2, pangu-0.25 checkpointed, graphcast-1.0 in inference: each measured against its
+    # estimate, in the stage's order, and fourcastnet against both peers.
+    cases = [json.loads(l) for l in open(os.path.join(parts, "presets.jsonl"))]
+    got = [(c["preset"], c["mode"], c["batch"]) for c in cases]
+    assert got == [("graphcast-1.0", "train", 1), ("fourcastnet-0.25", "train", 1),
+                   ("fourcastnet-0.25", "train", 2), ("pangu-0.25", "train", 1), ("graphcast-1.0", "inference", 1)], got
+    for c in cases:
+        assert not c["measured"]["oom"] and c["measured"]["peak_allocated"] > 0, c
+        assert c["predicted"]["total"] > 0 and "error_total" in c and c["measured"]["samples_per_s"] > 0, c
+    assert cases[0]["rollout_steps"] == 2 and cases[0]["checkpointing"], cases[0]
+    impls = {l.split()[1] for l in open(os.path.join(parts, "presets_throughput.txt"))}
+    assert impls == {"impl=wxtrain", "impl=pytorch", "impl=pytorch-compile"}, impls
 print("report.json and parts/ as expected for", ", ".join(stages))
 EOF
     ;;

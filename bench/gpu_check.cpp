@@ -19,7 +19,17 @@
 //       search. A predicted batch above the real one is a predicted fit that runs out of memory.
 //   gpu_check throughput --config FILE --precision P [--batch 8] [--warmup 3] [--steps 20] [--reps 5]
 //       samples/s of the real TrainingStep on cuda:0 (bench/peer/train_peer.py --device cuda is the peer)
-//   gpu_check describe --config FILE
+//   gpu_check preset --preset NAME [--mode train|inference] [--precision P] [--checkpointing off]
+//                    [--at 1,sure,max] [--set key=value]... [--steps 4] [--warmup 1]
+//       a published model at its real grid ([model] preset, docs/estimator.md "Presets"), one JSON
+//       line per batch as soon as it is measured: the estimate's per-rank total for this GPU (what
+//       `wxtrain estimate` prints: the analytic formulas where a trace would be too large) against
+//       the caching allocator's peak allocated and reserved bytes and the CUDA context of real
+//       steps (training steps, or forward passes under no_grad for --mode inference), and the
+//       samples/s of the steps after the first `warmup`. --at takes batch sizes and "sure" / "max":
+//       the largest batch the estimate is sure of / allows on this GPU. --set changes the run
+//       (data.rollout_steps=4; the CPU plumbing test shrinks the model with it).
+//   gpu_check describe --config FILE | --preset NAME [--set key=value]...
 //       what the peer needs to build the same model (as train_throughput --describe)
 //
 // --gpus also takes sizes ("12GiB") for caps that are no catalog GPU. --device cpu runs every mode
@@ -46,7 +56,9 @@
 #include <torch/version.h>
 
 #include "autotune/batch_search.h"
+#include "core/autocast.h"
 #include "core/config.h"
+#include "core/model_presets.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/memory_meter.h"
@@ -103,12 +115,16 @@ struct Args {
   std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
   std::vector<std::string> gpus = {"A10G", "L4", "A100-40", "T4"};
   int64_t batch = 8;
-  int warmup = 3;
+  int warmup = -1;  // per mode: throughput 3, preset 1
   int steps = -1;  // per mode: accuracy 3, fit 2, throughput 20
   int reps = 5;
   int64_t max_batch = 65536;
   bool cpu = false;  // --device cpu
   std::string buffers;  // describe: the model's buffers as .npy files in this directory
+  std::string preset;   // preset, describe: a published model instead of --config
+  std::string run_mode = "train";          // preset: train | inference
+  std::vector<std::string> at = {"1"};     // preset: batch sizes, "sure", "max"
+  std::vector<std::string> overrides;      // preset, describe: --set key=value
 };
 
 const char* kUsage =
@@ -118,7 +134,9 @@ const char* kUsage =
     "       gpu_check fit --config FILE [--precision P] [--checkpointing on|off] [--gpus A10G,L4,A100-40,T4]"
     " [--steps N] [--max-batch N]\n"
     "       gpu_check throughput --config FILE --precision P [--batch N] [--warmup N] [--steps N] [--reps N]\n"
-    "       gpu_check describe --config FILE [--buffers DIR]\n"
+    "       gpu_check preset --preset NAME [--mode train|inference] [--precision P] [--checkpointing on|off]"
+    " [--at 1,sure,max] [--set key=value]... [--steps N] [--warmup N]\n"
+    "       gpu_check describe --config FILE | --preset NAME [--set key=value]... [--buffers DIR]\n"
     "       (every mode: [--device cuda|cpu]; cpu tests the plumbing only)";
 
 template <typename T>
@@ -159,6 +177,10 @@ Args parse_args(int argc, char** argv) {
       else if (arg == "--reps") a.reps = std::stoi(value());
       else if (arg == "--max-batch") a.max_batch = std::stoll(value());
       else if (arg == "--buffers") a.buffers = value();
+      else if (arg == "--preset") a.preset = value();
+      else if (arg == "--mode") a.run_mode = value();
+      else if (arg == "--at") a.at = split<std::string>(value(), [](const std::string& s) { return s; });
+      else if (arg == "--set") a.overrides.push_back(value());
       else if (arg == "--device") {
         const std::string v = value();
         if (v != "cuda" && v != "cpu") bench::bench_usage(kUsage, "--device cuda|cpu");
@@ -169,16 +191,26 @@ Args parse_args(int argc, char** argv) {
       bench::bench_usage(kUsage, arg + ": not a number");
     }
   }
-  const std::vector<std::string> modes = {"device", "accuracy", "fit", "throughput", "describe"};
+  const std::vector<std::string> modes = {"device", "accuracy", "fit", "throughput", "preset", "describe"};
   if (std::find(modes.begin(), modes.end(), a.mode) == modes.end()) bench::bench_usage(kUsage, "unknown mode '" + a.mode + "'");
-  if (a.mode != "device" && a.config.empty()) bench::bench_usage(kUsage, "--config is required");
+  if (a.mode == "preset" && a.preset.empty()) bench::bench_usage(kUsage, "preset: --preset is required");
+  if (a.mode != "device" && a.config.empty() && a.preset.empty()) bench::bench_usage(kUsage, "--config is required");
+  if (!a.config.empty() && !a.preset.empty()) bench::bench_usage(kUsage, "--config or --preset, not both");
+  if (a.run_mode != "train" && a.run_mode != "inference") bench::bench_usage(kUsage, "--mode train|inference");
+  for (const std::string& at : a.at) {
+    if (at == "sure" || at == "max") continue;
+    if (at.empty() || at.find_first_not_of("0123456789") != std::string::npos || std::stoll(at) < 1)
+      bench::bench_usage(kUsage, "--at: '" + at + "' is neither a positive batch size nor sure or max");
+  }
   if (a.precision != "fp32" && a.precision != "bf16-mixed" && a.precision != "fp16-mixed" && a.precision != "bf16")
     bench::bench_usage(kUsage, "--precision fp32|bf16-mixed|fp16-mixed|bf16");
-  if (a.batches.empty() || a.batch < 1 || a.reps < 1 || a.warmup < 0 || a.max_batch < 1)
+  if (a.batches.empty() || a.batch < 1 || a.reps < 1 || a.warmup < -1 || a.max_batch < 1)
     bench::bench_usage(kUsage, "batches, reps and --max-batch must be positive");
   for (int64_t b : a.batches)
     if (b < 1) bench::bench_usage(kUsage, "--batches must be positive");
-  if (a.steps < 0) a.steps = a.mode == "accuracy" ? 3 : a.mode == "fit" ? 2 : 20;
+  if (a.steps < 0) a.steps = a.mode == "accuracy" ? 3 : a.mode == "preset" ? 4 : a.mode == "fit" ? 2 : 20;
+  if (a.warmup < 0) a.warmup = a.mode == "preset" ? 1 : 3;
+  if (a.mode == "preset" && a.warmup >= a.steps) bench::bench_usage(kUsage, "preset: --warmup must be below --steps");
   if (a.steps < 1) bench::bench_usage(kUsage, "--steps must be positive");
   return a;
 }
@@ -193,9 +225,18 @@ struct Run {
 
 Run load_run(const Args& a) {
   Run r;
-  r.config = load_config(a.config, {"train.precision=" + a.precision,
-                                    std::string("train.checkpointing=") + (a.checkpointing ? "true" : "false"),
-                                    "train.device=cuda"});  // the estimate is for a GPU, even with --device cpu
+  std::vector<std::string> overrides = {"train.precision=" + a.precision,
+                                        std::string("train.checkpointing=") + (a.checkpointing ? "true" : "false"),
+                                        "train.device=cuda"};  // the estimate is for a GPU, even with --device cpu
+  overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
+  if (!a.preset.empty()) {
+    // A published model with its paper's grid and channels: no data to read, the batches are
+    // synthetic and the latitudes those of the preset's regular grid (uniform weights: the same memory).
+    r.config = parse_config("[model]\npreset = \"" + a.preset + "\"\n", "preset " + a.preset, overrides);
+    r.shape = models::model_shape(r.config);
+    return r;
+  }
+  r.config = load_config(a.config, overrides);
   // The grid and latitudes from the data, as in training; fixed in the config from here on so the
   // estimator does not open the files again.
   const data::Dataset dataset(r.config.data);
@@ -328,6 +369,7 @@ int run_fit(const Args& a) {
   struct Target {
     estimator::GpuSpec gpu;
     int64_t predicted = 0;
+    int64_t sure = 0;  // the largest batch the estimate is sure of (error_band.h)
   };
   std::vector<Target> targets;
   for (const auto& name : a.gpus) {
@@ -346,7 +388,12 @@ int run_fit(const Args& a) {
       std::printf("%s\n", j.dump().c_str());
       continue;
     }
-    targets.push_back({*g, e.max_batch(g->memory_bytes, *g)});
+    // The capped steps run on this GPU, with its context and its cuBLAS workspaces: the estimate to
+    // compare is for that memory on this GPU's architecture (the first check took the smaller GPU's
+    // own figures, up to 200 MiB less context than was measured).
+    estimator::GpuSpec capped = *g;
+    capped.compute_capability = this_gpu().compute_capability;
+    targets.push_back({capped, e.max_batch(capped.memory_bytes, capped), e.sure_max_batch(capped.memory_bytes, capped)});
   }
   if (targets.empty()) return 0;
 
@@ -386,6 +433,7 @@ int run_fit(const Args& a) {
     j["context"] = context;
     j["cap"] = cap;
     j["predicted_max"] = t.predicted;
+    j["sure_max"] = t.sure;
     j["predicted_total"] = e.breakdown(std::max<int64_t>(t.predicted, 1), t.gpu).total();
     j["real_max"] = found.batch;
     j["max_batch_bound"] = a.max_batch;
@@ -399,6 +447,7 @@ int run_fit(const Args& a) {
     // have run out of memory (and did, when it was probed).
     const bool verifiable = t.predicted <= a.max_batch;
     j["predicted_fit_ooms"] = verifiable && t.predicted > found.batch;
+    j["sure_fit_ooms"] = t.sure > found.batch;
     if (predicted_oom) j["predicted_probe_oom"] = *predicted_oom;
     if (!verifiable) j["unverified"] = "the predicted batch is above --max-batch";
     j["seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -437,17 +486,158 @@ int run_throughput(const Args& a) {
   return 0;
 }
 
+// Real steps of a preset at `batch` on the device from an emptied cache: training steps (or forward
+// passes under no_grad), the memory at their peaks and the samples/s of those after `warmup`.
+struct PresetMeasured {
+  Measured memory;
+  double samples_per_s = 0;
+};
+
+PresetMeasured measure_preset(const Run& run, int64_t batch, const Args& a, bool inference) {
+  if (!inference) {
+    // The training step as the accuracy stage measures it, with the clock on the later steps.
+    PresetMeasured pm;
+    MemoryMeter& meter = memory_meter(g_device);
+    meter.release_cached();
+    pm.memory.batch = batch;
+    pm.memory.baseline_allocated = meter.snapshot().allocated;
+    meter.reset_peak();
+    const auto t0 = Clock::now();
+    try {
+      auto comm = distributed::make_communicator(distributed::World{}, run.config.distributed, g_device);
+      auto state = trainer::build_training_state(run.config, run.shape, comm, g_device, run.latitudes);
+      auto micro = trainer::synthetic_micro_batches(run.config, run.shape, batch, run.config.train.accumulation, g_device);
+      trainer::TrainingStep step(*state);
+      Clock::time_point timed;
+      for (int i = 0; i < a.steps; ++i) {
+        if (i == a.warmup) {
+          synchronize();
+          timed = Clock::now();
+        }
+        pm.memory.loss = step.run(micro, run.config.train.lr).loss;
+      }
+      synchronize();
+      pm.samples_per_s = static_cast<double>((a.steps - a.warmup) * batch) /
+                         std::chrono::duration<double>(Clock::now() - timed).count();
+      const cuda::DeviceMemory d = mem_get_info();
+      pm.memory.context = (d.total - d.free) - meter.snapshot().reserved;
+    } catch (const c10::OutOfMemoryError&) {
+      pm.memory.oom = true;
+    }
+    pm.memory.peak_allocated = meter.snapshot().peak;
+    pm.memory.peak_reserved = peak_reserved();
+    meter.release_cached();
+    pm.memory.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return pm;
+  }
+  // Inference: the forecast's forward pass, as `estimate --mode inference` estimates it.
+  PresetMeasured pm;
+  MemoryMeter& meter = memory_meter(g_device);
+  meter.release_cached();
+  pm.memory.batch = batch;
+  meter.reset_peak();
+  const auto t0 = Clock::now();
+  try {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(run.config.train.seed);
+    auto model = models::build_model(run.config.model, run.shape);
+    model->eval();
+    model->to(g_device);
+    const Precision p = run.config.train.precision;
+    if (p == Precision::kBf16) model->to(torch::kBFloat16);
+    const auto dtype = p == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+    torch::Tensor x = torch::randn({batch, run.shape.in_channels, run.shape.lat, run.shape.lon},
+                                   torch::TensorOptions().device(g_device).dtype(dtype));
+    const bool autocast_on = p == Precision::kBf16Mixed || p == Precision::kFp16Mixed;
+    const auto half = p == Precision::kFp16Mixed ? torch::kHalf : torch::kBFloat16;
+    Clock::time_point timed;
+    for (int i = 0; i < a.steps; ++i) {
+      if (i == a.warmup) {
+        synchronize();
+        timed = Clock::now();
+      }
+      AutocastGuard guard(g_device.type(), half, autocast_on);
+      torch::Tensor y = model->forward(x);
+    }
+    synchronize();
+    pm.samples_per_s =
+        static_cast<double>((a.steps - a.warmup) * batch) / std::chrono::duration<double>(Clock::now() - timed).count();
+    const cuda::DeviceMemory d = mem_get_info();
+    pm.memory.context = (d.total - d.free) - meter.snapshot().reserved;
+  } catch (const c10::OutOfMemoryError&) {
+    pm.memory.oom = true;
+  }
+  pm.memory.peak_allocated = meter.snapshot().peak;
+  pm.memory.peak_reserved = peak_reserved();
+  meter.release_cached();
+  pm.memory.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return pm;
+}
+
+int run_preset(const Args& a) {
+  const Run run = load_run(a);
+  const bool inference = a.run_mode == "inference";
+  estimator::EstimateOptions options;
+  options.mode = inference ? estimator::Mode::kInference : estimator::Mode::kTrain;
+  const estimator::Estimate e = estimator::estimate(run.config, run.shape, options);
+  const estimator::GpuSpec gpu = this_gpu();
+  for (const std::string& at : a.at) {
+    const int64_t batch = at == "max" ? e.max_batch(gpu.memory_bytes, gpu)
+                          : at == "sure" ? e.sure_max_batch(gpu.memory_bytes, gpu)
+                                         : std::stoll(at);
+    json j = case_json(run, a, "preset");
+    j["preset"] = a.preset;
+    j["mode"] = a.run_mode;
+    j["rollout_steps"] = run.config.max_rollout();
+    j["overrides"] = a.overrides;
+    j["at"] = at;
+    j["batch"] = batch;
+    j["gpu"] = gpu.label;
+    j["estimate_method"] = e.method;
+    j["error_band"] = {{"family", e.band.family}, {"under", e.band.under}, {"over", e.band.over}};
+    if (batch < 1) {  // the estimate says batch 1 does not fit: nothing to measure
+      j["skipped"] = "the estimate fits no batch on this GPU";
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    const estimator::Breakdown p = e.breakdown(batch, gpu);
+    j["predicted"] = breakdown_json(e, p, gpu);
+    const PresetMeasured pm = measure_preset(run, batch, a, inference);
+    const Measured& m = pm.memory;
+    j["measured"] = {{"oom", m.oom},
+                     {"peak_allocated", m.peak_allocated},
+                     {"peak_reserved", m.peak_reserved},
+                     {"context", m.context},
+                     {"total", m.total()},
+                     {"loss", m.loss},
+                     {"samples_per_s", pm.samples_per_s},
+                     {"timed_steps", a.steps - a.warmup},
+                     {"seconds", m.seconds}};
+    if (!m.oom) {
+      j["error_total"] = (p.total() - static_cast<double>(m.total())) / static_cast<double>(m.total());
+      j["error_allocated"] = (p.allocated() - static_cast<double>(m.peak_allocated)) / static_cast<double>(m.peak_allocated);
+    }
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);  // each case is kept as soon as it is measured: a lost machine keeps what it did
+  }
+  return 0;
+}
+
 int run_describe(const Args& a) {
   const Run run = load_run(a);
   torch::manual_seed(run.config.train.seed);
   const auto model = models::build_model(run.config.model, run.shape);
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
-  const json j = {{"model", run.config.model.name}, {"params", params}, {"threads", at::get_num_threads()},
+  json j = {{"model", run.config.model.name}, {"params", params}, {"threads", at::get_num_threads()},
                   {"in_channels", run.shape.in_channels}, {"out_channels", run.shape.out_channels},
                   {"lat", run.shape.lat}, {"lon", run.shape.lon}, {"rollout_steps", run.config.data.rollout_steps},
                   {"state_channels", run.shape.state_channels}, {"history", run.shape.history},
                   {"latitudes", run.latitudes}, {"buffers", model->named_buffers().keys()}};
+  // A preset's [model] keys, for the peer's run file (the script adds the --set model.* values).
+  if (!a.preset.empty())
+    if (const ModelPreset* preset = find_model_preset(a.preset)) j["preset_model_toml"] = preset->model_toml;
   // GraphCast's graph and Pangu's tables, for the peer to run on (train_peer.py --buffers).
   if (!a.buffers.empty()) bench::write_buffers(*model, a.buffers);
   std::printf("%s\n", j.dump().c_str());
@@ -470,6 +660,7 @@ int main(int argc, char** argv) {
     if (args.mode == "accuracy") return run_accuracy(args);
     if (args.mode == "fit") return run_fit(args);
     if (args.mode == "throughput") return run_throughput(args);
+    if (args.mode == "preset") return run_preset(args);
     return run_describe(args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_check %s: %s\n", args.mode.c_str(), e.what());

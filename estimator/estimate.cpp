@@ -45,6 +45,12 @@ int64_t Estimate::max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>
   return largest_batch(static_cast<double>(capacity_bytes), [&](int64_t b) { return breakdown(b, gpu).total(); });
 }
 
+int64_t Estimate::sure_max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const {
+  if (!gpu) return max_batch(capacity_bytes, gpu);
+  const double raise = 1.0 + band.under;
+  return largest_batch(static_cast<double>(capacity_bytes), [&](int64_t b) { return raise * breakdown(b, gpu).total(); });
+}
+
 CpuOverhead Estimate::cpu_overhead() const {
   return estimator::cpu_overhead(process_resident, activations.per_sample());
 }
@@ -67,6 +73,7 @@ GpuFit Estimate::fit(const GpuSpec& gpu) const {
   f.at_batch = breakdown(batch(), gpu);
   f.fits = f.at_batch.total() <= static_cast<double>(gpu.memory_bytes);
   f.max_batch = max_batch(gpu.memory_bytes, gpu);
+  f.sure_max_batch = sure_max_batch(gpu.memory_bytes, gpu);
   return f;
 }
 
@@ -82,6 +89,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   e.shape = shape;
   e.options = options;
   e.libraries = library_use(config.model.name);
+  e.band = error_band(e.libraries);
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
   if (options.analytic) {
     e.activations = analytic_activations(config, shape, options.mode);

@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "estimator/activation_trace.h"
 #include "estimator/cpu_overhead.h"
+#include "estimator/error_band.h"
 #include "estimator/gpu_catalog.h"
 #include "estimator/gpu_overhead.h"
 #include "estimator/model_states.h"
@@ -45,6 +46,9 @@ struct GpuFit {
   Breakdown at_batch;      // at the configured batch
   bool fits = false;
   int64_t max_batch = 0;   // largest micro-batch that fits (0: none)
+  // Largest micro-batch that fits with the measured error band added (error_band.h): the one the
+  // estimate is sure of. At most max_batch.
+  int64_t sure_max_batch = 0;
 };
 
 struct Estimate {
@@ -57,6 +61,11 @@ struct Estimate {
   ActivationFit activations;
   Breakdown breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const;
   int64_t max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const;
+  // How far a GPU has been measured from this estimate for the model's family (error_band.h).
+  ErrorBand band;
+  // The largest micro-batch whose total, raised by band.under, fits: the batch the estimate is sure
+  // of on that GPU. Without a GPU (the CPU, whose trace is its own measurement) max_batch.
+  int64_t sure_max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const;
   // Resident bytes outside the counting allocator, measured after the trace (cpu_overhead.h); with
   // --analytic no step ran, so it lacks the kernels' pages.
   double process_resident = 0;

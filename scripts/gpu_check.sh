@@ -20,6 +20,10 @@
 #                            benchmarks, the tests of tests/cuda and tests/autotune (whose CLI test
 #                            profile_snapshot_cuda is labelled cuda) (WXTRAIN_TEST_COMPONENTS=cuda;autotune;
 #                            set that variable in the environment for more)
+#                presets     (f) the published models at their real grids (graphcast-1.0, fourcastnet-0.25,
+#                            pangu-0.25): memory (allocated, reserved, context) against the estimate,
+#                            training and inference, and samples/s against the PyTorch peers (eager
+#                            and torch.compile); most valuable case first, each kept as it is measured
 #                ctest       (a) the CTest tests labelled cuda (ctest -L cuda)
 #                accuracy    (b) estimator vs measured GPU memory: every storm config, fp32 and
 #                            bf16-mixed, checkpointing off and on, batch 1..64
@@ -45,7 +49,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
   echo "usage: scripts/gpu_check.sh [--bundle DIR|DIR.tar.gz] [--out DIR] [--build DIR] [--python PY] [--only STAGES]"
   echo "                            [--quick] [--configs NAMES] [--jobs N] [--device cuda|cpu]"
-  echo "       stages: build,ctest,accuracy,fit,tune,throughput (default all); see the comment at the top of $0"
+  echo "       stages: build,presets,ctest,accuracy,fit,tune,throughput (default all); see the comment at the top of $0"
 }
 die() { echo "gpu_check.sh: $*" >&2; exit 1; }
 no_device() { echo "gpu_check.sh: no CUDA device ($*)" >&2; exit 3; }
@@ -70,7 +74,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "gpu_check.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
 done
-ALL_STAGES=(build ctest accuracy fit tune throughput)
+# The presets come first after the build: the sizes people train had never been measured (issue 25).
+ALL_STAGES=(build presets ctest accuracy fit tune throughput)
 stages=("${ALL_STAGES[@]}")
 if [[ -n $only ]]; then
   IFS=, read -r -a stages <<<"$only"
@@ -208,6 +213,42 @@ if [[ $device == cpu ]]; then  # the plumbing test: cases a 2-core CPU runs in a
   FIT_GPUS=64MiB FIT_PRECISIONS=(bf16-mixed) TP_BATCHES=(4) TP_STEPS=(--warmup 1 --steps 3 --reps 2)
   TUNE_BUDGETS=(64MiB)
 fi
+# (f) the presets, most valuable first: PRESET_CASES lines "preset|mode|precision|checkpointing|
+# batches (--at)|--set values", PRESET_PEERS lines "preset|batch|--set values" (the peers do not
+# checkpoint, so their comparisons run without). GraphCast's presets keep their edge blocks
+# (model.edge_block = 2^18) in every case.
+PRESET_CASES=(
+  "graphcast-1.0|train|bf16-mixed|on|1|data.rollout_steps=1"
+  "graphcast-1.0|train|bf16-mixed|on|1|data.rollout_steps=4"
+  "fourcastnet-0.25|train|bf16-mixed|off|1,sure,max|"
+  "pangu-0.25|train|bf16-mixed|on|1|"
+  "graphcast-1.0|inference|bf16-mixed|off|1|"
+  "fourcastnet-0.25|inference|bf16-mixed|off|1|"
+  "pangu-0.25|inference|bf16-mixed|off|1|"
+  "graphcast-1.0|train|bf16-mixed|off|1|data.rollout_steps=1"
+  "graphcast-1.0|train|fp32|on|1|data.rollout_steps=1"
+)
+PRESET_PEERS=(
+  "graphcast-1.0|1|data.rollout_steps=1"
+  "fourcastnet-0.25|1|"
+  "pangu-0.25|1|"
+)
+PRESET_STEPS=(--steps 4 --warmup 1)
+PEER_STEPS=(--warmup 2 --steps 3 --reps 3)
+PRESET_TIMEOUT=300
+if [[ $device == cpu ]]; then  # toy sizes of the same presets: the stage's plumbing, in seconds
+  toy_graphcast="data.grid=[10,20] model.latent=8 model.processor_layers=1 model.mesh_refinement=1 model.edge_block=64"
+  toy_fourcastnet="data.grid=[16,32] model.embed_dim=16 model.depth=1"
+  toy_pangu="data.grid=[8,16] model.embed_dim=8 model.stage_depths=[1,1,1,1] model.stage_heads=[1,2,2,1]"
+  PRESET_CASES=(
+    "graphcast-1.0|train|bf16-mixed|on|1|data.rollout_steps=2 $toy_graphcast"
+    "fourcastnet-0.25|train|bf16-mixed|off|1,2|$toy_fourcastnet"
+    "pangu-0.25|train|bf16-mixed|on|1|$toy_pangu"
+    "graphcast-1.0|inference|bf16-mixed|off|1|$toy_graphcast"
+  )
+  PRESET_PEERS=("fourcastnet-0.25|1|$toy_fourcastnet")
+  PRESET_STEPS=(--steps 2 --warmup 1) PEER_STEPS=(--warmup 1 --steps 2 --reps 1) PRESET_TIMEOUT=600
+fi
 
 GPU_CHECK=$BUILD/bench/gpu_check
 WXTRAIN=$BUILD/cli/wxtrain
@@ -248,6 +289,82 @@ stage_build() {
     return 1
   fi
   echo "  built in $((SECONDS - t0)) s"
+}
+
+# set_args "a=1 b=2": --set a=1 --set b=2, into the array set_list
+set_args() {
+  set_list=()
+  local kv
+  for kv in $1; do set_list+=(--set "$kv"); done
+}
+
+stage_presets() {
+  echo "== (f) the presets at their real grids: ${#PRESET_CASES[@]} memory cases, ${#PRESET_PEERS[@]} throughput comparisons"
+  need_binaries || return 1
+  local line preset mode p k at sets rc log name
+  for line in "${PRESET_CASES[@]}"; do
+    IFS='|' read -r preset mode p k at sets <<<"$line"
+    set_args "$sets"
+    name="$preset-$mode-$p-ckpt$k-$(echo "${sets%% *}" | tr -c 'A-Za-z0-9.=\n' '_')"
+    log="$LOGS/presets-$name.log"
+    rc=0
+    # Each case's line is written as soon as it is measured: a machine lost midway keeps the others.
+    timeout "$PRESET_TIMEOUT" "$GPU_CHECK" preset --device "$device" --preset "$preset" --mode "$mode" --precision "$p" \
+      --checkpointing "$k" --at "$at" "${set_list[@]}" "${PRESET_STEPS[@]}" >>"$PARTS/presets.jsonl" 2>"$log" || rc=$?
+    if [[ $rc != 0 ]]; then record_error presets "$preset $mode $p checkpointing $k at $at ${sets:-}" $rc "$log"; fi
+    echo "  $preset $mode $p checkpointing $k ${sets:+($sets) }done"
+  done
+  local b shape buffers peer_cfg impl round=0 runs
+  for line in "${PRESET_PEERS[@]}"; do
+    IFS='|' read -r preset b sets <<<"$line"
+    set_args "$sets"
+    name="$preset-b$b"
+    shape="$PARTS/shape-preset-$name.json" buffers="$PARTS/buffers-preset-$name" peer_cfg="$PARTS/peer-$name.toml"
+    mkdir -p "$buffers"
+    "$GPU_CHECK" describe --device "$device" --preset "$preset" "${set_list[@]}" --buffers "$buffers" >"$shape" \
+      2>"$LOGS/describe-preset-$name.log" || { record_error presets "describe $preset" $? "$LOGS/describe-preset-$name.log"; continue; }
+    # The peer's run file: the preset's [model] keys with this case's model.* values, and the
+    # optimizer's settings (train_peer.py reads [model] and [train]).
+    "$PY" - "$shape" "$peer_cfg" $sets <<'EOF'
+import json, sys
+shape, out, sets = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3:]
+model = {}
+for line in shape["preset_model_toml"].splitlines():
+    if "=" in line:
+        k, v = line.split("=", 1)
+        model[k.strip()] = v.strip()
+for kv in sets:
+    k, v = kv.split("=", 1)
+    if k.startswith("model."):
+        model[k[len("model."):]] = v
+with open(out, "w") as f:
+    f.write("[model]\n" + "".join(f"{k} = {v}\n" for k, v in model.items()))
+    f.write("[train]\nlr = 1e-4\nweight_decay = 0.01\ngrad_clip = 1.0\nseed = 0\n")
+EOF
+    # wxtrain, eager PyTorch and torch.compile, the order rotating so that drift hits them alike.
+    runs=(wxtrain pytorch pytorch-compile)
+    if ((round % 3 == 1)); then runs=(pytorch pytorch-compile wxtrain); elif ((round % 3 == 2)); then runs=(pytorch-compile wxtrain pytorch); fi
+    round=$((round + 1))
+    for impl in "${runs[@]}"; do
+      log="$LOGS/presets-throughput-$name-$impl.log"
+      rc=0
+      if [[ $impl == wxtrain ]]; then
+        timeout "$PRESET_TIMEOUT" "$GPU_CHECK" throughput --device "$device" --preset "$preset" "${set_list[@]}" \
+          --precision bf16-mixed --batch "$b" "${PEER_STEPS[@]}" >"$log.out" 2>"$log" || rc=$?
+      else
+        local compile=()
+        if [[ $impl == pytorch-compile ]]; then compile=(--compile); fi
+        timeout "$PRESET_TIMEOUT" "$PY" "$SRC/bench/peer/train_peer.py" --config "$peer_cfg" --shape "$shape" --buffers "$buffers" \
+          --precision bf16-mixed --batch "$b" --device "$device" "${PEER_STEPS[@]}" "${compile[@]}" >"$log.out" 2>"$log" || rc=$?
+      fi
+      if [[ $rc != 0 ]]; then
+        record_error presets "throughput $impl $preset batch $b" $rc "$log"
+      else
+        grep 'samples_per_s=' "$log.out" | sed "s/^/config=$preset /" >>"$PARTS/presets_throughput.txt"
+      fi
+    done
+    echo "  $preset throughput (wxtrain, PyTorch eager, torch.compile) done"
+  done
 }
 
 stage_ctest() {
@@ -367,6 +484,7 @@ reset_stage() {
   case $1 in
     build | ctest) rm -f "$PARTS/$1.jsonl" ;;
     accuracy | fit) rm -f "$PARTS/$1.jsonl" ;;
+    presets) rm -f "$PARTS/presets.jsonl" "$PARTS/presets_throughput.txt" ;;
     tune) rm -rf "$PARTS/tune" ;;
     throughput) rm -f "$PARTS/throughput.txt" "$PARTS"/shape-*.json ;;
   esac
@@ -493,11 +611,15 @@ else:
     fit = fit or []
     checked = [f for f in fit if "real_max" in f]
     bad = [f for f in checked if f["predicted_fit_ooms"]]
+    unsure = [f for f in checked if f.get("sure_fit_ooms")]  # the batch the estimate is sure of (error_band.h)
     report["fit"] = {"cases": fit, "predicted_fits_that_oom": len(bad)}
     line = f"{len(checked)} (config, precision, GPU) cases, {len(bad)} predicted fits that run out of memory"
     if bad:
         line += ": " + ", ".join(f"{f['model']} {f['precision']} {f['gpu']} (predicted {f['predicted_max']}, real {f['real_max']})"
                                  for f in bad)
+    if unsure:
+        line += f"; {len(unsure)} where even the batch the estimate is sure of does: " + ", ".join(
+            f"{f['model']} {f['precision']} {f['gpu']} (sure of {f['sure_max']}, real {f['real_max']})" for f in unsure)
     if stage_errors("fit"):
         line += f"; {len(stage_errors('fit'))} runs failed"
     fine = checked and not stage_errors("fit")
@@ -545,8 +667,38 @@ else:
                                f"range {min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} cases" if ratios else "nothing measured")
                               + (f"; {n_err} runs failed" if n_err else ""))
 
-order = ["build", "ctest", "accuracy", "fit", "tune", "throughput"]
-names = {"build": "build", "ctest": "(a) ctest -L cuda", "accuracy": "(b) estimator vs measured memory",
+# (f) the presets at their real grids
+pre = lines("presets.jsonl")
+pre_tp_path = os.path.join(parts, "presets_throughput.txt")
+if pre is None and not stage_errors("presets") and not os.path.exists(pre_tp_path):
+    verdicts["presets"] = ("NOT RUN", "")
+else:
+    pre = pre or []
+    ran = [c for c in pre if "measured" in c]
+    # A batch the estimate promised (1, the one it is sure of, its largest) that ran out of memory.
+    broken = [c for c in ran if c["measured"]["oom"]]
+    errs = [abs(c["error_total"]) for c in ran if "error_total" in c]
+    rows = {}
+    if os.path.exists(pre_tp_path):
+        for l in open(pre_tp_path):
+            kv = dict(f.split("=", 1) for f in l.split() if "=" in f)
+            rows.setdefault((kv["config"], int(kv["batch"])), {})[kv["impl"]] = float(kv["samples_per_s"])
+    tp = [{"preset": c, "batch": b, **r} for (c, b), r in sorted(rows.items())]
+    report["presets"] = {"cases": pre, "throughput": tp}
+    line = f"{len(ran)} cases measured"
+    if errs:
+        line += f", |error| of the total: median {100 * statistics.median(errs):.1f}%, worst {100 * max(errs):.1f}%"
+    if broken:
+        line += "; ran out of memory at an estimated fit: " + ", ".join(
+            f"{c['preset']} {c['mode']} batch {c['batch']} ({c['at']})" for c in broken)
+    n_err = len(stage_errors("presets"))
+    if n_err:
+        line += f"; {n_err} runs failed"
+    fine = ran and not n_err
+    verdicts["presets"] = ("RAN" if on == "cpu" and fine else "PASS" if fine and not broken else "FAIL", line)
+
+order = ["build", "presets", "ctest", "accuracy", "fit", "tune", "throughput"]
+names = {"build": "build", "presets": "(f) presets at their real grids", "ctest": "(a) ctest -L cuda", "accuracy": "(b) estimator vs measured memory",
          "fit": "(c) largest batch on smaller GPUs", "tune": "(d) tune-batch on the GPU", "throughput": "(e) samples/s vs PyTorch"}
 failed = [s for s in order if verdicts[s][0] == "FAIL"]
 missing = [s for s in order if verdicts[s][0] == "NOT RUN"]
@@ -565,6 +717,37 @@ md += [f"# wxtrain GPU check: {verdict}", "",
 md += [f"| {names[s]} | {verdicts[s][0]} | {verdicts[s][1].replace('|', chr(92) + '|')} |" for s in order]
 if missing and verdict != "FAIL":
     md += ["", f"Not run yet: {', '.join(missing)} (`scripts/gpu_check.sh --only {','.join(missing)}` adds them)."]
+
+if report.get("presets", {}).get("cases"):
+    md += ["", "## (f) The presets at their real grids", "",
+           "Predicted: `wxtrain estimate`'s per-rank total for this GPU (analytic formulas where a trace would be too "
+           "large). Measured: peak reserved + CUDA context of real steps (training steps, or forward passes under "
+           "no_grad for inference), from an emptied cache; samples/s of the steps after the first. MiB.", "",
+           "| preset | mode | precision | ckpt | set | batch | predicted total | measured total | error | "
+           "predicted allocated | peak allocated | peak reserved | context | samples/s |",
+           "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in report["presets"]["cases"]:
+        sets = " ".join(o for o in c.get("overrides", []) if not o.startswith(("train.precision", "train.checkpointing", "train.device")))
+        if "measured" not in c:
+            md.append(f"| {c['preset']} | {c['mode']} | {c['precision']} | {'on' if c['checkpointing'] else 'off'} | {sets} | "
+                      f"{c['at']} | | | skipped: {c.get('skipped', '')} | | | | | |")
+            continue
+        p, m = c["predicted"], c["measured"]
+        err = f"{100 * c['error_total']:+.1f}%" if "error_total" in c else "OOM"
+        md.append(f"| {c['preset']} | {c['mode']} | {c['precision']} | {'on' if c['checkpointing'] else 'off'} | {sets} | "
+                  f"{c['batch']} ({c['at']}) | {p['total'] / MiB:.0f} | {m['total'] / MiB:.0f} | {err} | "
+                  f"{p['allocated'] / MiB:.0f} | {m['peak_allocated'] / MiB:.0f} | {m['peak_reserved'] / MiB:.0f} | "
+                  f"{m['context'] / MiB:.0f} | {m['samples_per_s']:.2f} |")
+    if report["presets"]["throughput"]:
+        md += ["", "Training samples/s, bf16-mixed, no checkpointing (the peers do not checkpoint): wxtrain against "
+               "bench/peer/train_peer.py --device cuda, eager and torch.compile.", "",
+               "| preset | batch | wxtrain | PyTorch eager | torch.compile | wxtrain / eager | wxtrain / compile |",
+               "|---|---:|---:|---:|---:|---:|---:|"]
+        for t in report["presets"]["throughput"]:
+            w, e, k = t.get("wxtrain"), t.get("pytorch"), t.get("pytorch-compile")
+            f = lambda v: f"{v:.2f}" if v else "-"
+            r = lambda a, b: f"{a / b:.2f}x" if a and b else "-"
+            md.append(f"| {t['preset']} | {t['batch']} | {f(w)} | {f(e)} | {f(k)} | {r(w, e)} | {r(w, k)} |")
 
 if report.get("accuracy", {}).get("cases"):
     md += ["", "## (b) Estimator vs measured GPU memory", "",
@@ -591,13 +774,14 @@ if report.get("fit", {}).get("cases"):
     md += ["", "## (c) Largest batch on smaller GPUs", "",
            "The estimate's largest batch for the GPU against the largest that trains with the caching allocator capped to "
            "the GPU's memory less this device's measured CUDA context (exact search; probes in the JSON).", "",
-           "| model | precision | GPU | cap MiB | predicted | real | predicted/real | verdict |", "|---|---|---|---:|---:|---:|---:|---|"]
+           "| model | precision | GPU | cap MiB | sure of | predicted | real | predicted/real | verdict |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for f in report["fit"]["cases"]:
         if "skipped" in f:
-            md.append(f"| {f['model']} | {f['precision']} | {f['gpu']} | | | | | skipped: {f['skipped']} |")
+            md.append(f"| {f['model']} | {f['precision']} | {f['gpu']} | | | | | | skipped: {f['skipped']} |")
             continue
         ratio = f"{f['predicted_max'] / f['real_max']:.2f}" if f["real_max"] else "-"
-        md.append(f"| {f['model']} | {f['precision']} | {f['gpu']} | {f['cap'] / MiB:.0f} | {f['predicted_max']} | "
+        md.append(f"| {f['model']} | {f['precision']} | {f['gpu']} | {f['cap'] / MiB:.0f} | {f.get('sure_max', '-')} | {f['predicted_max']} | "
                   f"{f['real_max']}{'+' if f['real_max'] >= f['max_batch_bound'] else ''} | {ratio} | "
                   f"{'PREDICTED FIT RUNS OUT OF MEMORY' if f['predicted_fit_ooms'] else 'ok'} |")
 

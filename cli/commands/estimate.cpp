@@ -72,6 +72,18 @@ void write_plot(const estimator::Estimate& e, const std::vector<estimator::GpuFi
   write_file_atomically(path, render_svg(plot));
 }
 
+// Beside the central figure, the largest batch the estimate is sure of: the central total raised by
+// the error band measured on a GPU for this model's family (estimator/error_band.h).
+void print_sure_batches(const estimator::Estimate& e, const std::vector<estimator::GpuFit>& fits) {
+  char band[96];
+  std::snprintf(band, sizeof band, "+%.1f%% / -%.1f%%", 100 * e.band.under, 100 * e.band.over);
+  std::cout << "\nerror band " << band << " (a GPU measured up to that far above / below this estimate): "
+            << e.band.family << ", " << e.band.basis << "\n";
+  Table s({"GPU", "max batch", "sure of"}, {false, true, true});
+  for (const auto& f : fits) s.add({f.gpu.label, std::to_string(f.max_batch), std::to_string(f.sure_max_batch)});
+  std::cout << s.str();
+}
+
 int run_estimate(const EstimateArgs& args) {
   const RunConfig config = setup_run(args.run).config;
   const auto shape = models::model_shape(config);
@@ -157,6 +169,11 @@ int run_estimate(const EstimateArgs& args) {
     for (const auto& f : fits)
       j["gpus"].push_back({{"name", f.gpu.name}, {"label", f.gpu.label}, {"memory_bytes", f.gpu.memory_bytes},
                            {"fits", f.fits}, {"max_batch", f.max_batch}, {"at_batch", breakdown_json(f.at_batch)}});
+    // The measured error band (estimator/error_band.h) and, per GPU, the largest batch the estimate
+    // is sure of with it.
+    j["error_band"] = {{"family", e.band.family}, {"under", e.band.under}, {"over", e.band.over},
+                       {"measured", e.band.measured}, {"basis", e.band.basis}};
+    for (size_t i = 0; i < fits.size(); ++i) j["gpus"][i]["sure_max_batch"] = fits[i].sure_max_batch;
     j["seconds"] = seconds;
     std::cout << j.dump(2) << "\n";
   } else {
@@ -187,6 +204,7 @@ int run_estimate(const EstimateArgs& args) {
       g.add({f.gpu.label, format_gib(f.gpu.memory_bytes, 2), format_gib(f.at_batch.total(), 2), f.fits ? "yes" : "no",
              std::to_string(f.max_batch)});
     std::cout << g.str();
+    print_sure_batches(e, fits);
     if (!args.svg.empty()) std::cout << "\nplot: " << args.svg << "\n";
   }
   if (!any_fits) {

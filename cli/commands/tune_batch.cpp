@@ -85,6 +85,7 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
   j["samples_per_rank"] = r.data_cap;  // when the training split caps the search below memory.max_batch
   j["capped_by_data"] = r.capped_by_data();
   j["estimated_batch"] = r.estimated_batch;
+  j["sure_batch"] = r.sure_batch;
   j["estimated_bytes_per_sample"] = r.estimated_slope;
   // CPU: modelled resident bytes outside the counting allocator, counted against the budget.
   j["cpu_overhead"] = {{"process_bytes", r.cpu_overhead.process}, {"per_sample_bytes", r.cpu_overhead.per_sample}};
@@ -150,7 +151,8 @@ int run_tune(const TuneArgs& args) {
     std::snprintf(margin, sizeof margin, "%.0f%%", r.margin * 100);
     std::cout << "budget     " << format_gib(static_cast<double>(r.budget), 3) << " GiB (" << r.meter << "), margin " << margin
               << " -> target peak " << format_gib(static_cast<double>(r.target), 3) << " GiB\n"
-              << "estimate   largest batch " << r.estimated_batch << " (search starts there)\n";
+              << "estimate   largest batch " << r.estimated_batch << ", sure of " << r.sure_batch
+              << " (search starts there)\n";
     if (r.cpu_overhead.process > 0 || r.cpu_overhead.per_sample > 0)
       std::cout << "overhead   " << format_gib(r.cpu_overhead.process, 3) << " GiB + " << format_gib(r.cpu_overhead.per_sample * 1024, 3)
                 << " GiB per 1024 samples held outside the allocator (estimator/cpu_overhead.h)\n";

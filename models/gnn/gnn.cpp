@@ -2,8 +2,6 @@
 
 #include <string>
 
-#include <ATen/autocast_mode.h>
-
 #include "core/error.h"
 #include "ops/edge_gather.h"
 #include "ops/linear.h"
@@ -11,17 +9,15 @@
 namespace wxtrain::models {
 namespace {
 
-// SiLU between the MLP's Linears, whose output is bf16 under autocast and in pure bf16. LibTorch
-// 2.11's CPU bf16 SiLU computes in fp32 and rounds once, and ran the gnn's and GraphCast's
-// bf16-mixed steps 1.02-1.04x faster than the fused kernel that 1.13 needed (docs/benchmarks.md,
-// "Fusions on LibTorch 2.11"). The GPU-standing CPU step (fusions off) keeps 1.13's unfused path,
-// SiLU in fp32 under autocast, which the analytic formulas (gnn_memory.cpp) follow; CUDA
-// runs it in bf16.
-torch::Tensor silu_between_linears(const torch::Tensor& x) {
-  const bool gpu_standing_autocast = !ops::cpu_fusion_enabled() && x.scalar_type() == torch::kBFloat16 &&
-                                     x.device().is_cpu() && at::autocast::is_autocast_enabled(at::kCPU);
-  return torch::silu(gpu_standing_autocast ? x.to(torch::kFloat32) : x);
-}
+// SiLU between the MLP's Linears, on the Linear's output as it is: bf16 under autocast and in pure
+// bf16. CUDA's autocast leaves silu alone (it is on none of its lists, ATen/autocast_mode.h), so the
+// GPU saves the bf16 input and hands the bf16 output to the next Linear, which saves it as it is;
+// LibTorch 2.11's CPU bf16 SiLU computes in fp32 and rounds once, and ran the gnn's and GraphCast's
+// bf16-mixed steps 1.02-1.04x faster than the fused kernel 1.13 needed (docs/benchmarks.md, "Fusions
+// on LibTorch 2.11"). The GPU-standing CPU trace once kept 1.13's fp32 SiLU, an fp32 copy and its
+// bf16 cast where the GPU keeps two bf16 tensors: on an H100 the storm gnn's bf16-mixed total at
+// batch 64 came out 9.7% above the measurement (docs/estimator.md, "What the GPU keeps").
+torch::Tensor silu_between_linears(const torch::Tensor& x) { return torch::silu(x); }
 
 }  // namespace
 

@@ -32,10 +32,11 @@ int64_t graph_mlp_params(const std::vector<int64_t>& in, int64_t hidden, int64_t
 }
 
 // GraphMLP: the summed input projections, then (layers - 1) x [SiLU, Linear], then LayerNorm.
-// The SiLU runs in fp32 even under autocast (gnn.cpp: silu_between_linears).
+// The SiLU runs in the Linear's output dtype, bf16 under autocast as on CUDA (gnn.cpp:
+// silu_between_linears): it saves its bf16 input, and the next Linear its bf16 output as it is.
 void graph_mlp(Block& b, const Widths& w, double rows, double hidden, double out, int64_t layers, bool layer_norm) {
   for (int64_t i = 1; i < layers; ++i) {
-    b.layers.push_back(activation(rows * hidden, w.high));
+    b.layers.push_back(activation(rows * hidden, w.low));
     b.layers.push_back(conv_or_linear(w, rows * hidden, rows * (i + 1 == layers ? out : hidden)));
   }
   if (layer_norm) b.layers.push_back(norm(w, rows * out, rows));
