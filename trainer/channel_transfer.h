@@ -19,6 +19,7 @@ struct ChannelTransferReport {
   std::vector<std::string> matched_outputs, new_outputs, dropped_outputs;
   std::vector<std::string> loaded;       // parameters and buffers copied whole
   std::vector<std::string> remapped;     // parameters copied channel by channel
+  std::vector<std::string> regridded;    // grid-sized tensors fitted to a region ("name: how"; GridPlacement)
   std::vector<std::string> initialised;  // left at their fresh init: absent from the checkpoint, or
                                          // channel-indexed with no channel in common
   std::vector<std::string> unexpected;   // in the checkpoint, not in the model
@@ -26,6 +27,7 @@ struct ChannelTransferReport {
   //   input channels: 12 matched, 1 new (insolation@t+1), 0 dropped
   //   output channels: 6 matched, 1 new (tp), 0 dropped
   //   tensors: 40 loaded, 3 remapped, 0 initialised, 0 unexpected
+  //   regridded for the region: layer1_block0.attn.earth_bias: Earth-specific bias: 2 latitude windows ...
   std::string summary() const;
 };
 
@@ -41,6 +43,10 @@ struct ChannelTransferReport {
 // would train a different model than the user thinks. Channel names must be unique within each list
 // and the new lists must match the model's shape (else ConfigError). Nothing is copied when it throws.
 //
+// `placement`, when known, says where the model's grid lies in the grid the checkpoint was trained
+// on (a data.region crop of it): a tensor whose size differs only because it is sized by the grid
+// is fitted by the model (WeatherModelImpl::fit_to_grid) and reported as regridded.
+//
 // With old lists equal to new ones it behaves as load_weights (same loaded/missing/unexpected,
 // same errors and messages; the strict failure is a ConfigError, a kind of Error).
 ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const TensorMap& weights,
@@ -48,6 +54,6 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
                                        const std::vector<std::string>& old_outputs,
                                        const std::vector<std::string>& new_inputs,
                                        const std::vector<std::string>& new_outputs, bool strict,
-                                       const std::string& source);
+                                       const std::string& source, const models::GridPlacement& placement = {});
 
 }  // namespace wxtrain::trainer

@@ -437,8 +437,13 @@ ModelInit weight_init(const Run& run, const StartingPoint& from) {
     // The checkpoint's channel names (older checkpoints: its run file's), mapped onto this run's:
     // the first and last layers' slices move with their channels, new channels start fresh.
     const ChannelNames old_channels = checkpoint_channels(*from.init_from, t.init_from);
+    // With data.region, the checkpoint is taken to have been trained on the sources' whole grid:
+    // its grid-sized tensors are fitted to the region (WeatherModelImpl::fit_to_grid).
+    const data::Dataset& d = *run.dataset;
+    const models::GridPlacement placement{d.full_lat(), d.full_lon(), d.region_rows(), d.region_cols()};
     auto report = transfer_weights(m, from.init_from->model, old_channels.inputs, old_channels.outputs,
-                                   run.layout.input_names(), run.layout.output_names(), t.strict, t.init_from);
+                                   run.layout.input_names(), run.layout.output_names(), t.strict, t.init_from,
+                                   placement);
     if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
   };
 }
