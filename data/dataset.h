@@ -130,6 +130,12 @@ class Dataset {
   const std::vector<double>& lon() const { return lon_; }
   bool has_coordinates() const { return has_coordinates_; }
   const std::string& no_coordinates() const { return no_coordinates_; }
+  // data.region: the rows and columns of the sources' full grid (full_lat() x full_lon()) it
+  // keeps; empty without a region.
+  const std::vector<int64_t>& region_rows() const { return region_rows_; }
+  const std::vector<int64_t>& region_cols() const { return region_cols_; }
+  int64_t full_lat() const { return full_lat_; }
+  int64_t full_lon() const { return full_lon_; }
 
   const TimeAxis& time_axis() const { return time_; }
   // States in the sources' time axes before data.time_step picked its subset, and the spacing

@@ -57,6 +57,15 @@ struct ChannelAxis {
   int64_t skip_count = 0;
 };
 
+// Where this model's grid lies in the grid a checkpoint was trained on, when fine-tuning a model
+// trained on a whole grid on a data.region crop of it: row i of ours is row rows[i] of the trained
+// grid of trained_lat rows (columns likewise). Empty: unknown, or the same grid.
+struct GridPlacement {
+  int64_t trained_lat = 0, trained_lon = 0;
+  std::vector<int64_t> rows, cols;
+  bool known() const { return trained_lat > 0 && !rows.empty(); }
+};
+
 class WeatherModelImpl : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
@@ -83,6 +92,18 @@ class WeatherModelImpl : public torch::nn::Module {
   virtual std::string grid_change(const std::map<std::string, torch::Tensor>& checkpoint) const {
     (void)checkpoint;
     return "";
+  }
+
+  // A checkpoint's value of `name`, a parameter or buffer whose size depends on the grid (Pangu's
+  // Earth-specific bias tables and masks), fitted to this model's grid, where `trained` was sized
+  // for the grid `placement` describes; `how` says what was done, for the report. Undefined when
+  // `name` is not grid-sized or cannot be fitted (the transfer then reports the size mismatch);
+  // undefined with `how` set when this grid needs no such tensor (the transfer reports it so).
+  // trainer/channel_transfer.h calls it for every tensor whose size differs from the model's.
+  virtual torch::Tensor fit_to_grid(const std::string& name, const torch::Tensor& trained,
+                                    const GridPlacement& placement, std::string* how) const {
+    (void)name, (void)trained, (void)placement, (void)how;
+    return {};
   }
 
   const ModelShape& shape() const { return shape_; }

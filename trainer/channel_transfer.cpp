@@ -118,6 +118,10 @@ std::string ChannelTransferReport::summary() const {
   std::snprintf(share, sizeof share, "%.1f%%", 100.0 * loaded_share);
   s += std::string("; ") + share + " of the model's values come from the checkpoint\n";
   if (!rebuilt.empty()) s += "grid: " + grid_change + " (" + std::to_string(rebuilt.size()) + " buffers)\n";
+  if (!regridded.empty()) {
+    s += "regridded for the region:\n";
+    for (const auto& r : regridded) s += "  " + r + "\n";
+  }
   return s;
 }
 
@@ -126,7 +130,7 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
                                        const std::vector<std::string>& old_outputs,
                                        const std::vector<std::string>& new_inputs,
                                        const std::vector<std::string>& new_outputs, bool strict,
-                                       const std::string& source) {
+                                       const std::string& source, const models::GridPlacement& placement) {
   require_unique(old_inputs, "checkpoint's input channels", source);
   require_unique(old_outputs, "checkpoint's output channels", source);
   require_unique(new_inputs, "run's input channels", source);
@@ -185,6 +189,7 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
 
   // Decide everything first, copy last: an error leaves the model as it was built.
   std::vector<std::string> shape_errors, missing_reasons;
+  std::map<std::string, torch::Tensor> fitted;  // grid-sized tensors fitted to this grid
   for (const auto& [name, target] : own) {
     if (rebuild_grid && grid.count(name)) {
       report.rebuilt.push_back(name);
@@ -200,12 +205,21 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
     auto axis = axes.find(name);
     const ChannelMap* m = axis == axes.end() ? nullptr : &axis_maps.at(name);
     if (!m || !m->changed) {
-      // Not channel-indexed, or its channels are the checkpoint's: exactly load_weights.
-      if (stored.sizes() != target.sizes())
+      // Not channel-indexed, or its channels are the checkpoint's: exactly load_weights, unless
+      // the size is the grid's and the model fits it to this one.
+      if (stored.sizes() == target.sizes()) {
+        report.loaded.push_back(name);
+        continue;
+      }
+      std::string how;
+      const torch::Tensor fit = model.fit_to_grid(name, stored, placement, &how);
+      if (fit.defined() && fit.sizes() == target.sizes()) {
+        fitted[name] = fit;
+        report.regridded.push_back(name + ": " + how);
+      } else {
         shape_errors.push_back(name + " (checkpoint " + c10::str(stored.sizes()) + ", model " +
                                c10::str(target.sizes()) + ")");
-      else
-        report.loaded.push_back(name);
+      }
       continue;
     }
     const std::string why = remap_mismatch(stored, target, axis->second, *m);
@@ -219,8 +233,15 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
       report.remapped.push_back(name);
     }
   }
-  for (const auto& [name, t] : weights)
-    if (!own.count(name) && !(rebuild_grid && grid.count(name))) report.unexpected.push_back(name);
+  for (const auto& [name, t] : weights) {
+    if (own.count(name) || (rebuild_grid && grid.count(name))) continue;
+    // A grid-sized buffer the model needs on the trained grid but not on this one.
+    std::string how;
+    if (placement.known() && !model.fit_to_grid(name, t, placement, &how).defined() && !how.empty())
+      report.regridded.push_back(name + ": " + how);
+    else
+      report.unexpected.push_back(name);
+  }
 
   if (!shape_errors.empty())
     throw ConfigError(source + ": weights do not fit this model: " + list(shape_errors) +
@@ -244,6 +265,7 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
   report.loaded_share = total > 0 ? static_cast<double>(carried) / static_cast<double>(total) : 1.0;
 
   for (const auto& name : report.loaded) own[name].copy_(weights.at(name));
+  for (const auto& [name, t] : fitted) own[name].copy_(t);
   for (const auto& name : report.remapped) {
     const models::ChannelAxis& axis = axes.at(name);
     const ChannelMap& m = axis_maps.at(name);

@@ -19,6 +19,7 @@ struct ChannelTransferReport {
   std::vector<std::string> matched_outputs, new_outputs, dropped_outputs;
   std::vector<std::string> loaded;       // parameters and buffers copied whole
   std::vector<std::string> remapped;     // parameters copied channel by channel
+  std::vector<std::string> regridded;    // grid-sized tensors fitted to a region ("name: how"; GridPlacement)
   std::vector<std::string> initialised;  // left at their fresh init: absent from the checkpoint, or
                                          // channel-indexed with no channel in common
   std::vector<std::string> unexpected;   // in the checkpoint, not in the model
@@ -34,6 +35,7 @@ struct ChannelTransferReport {
   //   output channels: 6 matched, 1 new (tp), 0 dropped
   //   tensors: 40 loaded, 3 remapped, 0 initialised, 0 unexpected; 100.0% of the model's values come from the checkpoint
   //   grid: graph built for this grid: 1188 grid points (checkpoint 65160), ... (11 buffers)
+  //   regridded for the region: layer1_block0.attn.earth_bias: Earth-specific bias: 2 latitude windows ...
   std::string summary() const;
   // Under this share of the model's values from the checkpoint, a fine-tuning run says so loudly.
   static constexpr double kFewLoaded = 0.5;
@@ -56,6 +58,10 @@ struct ChannelTransferReport {
 // would train a different model than the user thinks. Channel names must be unique within each list
 // and the new lists must match the model's shape (else ConfigError). Nothing is copied when it throws.
 //
+// `placement`, when known, says where the model's grid lies in the grid the checkpoint was trained
+// on (a data.region crop of it): a tensor whose size differs only because it is sized by the grid
+// is fitted by the model (WeatherModelImpl::fit_to_grid) and reported as regridded.
+//
 // With old lists equal to new ones it behaves as load_weights (same loaded/missing/unexpected,
 // same errors and messages; the strict failure is a ConfigError, a kind of Error).
 ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const TensorMap& weights,
@@ -63,6 +69,6 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
                                        const std::vector<std::string>& old_outputs,
                                        const std::vector<std::string>& new_inputs,
                                        const std::vector<std::string>& new_outputs, bool strict,
-                                       const std::string& source);
+                                       const std::string& source, const models::GridPlacement& placement = {});
 
 }  // namespace wxtrain::trainer

@@ -533,8 +533,13 @@ ModelInit weight_init(const Run& run, const StartingPoint& from) {
     if (const std::optional<models::ModelShape> grid = checkpoint_grid(*from.init_from, t.init_from))
       for (const std::string& line : m.adapt_to_grid(weights, *grid))
         if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << line << "\n";
+    // With data.region, the checkpoint is taken to have been trained on the sources' whole grid:
+    // its grid-sized tensors are fitted to the region (WeatherModelImpl::fit_to_grid).
+    const data::Dataset& d = *run.dataset;
+    const models::GridPlacement placement{d.full_lat(), d.full_lon(), d.region_rows(), d.region_cols()};
     auto report = transfer_weights(m, weights, old_channels.inputs, old_channels.outputs,
-                                   run.layout.input_names(), run.layout.output_names(), t.strict, t.init_from);
+                                   run.layout.input_names(), run.layout.output_names(), t.strict, t.init_from,
+                                   placement);
     if (!run.is_root()) return;
     std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
     if (report.loaded_share < ChannelTransferReport::kFewLoaded) {

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/accumulate.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -41,12 +42,12 @@ void check_upper_air_fits(const PanguOptions& c, const ModelShape& s) {
                       "variable, an older state with data.history >= 2, a forcing or a static field)");
 }
 
-// The stage grid's window: the configured one, cut to the grid where the grid is smaller.
-Extent3 fit_window(const std::vector<int64_t>& window, const Extent3& grid) {
-  return {std::min(window[0], grid[0]), std::min(window[1], grid[1]), std::min(window[2], grid[2])};
-}
-
 }  // namespace
+
+Extent3 pangu_stage_window(const PanguOptions& o, const Extent3& grid) {
+  if (!o.fit_window) return {o.window[0], o.window[1], o.window[2]};
+  return {std::min(o.window[0], grid[0]), std::min(o.window[1], grid[1]), std::min(o.window[2], grid[2])};
+}
 
 namespace {
 
@@ -155,18 +156,22 @@ torch::Tensor window_attention_math(const torch::Tensor& q, const torch::Tensor&
   return torch::matmul(attn.scalar_type() == v.scalar_type() ? attn : attn.to(v.scalar_type()), v);
 }
 
-torch::Tensor pad_volume(const torch::Tensor& x, const Extent3& multiple) {
+torch::Tensor pad_volume(const torch::Tensor& x, const Extent3& multiple, bool centered) {
   TORCH_CHECK(x.dim() == 5, "pad_volume: expected [B, Z, H, W, C], got ", x.sizes());
   const int64_t pz = round_up(x.size(1), multiple[0]) - x.size(1);
   const int64_t ph = round_up(x.size(2), multiple[1]) - x.size(2);
   const int64_t pw = round_up(x.size(3), multiple[2]) - x.size(3);
   if (pz == 0 && ph == 0 && pw == 0) return x;
-  return torch::constant_pad_nd(x, {0, 0, 0, pw, 0, ph, 0, pz});  // from the last dim: C, W, H, Z
+  auto before = [centered](int64_t pad) { return centered ? pad / 2 : 0; };
+  // From the last dim: C, W, H, Z.
+  return torch::constant_pad_nd(x, {0, 0, before(pw), pw - before(pw), before(ph), ph - before(ph), before(pz),
+                                    pz - before(pz)});
 }
 
-torch::Tensor crop_volume(const torch::Tensor& x, const Extent3& extent) {
+torch::Tensor crop_volume(const torch::Tensor& x, const Extent3& extent, bool centered) {
   if (x.size(1) == extent[0] && x.size(2) == extent[1] && x.size(3) == extent[2]) return x;
-  return x.slice(1, 0, extent[0]).slice(2, 0, extent[1]).slice(3, 0, extent[2]);
+  auto from = [&](int64_t d) { return centered ? (x.size(d) - extent[static_cast<size_t>(d - 1)]) / 2 : 0; };
+  return x.narrow(1, from(1), extent[0]).narrow(2, from(2), extent[1]).narrow(3, from(3), extent[2]);
 }
 
 torch::Tensor window_partition(const torch::Tensor& x, const Extent3& window) {
@@ -220,6 +225,27 @@ torch::Tensor shifted_window_mask(const Extent3& extent, const Extent3& window, 
   return torch::zeros({nz * nh, N, N}).masked_fill(apart, -std::numeric_limits<float>::infinity());
 }
 
+torch::Tensor all_edges_shift_mask(const Extent3& extent, const Extent3& window, const Extent3& shift) {
+  const auto [Z, H, W] = extent;
+  const auto [wz, wh, ww] = window;
+  // A token's side of each edge in the rolled volume. Levels and latitude: the last `shift`
+  // positions came around from the start. Longitude: get_shift_window_mask labels a volume
+  // widened by the shift, whose edge falls at W + shift - window in the rolled one.
+  auto side = [](int64_t size, int64_t shift, int64_t edge) {
+    torch::Tensor at = torch::arange(size, torch::kLong);
+    return shift > 0 ? (at >= edge).to(torch::kLong) : torch::zeros({size}, torch::kLong);
+  };
+  torch::Tensor label = side(Z, shift[0], Z - shift[0]).view({Z, 1, 1}) * 4 +
+                        side(H, shift[1], H - shift[1]).view({1, H, 1}) * 2 +
+                        side(W, shift[2], W + shift[2] - ww).view({1, 1, W});
+  // [Z, H, W] -> [nW, nZ * nH, N], window_partition's order.
+  label = label.reshape({Z / wz, wz, H / wh, wh, W / ww, ww})
+              .permute({4, 0, 2, 1, 3, 5})
+              .reshape({W / ww, (Z / wz) * (H / wh), wz * wh * ww});
+  torch::Tensor apart = label.unsqueeze(-1) != label.unsqueeze(-2);  // [nW, types, N, N]
+  return torch::zeros(apart.sizes()).masked_fill(apart, -100.0);
+}
+
 EarthAttention3DImpl::EarthAttention3DImpl(int64_t dim, int64_t heads_, const Extent3& window_, int64_t types)
     : heads(heads_), window(window_) {
   TORCH_CHECK(dim % heads == 0, "EarthAttention3D: heads (", heads, ") must divide dim (", dim, ")");
@@ -248,8 +274,22 @@ torch::Tensor EarthAttention3DImpl::forward(const torch::Tensor& windows, const 
       ops::apply_linear(qkv, windows).view({B, T, N, 3, heads, hd}).permute({3, 0, 1, 4, 2, 5}).unbind(0);
   const torch::Tensor &q = qkv_split[0], &k = qkv_split[1], &v = qkv_split[2];
   torch::Tensor additive = bias();  // [T, heads, N, N]
-  if (mask.defined()) additive = additive + mask.unsqueeze(1).to(additive.scalar_type());
+  // The batch and window types as the attention sees them: with a mask per longitude window
+  // (all_edges_shift_mask), the longitude windows join the types, each with its bias + mask.
+  int64_t Ba = B, Ta = T;
+  if (mask.defined() && mask.dim() == 4) {
+    const int64_t lon_windows = mask.size(0);
+    TORCH_CHECK(mask.size(1) == T && B % lon_windows == 0, "EarthAttention3D: mask ", mask.sizes(),
+                " does not match the windows ", windows.sizes());
+    additive = (additive.unsqueeze(0) + mask.unsqueeze(2).to(additive.scalar_type())).reshape({lon_windows * T, heads, N, N});
+    Ba = B / lon_windows;
+    Ta = lon_windows * T;
+  } else if (mask.defined()) {
+    additive = additive + mask.unsqueeze(1).to(additive.scalar_type());
+  }
   additive = additive.unsqueeze(0).to(q.scalar_type());
+  // Views: the batch's longitude windows sit next to the types in the projection's layout.
+  auto regroup = [&](const torch::Tensor& t) { return Ta == T ? t : t.view({Ba, Ta, heads, N, hd}); };
   // Scale 1/sqrt(hd), the pseudocode's. Only the windows' [N, N] scores exist, never the volume's.
   // On the CPU, ATen picks its flash kernel when the bias needs no gradient (no grad mode: a
   // checkpointed block's first forward) and the math path when it does (the replay), which round
@@ -259,11 +299,11 @@ torch::Tensor EarthAttention3DImpl::forward(const torch::Tensor& windows, const 
   // materialises the scores.
   torch::Tensor out;
   if (q.is_cuda()) {
-    auto heads_of_all_types = [&](const torch::Tensor& t) { return t.reshape({B, T * heads, N, t.size(-1)}); };
+    auto heads_of_all_types = [&](const torch::Tensor& t) { return regroup(t).reshape({Ba, Ta * heads, N, hd}); };
     out = at::scaled_dot_product_attention(heads_of_all_types(q), heads_of_all_types(k), heads_of_all_types(v),
-                                           additive.reshape({1, T * heads, N, N}));
+                                           additive.reshape({1, Ta * heads, N, N}));
   } else {
-    out = window_attention_math(q, k, v, additive);  // [B, T, heads, N, hd]
+    out = window_attention_math(regroup(q), regroup(k), regroup(v), additive);  // [Ba, Ta, heads, N, hd]
   }
   out = out.view({B, T, heads, N, hd}).permute({0, 1, 3, 2, 4}).reshape({B, T, N, C});
   return ops::apply_linear(proj, out);
@@ -273,11 +313,14 @@ EarthSpecificBlockImpl::EarthSpecificBlockImpl(const EarthBlockOptions& options_
   const int64_t D = options.dim();
   const Extent3 grid = options.grid(), window = options.window();
   for (size_t d = 0; d < 3; ++d) {
-    TORCH_CHECK(window[d] >= 1 && window[d] <= grid[d], "EarthSpecificBlock: window ", extent_text(window),
-                " does not fit the grid ", extent_text(grid));
+    TORCH_CHECK(window[d] >= 1 && grid[d] >= 1, "EarthSpecificBlock: window ", extent_text(window), " on the grid ",
+                extent_text(grid));
     padded[d] = round_up(grid[d], window[d]);
-    // Half a window, where there is more than one window to shift across.
-    shift[d] = options.shifted() && padded[d] > window[d] ? window[d] / 2 : 0;
+    if (!options.shifted()) continue;
+    // Half a window, where there is more than one window to shift across; or as configured.
+    shift[d] = options.shift_size() ? (*options.shift_size())[d] : (padded[d] > window[d] ? window[d] / 2 : 0);
+    TORCH_CHECK(shift[d] >= 0 && shift[d] < window[d], "EarthSpecificBlock: shift ", extent_text(shift),
+                " must be less than the window ", extent_text(window));
   }
   const int64_t types = (padded[0] / window[0]) * (padded[1] / window[1]);
   attn = register_module("attn", EarthAttention3D(D, options.heads(), window, types));
@@ -287,8 +330,12 @@ EarthSpecificBlockImpl::EarthSpecificBlockImpl(const EarthBlockOptions& options_
   fc1 = register_module("fc1", torch::nn::Linear(D, hidden));
   fc2 = register_module("fc2", torch::nn::Linear(hidden, D));
   norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
-  // Only a roll across a level or latitude edge needs a mask: longitude is periodic.
-  if (shift[0] > 0 || shift[1] > 0) shift_mask = register_buffer("shift_mask", shifted_window_mask(padded, window, shift));
+  // Only a roll across a level or latitude edge needs a mask: longitude is periodic. PhysicsNeMo's
+  // masks every roll, the longitude wrap too.
+  if (options.mask_all_edges() && (shift[0] > 0 || shift[1] > 0 || shift[2] > 0))
+    shift_mask = register_buffer("shift_mask", all_edges_shift_mask(padded, window, shift));
+  else if (!options.mask_all_edges() && (shift[0] > 0 || shift[1] > 0))
+    shift_mask = register_buffer("shift_mask", shifted_window_mask(padded, window, shift));
 }
 
 torch::Tensor EarthSpecificBlockImpl::attention(const torch::Tensor& x) {
@@ -296,15 +343,20 @@ torch::Tensor EarthSpecificBlockImpl::attention(const torch::Tensor& x) {
   TORCH_CHECK(x.dim() == 5 && x.size(1) == grid[0] && x.size(2) == grid[1] && x.size(3) == grid[2],
               "EarthSpecificBlock: expected [B, ", grid[0], ", ", grid[1], ", ", grid[2], ", C], got ", x.sizes());
   const bool rolled = shift[0] || shift[1] || shift[2];
-  torch::Tensor v = pad_volume(x, window);
+  torch::Tensor v = pad_volume(x, window, options.centered());
   if (rolled) v = torch::roll(v, {-shift[0], -shift[1], -shift[2]}, {1, 2, 3});
   torch::Tensor out = attn->forward(window_partition(v, window), shift_mask);
   v = window_reverse(out, window, x.size(0), padded);
   if (rolled) v = torch::roll(v, {shift[0], shift[1], shift[2]}, {1, 2, 3});
-  return crop_volume(v, grid);
+  return crop_volume(v, grid, options.centered());
 }
 
 torch::Tensor EarthSpecificBlockImpl::forward(const torch::Tensor& x) {
+  if (options.pre_norm()) {
+    // PhysicsNeMo's order (model.block_norm = "pre"): the branches see the normalised stream.
+    torch::Tensor y = x + attention(norm1(ops::cuda_autocast_fp32(x)));
+    return y + ops::apply_linear(fc2, torch::gelu(ops::apply_linear(fc1, norm2(ops::cuda_autocast_fp32(y)))));
+  }
   // Post-norm residuals, the pseudocode's: the branch's output is normalised, not its input.
   // The norms' inputs as CUDA's autocast hands them over (fp32, in a GPU-standing step): their fp32
   // outputs make the residual stream fp32 from the first sum on.
@@ -313,8 +365,8 @@ torch::Tensor EarthSpecificBlockImpl::forward(const torch::Tensor& x) {
 }
 
 PanguEmbedImpl::PanguEmbedImpl(int64_t upper_variables, int64_t surface_channels, int64_t dim, int64_t level_patch_,
-                               int64_t patch_)
-    : level_patch(level_patch_), patch(patch_) {
+                               int64_t patch_, bool centered_)
+    : level_patch(level_patch_), patch(patch_), centered(centered_) {
   if (upper_variables > 0)
     upper = register_module("upper", torch::nn::Linear(upper_variables * level_patch * patch * patch, dim));
   surface = register_module("surface", torch::nn::Linear(surface_channels * patch * patch, dim));
@@ -326,8 +378,9 @@ torch::Tensor PanguEmbedImpl::forward(const torch::Tensor& upper_air, const torc
   auto pad_grid = [&](const torch::Tensor& t, int64_t pad_levels) {
     const int64_t pad_lat = h * p - t.size(-2), pad_lon = w * p - t.size(-1);
     if (pad_levels == 0 && pad_lat == 0 && pad_lon == 0) return t;
-    std::vector<int64_t> pads{0, pad_lon, 0, pad_lat};
-    if (t.dim() == 5) pads.insert(pads.end(), {0, pad_levels});
+    auto before = [this](int64_t pad) { return centered ? pad / 2 : 0; };
+    std::vector<int64_t> pads{before(pad_lon), pad_lon - before(pad_lon), before(pad_lat), pad_lat - before(pad_lat)};
+    if (t.dim() == 5) pads.insert(pads.end(), {before(pad_levels), pad_levels - before(pad_levels)});
     return torch::constant_pad_nd(t, pads);
   };
   const int64_t Cs = surface_fields.size(1);
@@ -380,14 +433,15 @@ torch::Tensor PanguUpSampleImpl::forward(const torch::Tensor& x, int64_t lat, in
 }
 
 PanguHeadImpl::PanguHeadImpl(int64_t dim, int64_t upper_variables_, int64_t levels_, int64_t surface_channels_,
-                             int64_t level_patch_, int64_t patch_, int64_t lat_, int64_t lon_)
+                             int64_t level_patch_, int64_t patch_, int64_t lat_, int64_t lon_, bool centered_)
     : upper_variables(upper_variables_),
       levels(levels_),
       surface_channels(surface_channels_),
       level_patch(level_patch_),
       patch(patch_),
       lat(lat_),
-      lon(lon_) {
+      lon(lon_),
+      centered(centered_) {
   const int64_t pp = patch * patch;
   // The transposed convolutions' parameters: a weight per (channel, patch position) and one bias
   // per channel, added after the patches are laid out.
@@ -405,6 +459,9 @@ PanguHeadImpl::PanguHeadImpl(int64_t dim, int64_t upper_variables_, int64_t leve
 torch::Tensor PanguHeadImpl::forward(const torch::Tensor& x, const torch::Tensor& skip) {
   torch::Tensor t = torch::cat({skip, x}, -1);  // the pseudocode's order: skip first
   const int64_t B = t.size(0), h = t.size(2), w = t.size(3), p = patch, pz = level_patch;
+  // Where the crop starts: the padding the embedding put before the grid.
+  auto from = [this](int64_t padded, int64_t size) { return centered ? (padded - size) / 2 : 0; };
+  const int64_t lat0 = from(h * p, lat), lon0 = from(w * p, lon);
   std::vector<torch::Tensor> parts;
   if (upper_variables > 0) {
     const int64_t V = upper_variables, zu = t.size(1) - 1;
@@ -413,7 +470,8 @@ torch::Tensor PanguHeadImpl::forward(const torch::Tensor& x, const torch::Tensor
                           .view({B, zu, h, w, V, pz, p, p})
                           .permute({0, 4, 1, 5, 2, 6, 3, 7})
                           .reshape({B, V, zu * pz, h * p, w * p});
-    u = u.slice(2, 0, levels).slice(3, 0, lat).slice(4, 0, lon) + upper_bias.view({1, V, 1, 1, 1});
+    u = u.narrow(2, from(zu * pz, levels), levels).narrow(3, lat0, lat).narrow(4, lon0, lon) +
+        upper_bias.view({1, V, 1, 1, 1});
     parts.push_back(u.reshape({B, V * levels, lat, lon}));
   }
   if (surface_channels > 0) {
@@ -422,13 +480,14 @@ torch::Tensor PanguHeadImpl::forward(const torch::Tensor& x, const torch::Tensor
                           .view({B, h, w, C, p, p})
                           .permute({0, 3, 1, 4, 2, 5})
                           .reshape({B, C, h * p, w * p});
-    parts.push_back(s.slice(2, 0, lat).slice(3, 0, lon) + surface_bias.view({1, C, 1, 1}));
+    parts.push_back(s.narrow(2, lat0, lat).narrow(3, lon0, lon) + surface_bias.view({1, C, 1, 1}));
   }
   return parts.size() == 1 ? parts[0].contiguous() : torch::cat(parts, 1);
 }
 
 PanguImpl::PanguImpl(const PanguOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
   check_upper_air_fits(options, shape);
+  options_ = options;
   upper_variables_ = options.upper_variables;
   levels_ = options.levels;
   // The newest state's upper air: states come oldest first (core/options.h ChannelLayout).
@@ -440,15 +499,28 @@ PanguImpl::PanguImpl(const PanguOptions& options, const ModelShape& shape) : Wea
   coarse_ = {levels, ceil_div(h, 2), ceil_div(w, 2)};
   for (size_t i = 0; i < 4; ++i) depths_[i] = options.stage_depths[i];
 
-  embed_ = register_block("embed", PanguEmbed(upper_variables_, surface_inputs(), D, pz, p));
+  const bool centered = options.padding == "centered";
+  embed_ = register_block("embed", PanguEmbed(upper_variables_, surface_inputs(), D, pz, p, centered));
+  std::optional<Extent3> shift;
+  if (!options.window_shift.empty()) shift = Extent3{options.window_shift[0], options.window_shift[1], options.window_shift[2]};
   auto stage = [&](int stage_number, int64_t dim, const Extent3& grid) {
-    const Extent3 window = fit_window(options.window, grid);
+    const Extent3 window = pangu_stage_window(options, grid);
+    for (size_t d = 0; d < 3 && shift; ++d)
+      if ((*shift)[d] >= window[d])
+        throw ConfigError("model.window_shift " + extent_text(*shift) + " must be less than stage " +
+                          std::to_string(stage_number) + "'s window " + extent_text(window) +
+                          " (model.window cut to the stage's token grid " + extent_text(grid) +
+                          "; model.fit_window = false keeps it whole)");
     for (int64_t i = 0; i < depths_[stage_number - 1]; ++i) {
       blocks_.push_back(register_block(
           "layer" + std::to_string(stage_number) + "_block" + std::to_string(i),
           EarthSpecificBlock(EarthBlockOptions(dim, options.stage_heads[stage_number - 1], grid, window)
                                  .shifted(i % 2 == 1)
-                                 .mlp_ratio(options.mlp_ratio))));
+                                 .shift_size(shift)
+                                 .mlp_ratio(options.mlp_ratio)
+                                 .pre_norm(options.block_norm == "pre")
+                                 .centered(centered)
+                                 .mask_all_edges(options.shift_mask == "all_edges"))));
     }
   };
   stage(1, D, tokens_);
@@ -458,7 +530,7 @@ PanguImpl::PanguImpl(const PanguOptions& options, const ModelShape& shape) : Wea
   up_ = register_block("upsample", PanguUpSample(2 * D, D));
   stage(4, D, tokens_);
   head_ = register_block("head", PanguHead(2 * D, upper_variables_, levels_, surface_outputs(), pz, p, shape.lat,
-                                           shape.lon));
+                                           shape.lon, centered));
 }
 
 std::vector<ChannelAxis> PanguImpl::channel_axes() const {
@@ -471,6 +543,71 @@ std::vector<ChannelAxis> PanguImpl::channel_axes() const {
     axes.push_back({"head.surface_bias", 0, false, 1, true, 0, upper});
   }
   return axes;
+}
+
+torch::Tensor PanguImpl::fit_to_grid(const std::string& name, const torch::Tensor& trained,
+                                     const GridPlacement& placement, std::string* how) const {
+  // "layer2_block3.attn.earth_bias", "layer1_block1.shift_mask": the block, and which tensor.
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos || name.rfind("layer", 0) != 0) return {};
+  std::shared_ptr<EarthSpecificBlockImpl> block;
+  for (const auto& child : named_children())
+    if (child.key() == name.substr(0, dot)) block = std::dynamic_pointer_cast<EarthSpecificBlockImpl>(child.value());
+  if (!block) return {};
+  const std::string tensor = name.substr(dot + 1);
+  if (tensor == "shift_mask" && block->shift_mask.defined()) {
+    if (how) *how = "the shifted windows' mask, rebuilt for this grid";
+    return block->shift_mask.clone();
+  }
+  if (tensor == "shift_mask" && placement.known()) {
+    if (how) *how = "no mask on this grid (its shift crosses no level or latitude edge)";
+    return {};
+  }
+  if (tensor != "attn.earth_bias" || !placement.known() ||
+      static_cast<int64_t>(placement.rows.size()) != shape().lat)
+    return {};
+  // The trained model's token rows at this block's stage (stages 2 and 3 merge 2 x 2 tokens), and
+  // its window there: the tables' rows must agree, only their latitude windows differ.
+  const bool coarse = name[5] == '2' || name[5] == '3';
+  const int64_t f = coarse ? 2 : 1, p = options_.patch_size;
+  const int64_t fine_lat = ceil_div(placement.trained_lat, p), fine_lon = ceil_div(placement.trained_lon, p);
+  const Extent3 trained_grid{tokens_[0], coarse ? ceil_div(fine_lat, 2) : fine_lat,
+                             coarse ? ceil_div(fine_lon, 2) : fine_lon};
+  const Extent3 window = block->options.window(), grid = block->options.grid();
+  if (pangu_stage_window(options_, trained_grid) != window) return {};
+  const int64_t wh = window[1], level_windows = block->padded[0] / window[0];
+  const int64_t trained_padded = round_up(trained_grid[1], wh), trained_windows = trained_padded / wh;
+  const int64_t windows = block->padded[1] / wh;
+  const torch::Tensor& own = block->attn->earth_bias;
+  if (trained.dim() != 3 || trained.size(0) != own.size(0) || trained.size(2) != own.size(2) ||
+      trained.size(1) != level_windows * trained_windows)
+    return {};
+  // Padding before the grid (model.padding = "centered"): the embedding's, in grid rows, and the
+  // windows', in token rows; each window's centre row, on this grid, then on the trained one.
+  const bool centered = options_.padding == "centered";
+  auto before = [centered](int64_t pad) { return centered ? pad / 2 : 0; };
+  const int64_t lat = shape().lat;
+  const int64_t embed_before = before(ceil_div(lat, p) * p - lat);
+  const int64_t trained_embed_before = before(fine_lat * p - placement.trained_lat);
+  const int64_t window_before = before(block->padded[1] - grid[1]);
+  const int64_t trained_window_before = before(trained_padded - trained_grid[1]);
+  std::vector<int64_t> source(static_cast<size_t>(windows));
+  std::string sources;
+  for (int64_t k = 0; k < windows; ++k) {
+    const int64_t token = std::clamp<int64_t>(k * wh + wh / 2 - window_before, 0, grid[1] - 1);
+    const int64_t row = std::clamp<int64_t>(token * f * p + f * p / 2 - embed_before, 0, lat - 1);
+    const int64_t trained_token = (placement.rows[static_cast<size_t>(row)] + trained_embed_before) / (f * p);
+    source[static_cast<size_t>(k)] = std::min((trained_token + trained_window_before) / wh, trained_windows - 1);
+    sources += (k ? ", " : "") + std::to_string(source[static_cast<size_t>(k)]);
+  }
+  torch::Tensor fitted = torch::empty({own.size(0), level_windows * windows, own.size(2)}, trained.options());
+  for (int64_t z = 0; z < level_windows; ++z)
+    for (int64_t k = 0; k < windows; ++k)
+      fitted.select(1, z * windows + k).copy_(trained.select(1, z * trained_windows + source[static_cast<size_t>(k)]));
+  if (how)
+    *how = "Earth-specific bias: " + std::to_string(windows) + " latitude windows from the trained grid's " +
+           std::to_string(trained_windows) + " (windows " + sources + ")";
+  return fitted;
 }
 
 std::vector<torch::Tensor> PanguImpl::split_input(const torch::Tensor& x) const {
@@ -550,8 +687,10 @@ void PanguImpl::to(torch::Device device, bool non_blocking) {
 }
 
 ModelEntry pangu_entry() {
-  return make_model_entry<PanguOptions, PanguImpl>(pangu_schema(), &pangu_parameter_count, &pangu_activation_memory,
-                                                   {/*gemms=*/true, /*convolutions=*/true}, &pangu_buffer_bytes);
+  ModelEntry e = make_model_entry<PanguOptions, PanguImpl>(pangu_schema(), &pangu_parameter_count, &pangu_activation_memory,
+                                                           {/*gemms=*/true, /*convolutions=*/true}, &pangu_buffer_bytes);
+  e.references = {pangu_physicsnemo_reference()};
+  return e;
 }
 
 }  // namespace wxtrain::models

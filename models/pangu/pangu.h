@@ -38,9 +38,23 @@
 // than a stage's token grid is cut to the grid (on small grids the pseudocode's sizes would be
 // mostly padding); no shift along a dimension that holds a single window.
 //
+// PhysicsNeMo's Pangu (physicsnemo.models.pangu.Pangu, the reference whose checkpoints
+// pangu_reference.cpp reads and writes) reads the paper differently in places; each is an option,
+// and with all of them set as pangu_reference.cpp sets them this model computes its function
+// (tests/models/test_pangu_reference.cpp; docs/interop_pangu.md lists what stays different):
+//   model.block_norm = "pre"          x + attention(norm1(x)), x + mlp(norm2(x))
+//   model.padding = "centered"        the patch and window padding (and the output's crop) split
+//                                     half before the grid, the odd cell after
+//   model.window_shift = [1, 3, 6]    every second block rolls by these, along every dimension
+//   model.fit_window = false          a window larger than a stage's grid pads the grid instead
+//   model.shift_mask = "all_edges"    the shifted windows' mask also splits the longitude window
+//                                     that wraps around the date line, with -100 rather than -inf:
+//                                     one mask per longitude window, [lon windows, types, N, N]
+//
 // Blocks, in forward order: embed, layer1_block0.., downsample, layer2_block0.., layer3_block0..,
 // upsample, layer4_block0.., head.
 #include <array>
+#include <optional>
 
 #include "models/pangu/pangu_options.h"
 #include "models/registry.h"
@@ -51,9 +65,10 @@ namespace wxtrain::models {
 using Extent3 = std::array<int64_t, 3>;  // (levels, lat, lon)
 
 // [B, Z, H, W, C] zero-padded at the end of Z, H and W up to multiples of `multiple` (returned as
-// is when nothing is missing), and the inverse crop back to (Z, H, W).
-torch::Tensor pad_volume(const torch::Tensor& x, const Extent3& multiple);
-torch::Tensor crop_volume(const torch::Tensor& x, const Extent3& extent);
+// is when nothing is missing), and the inverse crop back to (Z, H, W). `centered`: half the padding
+// (rounded down) before, the rest after, as PhysicsNeMo pads (model.padding = "centered").
+torch::Tensor pad_volume(const torch::Tensor& x, const Extent3& multiple, bool centered = false);
+torch::Tensor crop_volume(const torch::Tensor& x, const Extent3& extent, bool centered = false);
 
 // The windows of a [B, Z, H, W, C] volume whose Z, H, W are multiples of `window`:
 // [B * nW, nZ * nH, N, C] with N = wz * wh * ww tokens in (level, lat, lon) order. The second
@@ -73,6 +88,12 @@ torch::Tensor earth_position_index(const Extent3& window);
 // query and key are on the same side of every level and latitude edge the roll wrapped around,
 // -inf where not. Longitude is never masked: it is periodic.
 torch::Tensor shifted_window_mask(const Extent3& extent, const Extent3& window, const Extent3& shift);
+
+// PhysicsNeMo's mask of the same windows (get_shift_window_mask; model.shift_mask = "all_edges"):
+// [nW, nZ * nH, N, N] for the nW longitude windows, -100 where query and key are on different
+// sides of a level, latitude or longitude edge, 0 where not. Its longitude edge splits the last
+// longitude window at W + shift - window, which is the date line when the shift is half the window.
+torch::Tensor all_edges_shift_mask(const Extent3& extent, const Extent3& window, const Extent3& shift);
 
 // Attention on the CPU, q, k, v [B, .., N, hd] (any strides), the additive bias [1, .., N, N]:
 // softmax(q k^T / sqrt(hd) + bias) v. With the CPU fusions on (ops/cpu_fusion.h), q k^T and
@@ -103,7 +124,8 @@ bool scaled_biased_softmax_applies(const torch::Tensor& scores, const torch::Ten
 class EarthAttention3DImpl : public torch::nn::Module {
  public:
   EarthAttention3DImpl(int64_t dim, int64_t heads, const Extent3& window, int64_t types);
-  // windows [B', types, N, C] (window_partition's), mask [types, N, N] or undefined -> same shape.
+  // windows [B', types, N, C] (window_partition's), mask [types, N, N], [lon windows, types, N, N]
+  // (all_edges_shift_mask's) or undefined -> same shape.
   torch::Tensor forward(const torch::Tensor& windows, const torch::Tensor& mask);
   // The bias of every window type, [types, heads, N, N], gathered from the table.
   torch::Tensor bias() const;
@@ -122,9 +144,14 @@ struct EarthBlockOptions {
   TORCH_ARG(int64_t, dim);
   TORCH_ARG(int64_t, heads);
   TORCH_ARG(Extent3, grid);    // the stage's token grid (levels, lat, lon), before padding
-  TORCH_ARG(Extent3, window);  // the window, each entry at most the grid's
+  TORCH_ARG(Extent3, window);  // the window (larger than the grid: the grid is padded up to it)
   TORCH_ARG(bool, shifted) = false;
+  // The roll of a shifted block; unset: half the window along each dimension with more than one.
+  TORCH_ARG(std::optional<Extent3>, shift_size) = std::nullopt;
   TORCH_ARG(double, mlp_ratio) = 4.0;
+  TORCH_ARG(bool, pre_norm) = false;        // model.block_norm = "pre"
+  TORCH_ARG(bool, centered) = false;        // model.padding = "centered"
+  TORCH_ARG(bool, mask_all_edges) = false;  // model.shift_mask = "all_edges"
 };
 
 // One Earth-specific transformer block on [B, Z, H, W, C] tokens (Z, H, W = options.grid).
@@ -141,7 +168,9 @@ class EarthSpecificBlockImpl : public torch::nn::Module {
   EarthAttention3D attn{nullptr};
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  torch::Tensor shift_mask;  // buffer [types, N, N] when the block shifts across a level or latitude edge
+  // buffer [types, N, N] when the block shifts across a level or latitude edge; with
+  // mask_all_edges [lon windows, types, N, N] whenever it shifts
+  torch::Tensor shift_mask;
 };
 TORCH_MODULE(EarthSpecificBlock);
 
@@ -151,10 +180,12 @@ TORCH_MODULE(EarthSpecificBlock);
 // kernel = stride = the patch, the same parameters.
 class PanguEmbedImpl : public torch::nn::Module {
  public:
-  PanguEmbedImpl(int64_t upper_variables, int64_t surface_channels, int64_t dim, int64_t level_patch, int64_t patch);
+  PanguEmbedImpl(int64_t upper_variables, int64_t surface_channels, int64_t dim, int64_t level_patch, int64_t patch,
+                 bool centered = false);
   torch::Tensor forward(const torch::Tensor& upper, const torch::Tensor& surface);
 
   int64_t level_patch, patch;
+  bool centered;  // model.padding = "centered"
   torch::nn::Linear upper{nullptr};  // absent without upper air
   torch::nn::Linear surface{nullptr};
 };
@@ -188,10 +219,11 @@ TORCH_MODULE(PanguUpSample);
 class PanguHeadImpl : public torch::nn::Module {
  public:
   PanguHeadImpl(int64_t dim, int64_t upper_variables, int64_t levels, int64_t surface_channels, int64_t level_patch,
-                int64_t patch, int64_t lat, int64_t lon);
+                int64_t patch, int64_t lat, int64_t lon, bool centered = false);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& skip);
 
   int64_t upper_variables, levels, surface_channels, level_patch, patch, lat, lon;
+  bool centered;  // model.padding = "centered": crop the padding from both sides
   torch::nn::Linear upper{nullptr}, surface{nullptr};  // absent without upper air / surface outputs
   torch::Tensor upper_bias, surface_bias;
 };
@@ -209,6 +241,13 @@ class PanguImpl : public WeatherModelImpl {
   // silently into the wrong slices). The upper-air layers are indexed by variable and level patch,
   // not by channel: changing them is changing model.upper_variables.
   std::vector<ChannelAxis> channel_axes() const override;
+  // Fine-tuning on a region of the grid a checkpoint was trained on: each Earth-specific bias
+  // table keeps, for every latitude window of this grid, the trained table's entries of the
+  // latitude window that covered the same latitude (the bias is Earth-specific by latitude and
+  // level, shared along longitude, so a regional window inherits its band's); the level windows
+  // are the same. The shifted windows' masks are rebuilt (this model's own).
+  torch::Tensor fit_to_grid(const std::string& name, const torch::Tensor& trained, const GridPlacement& placement,
+                            std::string* how) const override;
 
   // The input split: {upper [B, V, Z, lat, lon], surface-like [B, Cs, lat, lon]} (upper undefined
   // without upper air). The newest state's first V x Z channels are the volume.
@@ -232,6 +271,7 @@ class PanguImpl : public WeatherModelImpl {
   template <typename Move>
   void move_keeping_indices(const Move& move, const std::optional<torch::Device>& device, bool non_blocking);
 
+  PanguOptions options_;
   int64_t upper_variables_, levels_, upper_offset_;
   Extent3 tokens_{}, coarse_{};
   PanguEmbed embed_{nullptr};
@@ -247,6 +287,13 @@ class PanguImpl : public WeatherModelImpl {
 int64_t pangu_parameter_count(const PanguOptions& o, const ModelShape& s);
 ModelMemory pangu_activation_memory(const PanguOptions& o, const ModelShape& s, const FormulaSettings& f);
 double pangu_buffer_bytes(const PanguOptions& o, const ModelShape& s, double param_bytes);
+
+// A stage's attention window on its token grid: model.window, cut to the grid where the grid is
+// smaller (unless model.fit_window = false).
+Extent3 pangu_stage_window(const PanguOptions& o, const Extent3& grid);
+
+// PhysicsNeMo's Pangu as a reference (pangu_reference.cpp; models/reference_model.h).
+ReferenceModel pangu_physicsnemo_reference();
 
 ModelEntry pangu_entry();  // models/registry.cpp
 

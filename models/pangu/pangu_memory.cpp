@@ -8,7 +8,7 @@ namespace wxtrain::models {
 namespace {
 
 // Pangu (pangu.cpp): the token grids of its stages and the window each stage runs (the
-// configured one, cut to the grid), and the parameters layer by layer.
+// configured one, cut to the grid unless model.fit_window = false), and the parameters layer by layer.
 struct PanguGrid {
   int64_t V, Z, upper, Cs, Cso;  // upper-air variables, levels, their channels; surface-like in/out
   int64_t levels, h, w, h2, w2;  // token levels (surface + level patches); fine and coarse lat/lon
@@ -31,16 +31,19 @@ PanguGrid pangu_grid(const PanguOptions& c, const ModelShape& s) {
 
 // A stage's window on its grid (levels, lat, lon), its padded grid, and its window types
 // (level windows x latitude windows: one bias table each).
+// `shift`: the roll of its shifted blocks (pangu.cpp EarthSpecificBlockImpl).
 struct PanguStage {
-  int64_t window[3], padded[3], types, tokens, padded_tokens, N;
+  int64_t window[3], padded[3], shift[3], types, tokens, padded_tokens, N;
 };
 
 PanguStage pangu_stage(const PanguOptions& c, int64_t levels, int64_t h, int64_t w) {
   PanguStage st{};
   const int64_t grid[3] = {levels, h, w};
-  for (int d = 0; d < 3; ++d) {
-    st.window[d] = std::min(c.window[static_cast<size_t>(d)], grid[d]);
+  const Extent3 window = pangu_stage_window(c, {levels, h, w});
+  for (size_t d = 0; d < 3; ++d) {
+    st.window[d] = window[d];
     st.padded[d] = ceil_div(grid[d], st.window[d]) * st.window[d];
+    st.shift[d] = c.window_shift.empty() ? (st.padded[d] > st.window[d] ? st.window[d] / 2 : 0) : c.window_shift[d];
   }
   st.types = (st.padded[0] / st.window[0]) * (st.padded[1] / st.window[1]);
   st.tokens = levels * h * w;
@@ -212,18 +215,20 @@ ModelMemory pangu_activation_memory(const PanguOptions& c, const ModelShape& s, 
 
 double pangu_buffer_bytes(const PanguOptions& c, const ModelShape& shape, double param_bytes) {
   // Each block's bias-table index (int64, N x N) and, in a block whose shift crosses a level or
-  // latitude edge, its mask ([types, N, N] in the parameters' dtype).
+  // latitude edge, its mask ([types, N, N] in the parameters' dtype); with model.shift_mask =
+  // "all_edges", every shifted block's, one per longitude window.
   const PanguGrid g = pangu_grid(c, shape);
   double buffers = 0;
   for (int stage = 0; stage < 4; ++stage) {
     const bool fine = stage == 0 || stage == 3;
     const PanguStage st = pangu_stage(c, g.levels, fine ? g.h : g.h2, fine ? g.w : g.w2);
     const double NN = static_cast<double>(st.N * st.N);
-    const bool masked = (st.padded[0] > st.window[0] && st.window[0] / 2 > 0) ||
-                        (st.padded[1] > st.window[1] && st.window[1] / 2 > 0);
+    const bool all_edges = c.shift_mask == "all_edges";
+    const bool masked = st.shift[0] > 0 || st.shift[1] > 0 || (all_edges && st.shift[2] > 0);
+    const double masks = all_edges ? static_cast<double>(st.padded[2] / st.window[2]) : 1.0;
     const int64_t depth = c.stage_depths[static_cast<size_t>(stage)];
     buffers += static_cast<double>(depth) * NN * 8;
-    if (masked) buffers += static_cast<double>(depth / 2) * static_cast<double>(st.types) * NN * param_bytes;
+    if (masked) buffers += static_cast<double>(depth / 2) * masks * static_cast<double>(st.types) * NN * param_bytes;
   }
   return buffers;
 }

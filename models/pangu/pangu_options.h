@@ -19,6 +19,13 @@ struct PanguOptions : ModelOptionsOf<PanguOptions> {
   std::vector<int64_t> window = {2, 6, 12};          // model.window: attention window (levels, lat, lon) in tokens
   std::vector<int64_t> stage_depths = {2, 6, 6, 2};  // model.stage_depths: blocks of the four stages
   std::vector<int64_t> stage_heads = {4, 8, 8, 4};   // model.stage_heads: attention heads of the four stages
+  // Where readings of the paper differ, the reference's behaviour (PhysicsNeMo's Pangu, see
+  // docs/interop_pangu.md) as an option; the defaults are the pseudocode's reading (pangu.h).
+  std::string block_norm = "post";     // model.block_norm: "post" (x + norm(f(x))) or "pre" (x + f(norm(x)))
+  std::string padding = "end";         // model.padding: zero padding and crops "end" or "centered"
+  std::vector<int64_t> window_shift;   // model.window_shift: the odd blocks' roll; empty = half the window
+  bool fit_window = true;              // model.fit_window: cut a window larger than a stage's grid to it
+  std::string shift_mask = "periodic";  // model.shift_mask: "periodic" or "all_edges"
 };
 
 ModelSchema pangu_schema();

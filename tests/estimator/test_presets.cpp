@@ -86,7 +86,9 @@ TEST(ModelPresets, PanguHasTheVolumeFirstAndTheMasksAsInputs) {
   EXPECT_EQ(s.out_channels, 5 * 13 + 4);
   EXPECT_EQ(s.in_channels, 5 * 13 + 4 + 3);
   EXPECT_EQ(s.state_channels, 5 * 13 + 4);
-  EXPECT_EQ(c.data.variables.front(), "z_50");  // variable-major: the volume's first variable, lowest pressure first
+  // Variable-major, the levels as the published models read them: 1000 hPa first.
+  EXPECT_EQ(c.data.variables.front(), "z_1000");
+  EXPECT_EQ(c.data.variables[12], "z_50");
 }
 
 TEST(ModelPresets, LevelChannelNamesAreVariableMajor) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "core/memory_meter.h"
 #include "models/pangu/pangu.h"
+#include "models/registry.h"
 #include "ops/cpu_fusion.h"
 #include "models/weather_model.h"
 #include "tests/models/step_gradients.h"
@@ -532,6 +534,165 @@ TEST(Pangu, ConfigKeysAndErrors) {
   ModelConfig c = small_pangu();
   c.options.as<PanguOptions>().stage_heads = {5, 4, 4, 2};
   EXPECT_THROW(build_model(c, small_shape()), ConfigError);
+}
+
+// ---- fine-tuning a model of the whole grid on a region of it ----
+
+// A model of a 24 x 20 grid and one of rows 6..17 of it: tokens 12 (fine) and 6 (coarse) rows in
+// windows of 3 against 6 and 3.
+TEST(PanguRegion, BiasTablesOfARegionComeFromTheLatitudeBandsThatCoverIt) {
+  const ModelConfig c = small_pangu();
+  ModelShape global{9, 8, 24, 20};
+  global.state_channels = 8;
+  ModelShape region = global;
+  region.lat = 12;
+  auto trained = std::dynamic_pointer_cast<PanguImpl>(build_model(c, global));
+  auto regional = std::dynamic_pointer_cast<PanguImpl>(build_model(c, region));
+  GridPlacement placement{24, 20, {}, {}};
+  for (int64_t r = 6; r < 18; ++r) placement.rows.push_back(r);
+  for (int64_t col = 0; col < 20; ++col) placement.cols.push_back(col);
+
+  // Fine stage: 4 trained latitude windows (token rows 0-2, 3-5, 6-8, 9-11), 2 regional ones whose
+  // centres (grid rows 3 and 9 of the region: 9 and 15 of the globe) fall in windows 1 and 2.
+  std::string how;
+  const torch::Tensor fine = trained->blocks()[0]->attn->earth_bias;  // [rows, 2 level x 4 lat windows, heads]
+  ASSERT_EQ(fine.size(1), 8);
+  const torch::Tensor fitted = regional->fit_to_grid("layer1_block0.attn.earth_bias", fine, placement, &how);
+  ASSERT_TRUE(fitted.defined());
+  ASSERT_EQ(fitted.sizes(), regional->blocks()[0]->attn->earth_bias.sizes());
+  for (int64_t z = 0; z < 2; ++z) {
+    EXPECT_TRUE(torch::equal(fitted.select(1, z * 2 + 0), fine.select(1, z * 4 + 1)));
+    EXPECT_TRUE(torch::equal(fitted.select(1, z * 2 + 1), fine.select(1, z * 4 + 2)));
+  }
+  EXPECT_EQ(how, "Earth-specific bias: 2 latitude windows from the trained grid's 4 (windows 1, 2)");
+  // Coarse stage: 2 trained windows of 3 coarse token rows (12 grid rows each), one regional window
+  // centred on token row 1 = grid row 6 of the region, 12 of the globe: window 1.
+  const torch::Tensor coarse = trained->blocks()[2]->attn->earth_bias;
+  const torch::Tensor coarse_fitted = regional->fit_to_grid("layer2_block0.attn.earth_bias", coarse, placement, &how);
+  ASSERT_TRUE(coarse_fitted.defined());
+  for (int64_t z = 0; z < 2; ++z) EXPECT_TRUE(torch::equal(coarse_fitted.select(1, z), coarse.select(1, z * 2 + 1)));
+  // The masks are the region's own; other tensors and an unknown placement are not the grid's.
+  const torch::Tensor mask = regional->fit_to_grid("layer1_block1.shift_mask", trained->blocks()[1]->shift_mask, placement, &how);
+  ASSERT_TRUE(mask.defined());
+  EXPECT_TRUE(torch::equal(mask, regional->blocks()[1]->shift_mask));
+  EXPECT_FALSE(regional->fit_to_grid("layer1_block0.attn.qkv.weight", fine, placement, &how).defined());
+  EXPECT_FALSE(regional->fit_to_grid("layer1_block0.attn.earth_bias", fine, GridPlacement{}, &how).defined());
+}
+
+// ---- PhysicsNeMo's Pangu (pangu_reference.cpp; forward and gradients: test_pangu_reference.cpp) ----
+
+const ReferenceModel& physicsnemo_pangu() { return find_model("pangu").references.at(0); }
+
+// The reference's arguments for a grid whose padding is uneven everywhere (pangu_fixture.py's).
+nlohmann::json small_reference_args() {
+  return {{"img_size", {37, 70}}, {"patch_size", {2, 4, 4}}, {"embed_dim", 16}, {"num_heads", {2, 4, 4, 2}},
+          {"window_size", {2, 6, 8}}};
+}
+
+std::string config_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(PanguReferenceMapping, ArgumentsBecomeTheOptionsThatReproduceIt) {
+  const auto [config, shape] = physicsnemo_pangu().from_reference_args(small_reference_args());
+  const auto& o = config.options.as<PanguOptions>();
+  EXPECT_EQ(config.name, "pangu");
+  EXPECT_EQ(o.patch_size, 4);
+  EXPECT_EQ(o.level_patch, 2);
+  EXPECT_EQ(o.upper_variables, 5);
+  EXPECT_EQ(o.levels, 13);
+  EXPECT_EQ(o.stage_depths, (std::vector<int64_t>{2, 6, 6, 2}));
+  EXPECT_EQ(o.block_norm, "pre");
+  EXPECT_EQ(o.padding, "centered");
+  EXPECT_EQ(o.window_shift, (std::vector<int64_t>{1, 3, 6}));
+  EXPECT_FALSE(o.fit_window);
+  EXPECT_EQ(o.shift_mask, "all_edges");
+  EXPECT_EQ(shape.in_channels, 72);
+  EXPECT_EQ(shape.out_channels, 69);
+  EXPECT_EQ(shape.lat, 37);
+  EXPECT_EQ(shape.lon, 70);
+  EXPECT_EQ(physicsnemo_pangu().to_reference_args(config, shape), small_reference_args());
+  // The published defaults fill what a file leaves out.
+  const auto [published, published_shape] = physicsnemo_pangu().from_reference_args(nlohmann::json::object());
+  EXPECT_EQ(published.options.as<PanguOptions>().embed_dim, 192);
+  EXPECT_EQ(published_shape.lat, 721);
+  EXPECT_EQ(find_model("pangu").parameter_count(published, published_shape), 64'220'169);
+}
+
+TEST(PanguReferenceMapping, ArgumentsWeCannotHonourAreRefusedByName) {
+  auto refused = [](nlohmann::json change, const std::string& needle) {
+    nlohmann::json args = small_reference_args();
+    for (const auto& [k, v] : change.items()) args[k] = v;
+    const std::string what = config_error([&] { physicsnemo_pangu().from_reference_args(args); });
+    EXPECT_NE(what.find(needle), std::string::npos) << change.dump() << " -> " << what;
+  };
+  refused({{"drop_path", 0.1}}, "'drop_path'");
+  refused({{"patch_size", {1, 4, 4}}}, "'patch_size' = [1,4,4]");
+  refused({{"patch_size", {2, 4, 2}}}, "square");
+  refused({{"img_size", {35, 70}}}, "'img_size' = [35,70]");  // PatchEmbed3D pads 3 rows, PatchEmbed2D 1
+  refused({{"window_size", {2, 3, 12}}}, "'window_size'");    // its fixed roll of 3 latitudes needs 4
+  refused({{"embed_dim", "16"}}, "'embed_dim'");
+  refused({{"num_heads", {3, 4, 4, 2}}}, "model.stage_heads");  // 16 wide, 3 heads
+
+  // Ours as the reference: anything its code fixes, named by our key.
+  auto [config, shape] = physicsnemo_pangu().from_reference_args(small_reference_args());
+  config.options.as<PanguOptions>().block_norm = "post";
+  EXPECT_NE(config_error([&] { physicsnemo_pangu().to_reference_args(config, shape); }).find("model.block_norm"),
+            std::string::npos);
+  ModelConfig ours = small_pangu();
+  EXPECT_NE(config_error([&] { physicsnemo_pangu().to_reference_args(ours, small_shape()); }).find("model.upper_variables"),
+            std::string::npos);
+}
+
+TEST(PanguReferenceMapping, EveryTensorIsAccountedForBothWays) {
+  const auto [config, shape] = physicsnemo_pangu().from_reference_args(small_reference_args());
+  WeatherModel model = build_model(config, shape);
+  StateDict ours;
+  for (const auto& item : model->named_parameters()) ours[item.key()] = item.value().detach();
+  for (const auto& item : model->named_buffers()) ours[item.key()] = item.value();
+  // The estimator's formulas know these options: the coarse grid's 5 x 9 tokens padded to windows
+  // of 6 x 8 that it does not fill (6 x 16), one mask per longitude window.
+  int64_t parameters = 0;
+  double buffer_bytes = 0;
+  for (const auto& t : model->parameters()) parameters += t.numel();
+  for (const auto& t : model->buffers())
+    buffer_bytes += static_cast<double>(t.numel()) * (t.scalar_type() == torch::kLong ? 8 : 4);
+  EXPECT_EQ(find_model("pangu").parameter_count(config, shape), parameters);
+  EXPECT_EQ(find_model("pangu").buffer_bytes(config, shape, 4), buffer_bytes);
+
+  const StateDict reference = physicsnemo_pangu().to_reference_state(ours, config, shape);
+  EXPECT_EQ(reference.size(), 247u);  // PhysicsNeMo's state_dict at any size: 223 parameters, 16 + 8 buffers
+  EXPECT_EQ(reference.at("patchrecovery3d.conv.weight").sizes(), (std::vector<int64_t>{32, 5, 2, 4, 4}));
+  EXPECT_EQ(reference.at("layer1.blocks.1.attn_mask").sizes(), (std::vector<int64_t>{3, 8, 96, 96}));
+  const StateDict back = physicsnemo_pangu().from_reference_state(reference, config, shape);
+  ASSERT_EQ(back.size(), ours.size());
+  for (const auto& [name, t] : ours) EXPECT_TRUE(torch::equal(back.at(name), t)) << name;
+
+  StateDict extra = reference;
+  extra["layer1.blocks.0.attn.relative_position_bias"] = torch::zeros({3});
+  EXPECT_NE(config_error([&] { physicsnemo_pangu().from_reference_state(extra, config, shape); })
+                .find("'layer1.blocks.0.attn.relative_position_bias'"),
+            std::string::npos);
+  StateDict missing = reference;
+  missing.erase("upsample.linear2.weight");
+  EXPECT_NE(config_error([&] { physicsnemo_pangu().from_reference_state(missing, config, shape); })
+                .find("'upsample.linear2.weight'"),
+            std::string::npos);
+  StateDict wrong_mask = reference;
+  wrong_mask["layer2.blocks.3.attn_mask"] = torch::zeros_like(reference.at("layer2.blocks.3.attn_mask"));
+  EXPECT_NE(config_error([&] { physicsnemo_pangu().from_reference_state(wrong_mask, config, shape); })
+                .find("'layer2.blocks.3.attn_mask' differs"),
+            std::string::npos);
+  StateDict wrong_shape = reference;
+  wrong_shape["layer1.blocks.0.attn.earth_position_bias_table"] = torch::zeros({3, 2, 1});
+  EXPECT_NE(config_error([&] { physicsnemo_pangu().from_reference_state(wrong_shape, config, shape); })
+                .find("'layer1.blocks.0.attn.earth_position_bias_table' is [3,2,1]"),
+            std::string::npos);
 }
 
 }  // namespace

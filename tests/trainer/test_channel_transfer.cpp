@@ -273,6 +273,55 @@ TEST(ChannelTransfer, TheCheckpointsListsMustFitItsWeights) {
   EXPECT_THROW(transfer_weights(*b, model_weights(*a), kOldIn, kOldOut, kOldIn, kNewOut, false, "a.pt"), ConfigError);
 }
 
+// A Pangu trained on a 24 x 20 grid fine-tunes on rows 6..17 of it (data.region): its Earth-specific
+// bias tables, one entry per latitude window, are cut to the region's windows and its masks rebuilt
+// (models/pangu PanguImpl::fit_to_grid); everything else loads as it is. Without knowing where the
+// region lies, the tables' sizes are an error that names them.
+TEST(ChannelTransfer, PanguOfTheWholeGridFineTunesOnARegionOfIt) {
+  ModelConfig c;
+  c.name = "pangu";
+  auto& o = c.options.as<models::PanguOptions>();
+  o.patch_size = 2;
+  o.embed_dim = 8;
+  o.mlp_ratio = 2.0;
+  o.upper_variables = 1;
+  o.levels = 2;
+  o.window = {2, 3, 4};
+  o.stage_depths = {2, 2, 2, 2};
+  o.stage_heads = {2, 2, 2, 2};
+  const Names in{"u_500@t0", "u_850@t0", "a@t0"}, out{"u_500", "u_850", "a"};
+  models::ModelShape globe{3, 3, 24, 20};
+  globe.state_channels = 3;
+  models::ModelShape region = globe;
+  region.lat = 12;
+  torch::manual_seed(1);
+  models::WeatherModel a = models::build_model(c, globe);
+  randomise(*a, 12);
+  torch::manual_seed(2);
+  models::WeatherModel b = models::build_model(c, region);
+  models::GridPlacement placement{24, 20, {}, {}};
+  for (int64_t r = 6; r < 18; ++r) placement.rows.push_back(r);
+  for (int64_t col = 0; col < 20; ++col) placement.cols.push_back(col);
+
+  const std::string message = error_of([&] { transfer_weights(*b, model_weights(*a), in, out, in, out, true, "a.pt"); });
+  EXPECT_NE(message.find("layer1_block0.attn.earth_bias (checkpoint"), std::string::npos) << message;
+
+  const ChannelTransferReport report =
+      transfer_weights(*b, model_weights(*a), in, out, in, out, /*strict=*/true, "a.pt", placement);
+  // Every block's table (the fine stages' 4 latitude windows become 2, the coarse stages' 2 become
+  // 1) and the shifted blocks' masks.
+  EXPECT_EQ(report.regridded.size(), 8u + 4u) << report.summary();
+  EXPECT_NE(report.summary().find("regridded for the region:\n  layer1_block0.attn.earth_bias: Earth-specific "
+                                  "bias: 2 latitude windows from the trained grid's 4 (windows 1, 2)"),
+            std::string::npos)
+      << report.summary();
+  EXPECT_TRUE(report.initialised.empty());
+  const TensorMap now = model_weights(*b), trained = model_weights(*a);
+  EXPECT_TRUE(torch::equal(now.at("layer1_block0.attn.qkv.weight"), trained.at("layer1_block0.attn.qkv.weight")));
+  EXPECT_TRUE(torch::equal(now.at("layer2_block1.attn.earth_bias").select(1, 0),
+                           trained.at("layer2_block1.attn.earth_bias").select(1, 1)));
+}
+
 TEST(ChannelTransfer, DuplicateChannelNamesAreAConfigError) {
   models::WeatherModel a = build("unet", kOldIn, kOldOut, 1);
   models::WeatherModel b = build("unet", kNewIn, kNewOut, 2);

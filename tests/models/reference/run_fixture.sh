@@ -1,0 +1,20 @@
+#!/bin/bash
+# run_fixture.sh PYTHON SCRIPT OUT_DIR — runs a reference fixture script (e.g. pangu_fixture.py)
+# with the reference environment's Python, into a fresh OUT_DIR. Without that environment it says
+# so and exits 77, which CTest reports as skipped (and the GoogleTests that read OUT_DIR skip too):
+# a test that needs the reference never passes silently without it. WXTRAIN_REFERENCE_PYTHON, when
+# set, overrides PYTHON.
+set -u
+python="${WXTRAIN_REFERENCE_PYTHON:-$1}"
+script="$2"
+out="$3"
+rm -rf "$out"
+if [ ! -x "$python" ]; then
+  echo "SKIPPED: no reference environment at $python (install it, or point WXTRAIN_REFERENCE_PYTHON at its python)"
+  exit 77
+fi
+if ! "$python" -c "import physicsnemo" 2>/dev/null; then
+  echo "SKIPPED: $python cannot import physicsnemo (the reference environment is incomplete)"
+  exit 77
+fi
+exec "$python" "$script" "$out"
