@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "distributed/world.h"
+#include "data/normalization.h"
 #include "trainer/scores.h"
 
 namespace wxtrain::data {
