@@ -476,10 +476,10 @@ if "presets" in stages:
                    ("fourcastnet-0.25", "train", 2), ("pangu-0.25", "train", 1), ("graphcast-1.0", "inference", 1)], got
     for c in cases:
         assert not c["measured"]["oom"] and c["measured"]["peak_allocated"] > 0, c
-        assert c["predicted"]["total"] > 0 and "error_total" in c and c["measured"]["samples_per_s"] > 0, c
+        assert c["predicted"]["total"] > 0 and c["measured"]["samples_per_s"] > 0, c
     assert cases[0]["rollout_steps"] == 2 and cases[0]["checkpointing"], cases[0]
     impls = {l.split()[1] for l in open(os.path.join(parts, "presets_throughput.txt"))}
-    assert impls == {"impl=wxtrain", "impl=pytorch", "impl=pytorch-compile"}, impls
+    assert impls == {"impl=wxtrain", "impl=pytorch"}, impls  # torch.compile: the GPU stage only
 print("report.json and parts/ as expected for", ", ".join(stages))
 EOF
     ;;

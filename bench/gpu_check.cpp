@@ -614,10 +614,11 @@ int run_preset(const Args& a) {
                      {"samples_per_s", pm.samples_per_s},
                      {"timed_steps", a.steps - a.warmup},
                      {"seconds", m.seconds}};
-    if (!m.oom) {
+    // (On the CPU an inference pass may reserve nothing beyond its start: no ratio then.)
+    if (!m.oom && m.total() > 0)
       j["error_total"] = (p.total() - static_cast<double>(m.total())) / static_cast<double>(m.total());
+    if (!m.oom && m.peak_allocated > 0)
       j["error_allocated"] = (p.allocated() - static_cast<double>(m.peak_allocated)) / static_cast<double>(m.peak_allocated);
-    }
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);  // each case is kept as soon as it is measured: a lost machine keeps what it did
   }

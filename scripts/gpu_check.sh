@@ -233,6 +233,7 @@ PRESET_PEERS=(
   "fourcastnet-0.25|1|"
   "pangu-0.25|1|"
 )
+PEER_IMPLS=(pytorch pytorch-compile)
 PRESET_STEPS=(--steps 4 --warmup 1)
 PEER_STEPS=(--warmup 2 --steps 3 --reps 3)
 PRESET_TIMEOUT=300
@@ -248,6 +249,9 @@ if [[ $device == cpu ]]; then  # toy sizes of the same presets: the stage's plum
   )
   PRESET_PEERS=("fourcastnet-0.25|1|$toy_fourcastnet")
   PRESET_STEPS=(--steps 2 --warmup 1) PEER_STEPS=(--warmup 1 --steps 2 --reps 1) PRESET_TIMEOUT=600
+  # torch.compile (inductor, 2.11) fails on the CPU on the toy FourCastNet: its stride assertion on
+  # aten._fft_r2c; the eager peer only here, the GPU stage runs both.
+  PEER_IMPLS=(pytorch)
 fi
 
 GPU_CHECK=$BUILD/bench/gpu_check
@@ -342,8 +346,8 @@ with open(out, "w") as f:
     f.write("[train]\nlr = 1e-4\nweight_decay = 0.01\ngrad_clip = 1.0\nseed = 0\n")
 EOF
     # wxtrain, eager PyTorch and torch.compile, the order rotating so that drift hits them alike.
-    runs=(wxtrain pytorch pytorch-compile)
-    if ((round % 3 == 1)); then runs=(pytorch pytorch-compile wxtrain); elif ((round % 3 == 2)); then runs=(pytorch-compile wxtrain pytorch); fi
+    runs=(wxtrain "${PEER_IMPLS[@]}")
+    for ((i = 0; i < round % ${#runs[@]}; i++)); do runs=("${runs[@]:1}" "${runs[0]}"); done
     round=$((round + 1))
     for impl in "${runs[@]}"; do
       log="$LOGS/presets-throughput-$name-$impl.log"
@@ -677,7 +681,7 @@ else:
     ran = [c for c in pre if "measured" in c]
     # A batch the estimate promised (1, the one it is sure of, its largest) that ran out of memory.
     broken = [c for c in ran if c["measured"]["oom"]]
-    errs = [abs(c["error_total"]) for c in ran if "error_total" in c]
+    errs = [abs(c["error_total"]) for c in ran if c.get("error_total") is not None]
     rows = {}
     if os.path.exists(pre_tp_path):
         for l in open(pre_tp_path):
@@ -733,7 +737,7 @@ if report.get("presets", {}).get("cases"):
                       f"{c['at']} | | | skipped: {c.get('skipped', '')} | | | | | |")
             continue
         p, m = c["predicted"], c["measured"]
-        err = f"{100 * c['error_total']:+.1f}%" if "error_total" in c else "OOM"
+        err = f"{100 * c['error_total']:+.1f}%" if c.get("error_total") is not None else "OOM" if m["oom"] else "-"
         md.append(f"| {c['preset']} | {c['mode']} | {c['precision']} | {'on' if c['checkpointing'] else 'off'} | {sets} | "
                   f"{c['batch']} ({c['at']}) | {p['total'] / MiB:.0f} | {m['total'] / MiB:.0f} | {err} | "
                   f"{p['allocated'] / MiB:.0f} | {m['peak_allocated'] / MiB:.0f} | {m['peak_reserved'] / MiB:.0f} | "
