@@ -552,7 +552,9 @@ TEST(CfTime, AmbiguousMonthsAreRefused) {
   EXPECT_EQ(decode_dates({2}, end_of_month).front(), date(1990, 3, 31));
   const std::string february = error_of([&] { decode_times({1}, end_of_month); });
   EXPECT_NE(february.find("lands on 1990-02-31T00:00:00"), std::string::npos) << february;
-  EXPECT_NE(error_of([&] { decode_times({0.5}, parse_time_units("years since 1990-01-01", "noleap")); })
+  // Half a year is six whole months; a tenth of one is not.
+  EXPECT_EQ(decode_dates({0.5}, parse_time_units("years since 1990-01-01", "noleap")).front(), date(1990, 7, 1));
+  EXPECT_NE(error_of([&] { decode_times({0.1}, parse_time_units("years since 1990-01-01", "noleap")); })
                 .find("fraction of a month"),
             std::string::npos);
   EXPECT_NE(error_of([&] { decode_times({std::nan("")}, standard); }).find("not a number"), std::string::npos);
