@@ -228,11 +228,17 @@ class NetcdfFormat : public ForecastWriter::Format {
       if (!level.units.empty()) file.put_text_attribute(level.dim, "units", level.units);
     }
     file.define_variable("lat", NC_DOUBLE, {"lat"});
-    file.put_text_attribute("lat", "units", "degrees_north");
-    file.put_text_attribute("lat", "standard_name", "latitude");
     file.define_variable("lon", NC_DOUBLE, {"lon"});
-    file.put_text_attribute("lon", "units", "degrees_east");
-    file.put_text_attribute("lon", "standard_name", "longitude");
+    if (c.has_coordinates) {
+      file.put_text_attribute("lat", "units", "degrees_north");
+      file.put_text_attribute("lat", "standard_name", "latitude");
+      file.put_text_attribute("lon", "units", "degrees_east");
+      file.put_text_attribute("lon", "standard_name", "longitude");
+    } else {
+      // The data had no latitudes: these are grid indices, never labelled as degrees.
+      file.put_text_attribute("lat", "long_name", "grid row index (the data has no latitudes)");
+      file.put_text_attribute("lon", "long_name", "grid column index (the data has no longitudes)");
+    }
     const float nan = std::numeric_limits<float>::quiet_NaN();
     for (const auto& output : outputs_) {
       if (output.level_dim.empty()) {
@@ -321,8 +327,13 @@ class ZarrFormat : public ForecastWriter::Format {
       if (!level.units.empty()) attributes["units"] = level.units;
       coordinate(level.dim, level.values, attributes);
     }
-    coordinate("lat", c.lat, {{"units", "degrees_north"}, {"standard_name", "latitude"}});
-    coordinate("lon", c.lon, {{"units", "degrees_east"}, {"standard_name", "longitude"}});
+    if (c.has_coordinates) {
+      coordinate("lat", c.lat, {{"units", "degrees_north"}, {"standard_name", "latitude"}});
+      coordinate("lon", c.lon, {{"units", "degrees_east"}, {"standard_name", "longitude"}});
+    } else {  // grid indices: the data had no latitudes
+      coordinate("lat", c.lat, {{"long_name", "grid row index (the data has no latitudes)"}});
+      coordinate("lon", c.lon, {{"long_name", "grid column index (the data has no longitudes)"}});
+    }
     const auto T = static_cast<size_t>(c.steps());
     for (const auto& output : outputs_) {
       ZarrArraySpec spec;
@@ -376,6 +387,7 @@ ForecastCoordinates ForecastCoordinates::after(const Dataset& dataset, int64_t s
   ForecastCoordinates c;
   c.variables = dataset.variables();
   c.lat = dataset.lat();
+  c.has_coordinates = dataset.has_coordinates();
   c.lon = dataset.lon();
   c.has_dates = axis.has_dates;
   c.calendar = axis.calendar;

@@ -27,7 +27,8 @@ namespace wxtrain::data {
 
 struct ForecastCoordinates {
   std::vector<VariableInfo> variables;  // channel order of the states
-  std::vector<double> lat, lon;         // degrees
+  std::vector<double> lat, lon;         // degrees; grid indices when the data has no latitudes
+  bool has_coordinates = true;          // false: lat/lon are indices, written without degree units
   // One per forecast state: with dates, seconds in `calendar` (written as CF time in the data's
   // own units when they can express them); without, the raw time values in `time_units` ("" = none).
   bool has_dates = false;

@@ -111,11 +111,22 @@ int64_t start_index(const data::Dataset& dataset, const std::string& text, int64
 }
 
 // From the training data itself (the default): --start within it.
+// Calendar months (data.time_step = "1mo" on a calendar whose months differ in length) have no
+// fixed number of seconds, which the forecast's dates below count in: refused by name rather than
+// dated wrongly. 360_day months are 30 days and forecast as such.
+void refuse_calendar_month_steps(const data::TimeAxis& axis, const std::string& where) {
+  if (axis.step_months > 0 && axis.step_seconds <= 0)
+    throw ConfigError(where + ": the model steps in calendar months (" + axis.step_text() +
+                      "), which forecast does not date yet; monthly models on a 360_day calendar forecast, "
+                      "others train and validate but cannot forecast in this version");
+}
+
 InitialConditions from_training_data(const std::shared_ptr<data::Dataset>& dataset, const std::string& start,
                                      int64_t history) {
   InitialConditions initial;
   initial.data = dataset;
   initial.name = "the archive";
+  refuse_calendar_month_steps(dataset->time_axis(), "the archive");
   initial.start = start_index(*dataset, start, history);
   initial.step_seconds = dataset->time_axis().step_seconds;
   for (int64_t t = initial.start - history + 1; t <= initial.start; ++t) initial.history.push_back(t);
@@ -146,6 +157,7 @@ InitialConditions from_initial_file(const std::string& file, const RunConfig& co
                                     const std::string& start, int64_t history) {
   const std::string where = "--initial " + file;
   const data::TimeAxis& trained_axis = trained.time_axis();
+  refuse_calendar_month_steps(trained_axis, where);
   if (!trained_axis.has_dates || trained_axis.step_seconds <= 0) {
     throw ConfigError(where + ": the model's training data has no dates (no CF time units and no data.time_origin), "
                       "so the model's time step is unknown and initial states cannot be matched by date");
