@@ -200,7 +200,7 @@ int run_profile(const ProfileArgs& args) {
     }
     if (verdict) {
       (verdict->pass ? std::cout : std::cerr) << verdict->message << "\n";
-      return verdict->pass ? kExitOk : kExitNo;
+      return static_cast<int>(verdict->pass ? kExitOk : kExitNo);
     }
     return 0;
   });
