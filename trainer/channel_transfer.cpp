@@ -262,6 +262,7 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
   for (const auto& [name, t] : own) total += t.numel();
   for (const auto& name : report.loaded) carried += own[name].numel();
   for (const auto& name : report.remapped) carried += own[name].numel();
+  for (const auto& [name, t] : fitted) carried += own[name].numel();  // fitted to this grid (a region)
   report.loaded_share = total > 0 ? static_cast<double>(carried) / static_cast<double>(total) : 1.0;
 
   for (const auto& name : report.loaded) own[name].copy_(weights.at(name));

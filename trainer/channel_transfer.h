@@ -23,8 +23,8 @@ struct ChannelTransferReport {
   std::vector<std::string> initialised;  // left at their fresh init: absent from the checkpoint, or
                                          // channel-indexed with no channel in common
   std::vector<std::string> unexpected;   // in the checkpoint, not in the model
-  // The share of the model's values (elements of its parameters and buffers) in tensors loaded or
-  // remapped; a remapped tensor counts whole.
+  // The share of the model's values (elements of its parameters and buffers) in tensors loaded,
+  // remapped or fitted to this grid; a remapped tensor counts whole.
   double loaded_share = 0;
   // Buffers built from the grid (WeatherModelImpl::grid_buffers) that the checkpoint has for
   // another grid, or not at all: the model keeps its own. grid_change: what differs, in a line.
