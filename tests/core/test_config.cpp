@@ -218,11 +218,13 @@ TEST(Config, AKeyInTheWrongSectionPointsToItsSection) {
   EXPECT_NE(message.find("run.toml:20: unknown key memory.val_fraction: val_fraction belongs in [data], not in [memory]"),
             std::string::npos)
       << message;
-  const std::string sources = error_of(std::string(kValid) + "[train]\nfile = \"x.nc\"\n");
-  EXPECT_NE(sources.find("unknown key train.file: file belongs in [[data.sources]] or [[data.static]], not in [train]"),
+  const std::string sources = error_of(std::string(kValid) + "[distributed]\nfile = \"x.nc\"\n");
+  EXPECT_NE(sources.find("unknown key distributed.file: file belongs in [[data.sources]] or [[data.static]], not in "
+                         "[distributed]"),
             std::string::npos)
       << sources;
-  EXPECT_NE(error_of(std::string(kValid) + "[train]\nbatchsize = 4\n").find("did you mean 'batch_size'"), std::string::npos);
+  const std::string typo = error_of(std::string(kValid) + "[distributed]\nzero_stag = 1\n");
+  EXPECT_NE(typo.find("did you mean 'zero_stage'"), std::string::npos) << typo;
 }
 
 // The files a run reads resolve against the run file's folder, --set ones against the working
