@@ -37,7 +37,8 @@ std::string checkpoint_in(const std::string& package) {
   return found.front();
 }
 
-std::string quoted(const std::string& s) { return toml_text(s); }
+// A TOML string literal. Not `quoted`: std::quoted (<iomanip>) wins that name by argument-dependent lookup.
+std::string toml_quoted(const std::string& s) { return toml_text(s); }
 
 int run_import(const ImportArgs& args) {
   const std::string path = checkpoint_in(args.package);
@@ -61,8 +62,8 @@ int run_import(const ImportArgs& args) {
     toml += "# The file does not name its channels: list [[data.sources]] (then forcings and static fields)\n"
             "# in the order the model was trained with; they are matched by position.\n";
   }
-  toml += "\n[model]\nname = " + quoted(imported.model.name) + "\n" + model_options_text(imported.model);
-  toml += "\n[train]\ninit_from = " + quoted(absolute) + "\n";
+  toml += "\n[model]\nname = " + toml_quoted(imported.model.name) + "\n" + model_options_text(imported.model);
+  toml += "\n[train]\ninit_from = " + toml_quoted(absolute) + "\n";
   toml += "prediction = \"state\"  # " + imported.reference + " predicts the next state, not a tendency\n";
   if (imported.means.defined())
     toml += "# init_from brings the statistics beside it (" + imported.statistics_from + ", " +
