@@ -85,12 +85,14 @@ void check_time_values(const RunConfig& config, const trainer::RunSource& source
     throw ConfigError(where_in_run_file(source, source_name, key) + ": " + key + " = \"" + value + "\": " + why);
   };
   if (!d.time_step.empty()) {
+    // parse_time_step knows calendar months ("1mo", "1y") as well as fixed durations.
+    data::TimeStep step;
     try {
-      if (data::parse_duration(d.time_step) <= 0) fail("data.time_step", d.time_step, "must be a positive duration, e.g. \"6h\"");
+      step = data::parse_time_step(d.time_step);
     } catch (const DataError& e) {
-      const std::string why = e.what();
-      if (why.find("has no fixed length") == std::string::npos) fail("data.time_step", d.time_step, why);
+      fail("data.time_step", d.time_step, e.what());
     }
+    if (step.seconds <= 0 && step.months <= 0) fail("data.time_step", d.time_step, "must be a positive duration, e.g. \"6h\"");
   }
   auto check_date = [&](const std::string& key, const std::string& text) {
     // A date of any CF calendar passes here ("2000-02-30" is one of the 360_day calendar's).
