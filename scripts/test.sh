@@ -7,15 +7,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/install_deps.sh
-scripts/install_tracking_test_deps.sh   # mlflow and tensorboard, which the tracking tests read runs with
 echo "dependencies ready after $(( $(date +%s) - start )) s"
-# PhysicsNeMo in its own environment (reusing .venv's torch), for the tests against the reference
-# implementations (CTest label `reference`). Without PyPI they are skipped, and ctest says so.
-reference_start=$(date +%s)
-scripts/install_reference_env.sh || echo "warning: no reference environment: the tests labelled 'reference' will be skipped"
-echo "reference environment: $(( $(date +%s) - reference_start )) s"
+# The two test-only environments download while the build compiles (pip waits on the network, the
+# compiler on the CPU): mlflow and tensorboard, which the tracking tests read runs with, and
+# PhysicsNeMo in its own environment (reusing .venv's torch) for the tests against the reference
+# implementations (CTest label `reference`; without PyPI they are skipped, and ctest says so).
+mkdir -p build
+scripts/install_tracking_test_deps.sh > build/install_tracking_test_deps.log 2>&1 &
+tracking_pid=$!
+( scripts/install_reference_env.sh || echo "warning: no reference environment: the tests labelled 'reference' will be skipped" ) \
+  > build/install_reference_env.log 2>&1 &
+reference_pid=$!
 scripts/build.sh
 echo "build finished after $(( $(date +%s) - start )) s"
+tracking_status=0
+wait "$tracking_pid" || tracking_status=$?
+cat build/install_tracking_test_deps.log
+[ "$tracking_status" = 0 ] || { echo "error: scripts/install_tracking_test_deps.sh failed (exit $tracking_status)" >&2; exit 1; }
+wait "$reference_pid"
+cat build/install_reference_env.log
+echo "test environments ready after $(( $(date +%s) - start )) s"
 
 # OpenMPI refuses to run as root without these; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

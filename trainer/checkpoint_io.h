@@ -46,16 +46,6 @@ std::optional<models::ModelShape> checkpoint_grid(const Checkpoint& checkpoint, 
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 
-// Whether `path` holds a reference implementation's checkpoint (a PhysicsNeMo .mdlus or a
-// torch.save state_dict: interop/reference_checkpoint.h) rather than one wxtrain wrote.
-bool is_reference_checkpoint(const std::string& path);
-// Such a checkpoint as one of `config`'s model, for train.init_from and forecast --checkpoint: its
-// weights under our names; its channels those it records (a .mdlus wxtrain exported) or else the
-// run's, by position; the statistics beside it (global_means.npy, global_stds.npy) under those
-// channels' names. ConfigError, naming the keys, when args.json builds another network than the
-// run's [model], when the channel counts differ, or when the run does not predict the state as
-// the reference does (train.prediction). `report` receives what was loaded, for the terminal.
-Checkpoint load_reference_checkpoint(const std::string& path, const RunConfig& config, std::string* report = nullptr);
 // Throws wxtrain::Error naming the path when the file is missing, truncated or not a checkpoint.
 Checkpoint load_checkpoint(const std::string& path);
 

@@ -30,6 +30,7 @@
 #include "trainer/checkpoint_io.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics_log.h"
+#include "trainer/reference_init.h"
 #include "trainer/stop_signal.h"
 #include "trainer/training_step.h"
 #include "tracking/open_tracker.h"

@@ -18,6 +18,7 @@
 #include "data/readers/reader.h"
 #include "data/samples.h"
 #include "trainer/checkpoint_io.h"
+#include "trainer/reference_init.h"
 #include "trainer/trainer.h"
 #include "trainer/training_step.h"
 

@@ -19,6 +19,8 @@ rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
 "$python" "$here/global_fixture.py" global.nc
+# The run files beside the data: a run file's relative paths resolve against its own folder.
+cp "$here/global_afno.toml" "$here/regional_afno.toml" .
 start=""
 if [ -n "$REFERENCE_PYTHON" ]; then
   "$REFERENCE_PYTHON" "$here/make_reference_afno.py" global_afno.mdlus \
@@ -26,15 +28,15 @@ if [ -n "$REFERENCE_PYTHON" ]; then
   start="--set train.init_from=\"global_afno.mdlus\""
 fi
 # shellcheck disable=SC2086
-"$wxtrain" train -c "$here/global_afno.toml" $start > global.log 2>&1 || { cat global.log; exit 1; }
-[ -z "$start" ] || grep -q "init_from global_afno.mdlus: PhysicsNeMo .mdlus (zip)" global.log ||
+"$wxtrain" train -c global_afno.toml $start > global.log 2>&1 || { cat global.log; exit 1; }
+[ -z "$start" ] || grep -q "init_from .*/global_afno.mdlus: PhysicsNeMo .mdlus (zip)" global.log ||
   { echo "FAIL: the global run did not start from the reference's .mdlus"; cat global.log; exit 1; }
-"$wxtrain" train -c "$here/regional_afno.toml" --set train.out_dir=finetuned \
+"$wxtrain" train -c regional_afno.toml --set train.out_dir=finetuned \
   --set 'train.init_from="global/checkpoint.pt"' > finetuned.log 2>&1 || { cat finetuned.log; exit 1; }
 grep "embed.pos_embed" finetuned.log
 grep -q "embed.pos_embed: cut from the checkpoint's 8 x 16 patches to this grid's 2 x 4" finetuned.log ||
   { echo "FAIL: the positional embedding was not cut to the region"; cat finetuned.log; exit 1; }
-"$wxtrain" train -c "$here/regional_afno.toml" --set train.out_dir=scratch > scratch.log 2>&1 || { cat scratch.log; exit 1; }
+"$wxtrain" train -c regional_afno.toml --set train.out_dir=scratch > scratch.log 2>&1 || { cat scratch.log; exit 1; }
 "$python" - finetuned/validation.csv scratch/validation.csv <<'PY'
 import sys
 import pandas as pd
