@@ -51,7 +51,10 @@ std::atomic<int64_t> g_cached{0};  // mirrors block_cache().bytes for lock-free 
 struct Header {
   size_t size;      // bytes requested: what `allocated` counts
   size_t capacity;  // bytes usable behind the header: what the block can be reused for
+  bool counted;     // false: allocated inside an UncountedScope (never counted, never cached)
 };
+
+thread_local bool t_uncounted = false;  // inside an UncountedScope on this thread
 
 void raise_max(std::atomic<int64_t>& value, int64_t now) {
   int64_t seen = value.load(std::memory_order_relaxed);
@@ -104,6 +107,10 @@ void counting_delete(void* data) {
   if (!data) return;
   char* base = static_cast<char*>(data) - kHeader;
   const Header header = *reinterpret_cast<Header*>(base);
+  if (!header.counted) {
+    std::free(base);
+    return;
+  }
   g_allocated.fetch_sub(static_cast<int64_t>(header.size), std::memory_order_relaxed);
   // The history hears of a free before the block can be handed out again (core/memory_history.h).
   const bool recording = memory_history::recording();
@@ -119,6 +126,14 @@ class CountingCpuAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     const c10::Device cpu(c10::DeviceType::CPU);
     if (n == 0) return {nullptr, nullptr, &counting_delete, cpu};
+    if (t_uncounted) {
+      void* base = nullptr;
+      if (posix_memalign(&base, kHeader, n + kHeader) != 0)
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "out of host memory allocating ", format_bytes(n));
+      *static_cast<Header*>(base) = {n, n, false};
+      void* data = static_cast<char*>(base) + kHeader;
+      return {data, data, &counting_delete, cpu};
+    }
     const int64_t bytes = static_cast<int64_t>(n);
     const int64_t now = g_allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     const int64_t limit = g_limit.load(std::memory_order_relaxed);
@@ -143,7 +158,7 @@ class CountingCpuAllocator final : public c10::Allocator {
         TORCH_CHECK_WITH(OutOfMemoryError, false, "out of host memory allocating ", format_bytes(n));
       }
     }
-    *static_cast<Header*>(base) = {n, capacity};
+    *static_cast<Header*>(base) = {n, capacity, true};
     void* data = static_cast<char*>(base) + kHeader;
     if (memory_history::recording()) memory_history::record_alloc(data, n, capacity, /*new_segment=*/fresh);
     return {data, data, &counting_delete, cpu};
@@ -185,6 +200,10 @@ void memory_history::for_each_cached_block(const std::function<void(const void* 
     for (void* base : blocks) visit(static_cast<char*>(base) + kHeader, capacity);
   }
 }
+
+UncountedScope::UncountedScope(bool active) : previous_(t_uncounted) { t_uncounted = previous_ || active; }
+
+UncountedScope::~UncountedScope() { t_uncounted = previous_; }
 
 MemoryMeter& memory_meter(const c10::Device& device) {
   if (device.is_cpu()) {

@@ -43,6 +43,22 @@ class MemoryMeter {
 // it before creating the tensors you want counted (the CLI does so at start-up).
 MemoryMeter& memory_meter(const c10::Device& device);
 
+// CPU counting allocator: what this thread allocates inside the scope is not counted (`allocated`,
+// `peak`, the budget, the memory history) and its blocks bypass the cache. For one thing only: the
+// host-only workspace of a CPU step that stands for a GPU's (the estimator's GPU-standing trace,
+// ops/conv2d.h), memory the device the trace stands for never allocates. A CPU run's own
+// allocations are always counted. Blocks allocated inside stay uncounted when freed outside.
+class UncountedScope {
+ public:
+  explicit UncountedScope(bool active = true);
+  ~UncountedScope();
+  UncountedScope(const UncountedScope&) = delete;
+  UncountedScope& operator=(const UncountedScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Measures the peak of a region relative to the meter's state when the scope began.
 class PeakScope {
  public:

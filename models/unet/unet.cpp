@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "ops/conv2d.h"
 #include "ops/group_norm_silu.h"
 #include "ops/resample.h"
 
@@ -28,8 +29,8 @@ ConvBlockImpl::ConvBlockImpl(const ConvBlockOptions& options_) : options(options
 
 torch::Tensor ConvBlockImpl::forward(torch::Tensor x) {
   if (options.downsample()) x = ops::max_pool_2x2(x);
-  x = ops::group_norm_silu(conv1(x), norm1);
-  return ops::group_norm_silu(conv2(x), norm2);
+  x = ops::group_norm_silu(ops::conv2d(conv1, x), norm1);
+  return ops::group_norm_silu(ops::conv2d(conv2, x), norm2);
 }
 
 UpBlockImpl::UpBlockImpl(int64_t coarse_channels, int64_t skip_channels, int64_t out_channels, int64_t groups) {
@@ -102,7 +103,7 @@ torch::Tensor UNetImpl::forward(torch::Tensor x) {
   return run_block(
       *head,
       [head, lat, lon](const torch::Tensor& in) {
-        torch::Tensor out = head->forward(in);
+        torch::Tensor out = ops::conv2d(torch::nn::Conv2d(head), in);
         if (out.size(2) == lat && out.size(3) == lon) return out;
         return out.slice(2, 0, lat).slice(3, 0, lon).contiguous();
       },

@@ -143,6 +143,8 @@ TEST(Tuner, SuggestsWhatWouldAllowMore) {
   EXPECT_GT(r.suggestions[0].max_batch, r.estimated_batch);
   EXPECT_EQ(r.suggestions[1].change, "train.precision = \"bf16\"");
   EXPECT_GE(r.suggestions[1].max_batch, r.estimated_batch);
+  std::printf("[ suggest ] estimated %lld; checkpointing: %lld; bf16: %lld\n", static_cast<long long>(r.estimated_batch),
+              static_cast<long long>(r.suggestions[0].max_batch), static_cast<long long>(r.suggestions[1].max_batch));
 }
 
 TEST(Tuner, NothingFitsIsAnErrorThatSaysWhatToTry) {

@@ -111,13 +111,13 @@ std::vector<Replayed> replay_accuracy() {
 }
 
 // Where the measured total is off the estimate for a cause found but not modelled
-// (docs/estimator.md, "Against a GPU"): the U-Net at batch 64. In fp32 cuDNN's TF32 engines took
+// (docs/estimator.md, "Against a GPU"): the U-Net in fp32 at batch 64. cuDNN's TF32 engines took
 // 235 MB of workspace (and the caching allocator kept its segment) because 80 GB were free; it gives
-// way where memory is short, and the fits below show it does not decide one. In bf16-mixed the
-// trace on a CPU without AVX-512 (ATen gives bf16 convolutions to oneDNN only with AVX-512 BW/VL/DQ,
-// mkldnn_bf16_device_check; else slow_conv2d runs them) counts the im2col columns of the largest convolution, which no GPU allocates: an
-// over-estimate, on the safe side, inside the U-Net's error band. All 32 others within 8%.
-bool known_off(const Replayed& r) { return r.c.model == "unet" && r.batch == 64; }
+// way where memory is short, and the fits below show it does not decide one. The bf16-mixed U-Net at
+// batch 64 was left out too while the trace on a CPU without AVX-512 counted slow_conv2d's im2col
+// columns; its convolutions now go through ops::conv2d (ops/conv2d.h), which counts none in the
+// GPU-standing trace, and the two cases are held to the 8% with the 32 others (-0.2%, -3.2% here).
+bool known_off(const Replayed& r) { return r.c.model == "unet" && r.batch == 64 && r.c.precision == "fp32"; }
 
 }  // namespace
 
@@ -134,15 +134,13 @@ TEST(GpuReplay, TotalsOnTheH100WithinTheCheckTargets) {
                 static_cast<long long>(r.batch), r.predicted / 1048576.0, r.measured / 1048576.0, 100 * r.error());
     if (known_off(r)) {
       ++known;
-      // The bf16 over-estimate stays inside the family's band; the fp32 workspace that cuDNN took
-      // because memory was free is left out of the band (it gives way where memory is short).
-      if (r.c.precision != "fp32")
-        EXPECT_GE(r.measured, r.predicted * (1 - estimate_for(r.c).band.over)) << r.c.model << " batch " << r.batch;
+      // The fp32 workspace that cuDNN took because memory was free is left out of the band (it
+      // gives way where memory is short).
       continue;
     }
     if (!worst || std::fabs(r.error()) > std::fabs(worst->error())) worst = &r;
   }
-  EXPECT_EQ(known, 4) << "the cases left out of the worst error are the U-Net's four at batch 64";
+  EXPECT_EQ(known, 2) << "the cases left out of the worst error are the U-Net's two in fp32 at batch 64";
   EXPECT_LE(median(errors), 0.03) << "median |error| of the per-rank total over the 36 H100 cases";
   ASSERT_NE(worst, nullptr);
   EXPECT_LE(std::fabs(worst->error()), 0.08)
