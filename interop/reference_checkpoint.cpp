@@ -222,6 +222,12 @@ ImportedModel import_reference_checkpoint(const std::string& path, const ModelCo
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ": metadata.json's wxtrain_grid does not read (" + std::string(e.what()) + ")");
     }
+  } else if (static_cast<int64_t>(m.shape.latitudes.size()) == m.shape.lat &&
+             static_cast<int64_t>(m.shape.longitudes.size()) == m.shape.lon && m.shape.lat > 0) {
+    // The reference builds on a grid of its own (GraphCastNet: south first, longitudes -180..180).
+    m.latitudes = m.shape.latitudes;
+    m.longitudes = m.shape.longitudes;
+    m.grid_from_reference = true;
   } else {
     for (int64_t i = 0; i < m.shape.lat; ++i)
       m.latitudes.push_back(90.0 - 180.0 * static_cast<double>(i) / static_cast<double>(m.shape.lat));
@@ -243,8 +249,18 @@ std::string ImportedModel::summary() const {
     s += "  statistics: " + statistics_from + " (" + std::to_string(means.numel()) + " channels)\n";
   else
     s += "  statistics: none beside it (global_means.npy, global_stds.npy)\n";
-  s += std::string("  grid: ") + (grid_recorded ? "as metadata.json records it" : "taken as global, from 90N and 0E") +
-       "\n";
+  auto degrees = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  if (grid_recorded)
+    s += "  grid: as metadata.json records it\n";
+  else if (grid_from_reference)
+    s += "  grid: the reference's own, latitudes " + degrees(latitudes.front()) + " .. " + degrees(latitudes.back()) +
+         ", longitudes " + degrees(longitudes.front()) + " .. " + degrees(longitudes.back()) + "\n";
+  else
+    s += "  grid: taken as global, from 90N and 0E\n";
   if (!input_channels.empty())
     s += "  channels: " + std::to_string(input_channels.size()) + " in, " + std::to_string(output_channels.size()) +
          " out, as metadata.json records them\n";
