@@ -165,6 +165,8 @@ ImportedModel import_reference_checkpoint(const std::string& path, const ModelCo
     const Found found = find_reference(cls, module, path);
     m.reference = physicsnemo_module(module) + "." + cls;
     m.model_name = found.entry->schema.name;
+    m.channel_order = found.reference->channel_order;
+    m.check_channels = found.reference->check_channels;
     m.args = args["__args__"];
     m.has_args = true;
     std::tie(m.model, m.shape) = naming(path + ": args.json", [&] { return found.reference->from_reference_args(m.args); });
@@ -201,6 +203,8 @@ ImportedModel import_reference_checkpoint(const std::string& path, const ModelCo
       try {
         m.weights = reference.from_reference_state(state, *run_model, *run_shape);
         m.reference = reference.python_module + "." + reference.python_class;
+        m.channel_order = reference.channel_order;
+        m.check_channels = reference.check_channels;
         break;
       } catch (const ConfigError& e) {
         if (first_error.empty()) first_error = e.what();

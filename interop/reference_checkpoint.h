@@ -61,6 +61,10 @@ struct ImportedModel {
   // No record, but the reference builds on a grid of its own, which its mapping gives
   // (ModelShape::latitudes; GraphCastNet's: latitudes -90..90, longitudes -180..180 without -180).
   bool grid_from_reference = false;
+  // The reference's fixed channel order and its check (ReferenceModel::channel_order,
+  // check_channels): "" / unset where it takes any channels by position.
+  std::string channel_order;
+  std::function<std::string(const ChannelLayout&)> check_channels;
 
   // Lines for the terminal: what was read, what it became, what came with it.
   std::string summary() const;

@@ -4,7 +4,8 @@
 #      small size with fixed-seed random weights and writes it with its own Module.save
 #      (make_reference_model.py);
 #   2. wxtrain import writes the [model] and [train] lines; with the test's [data] section
-#      (KIND_data.toml) in front they are the run file;
+#      (KIND_data.toml) in front they are the run file; Pangu's channels in another order than
+#      PhysicsNeMo's (q before z) are refused by name, exit 2, by init_from and import --config;
 #   3. wxtrain train from the .mdlus with lr = 0 (1 step: the weights as imported), and again with
 #      lr = 1e-3 (3 steps); the init_from report loads every tensor;
 #   4. wxtrain forecast from the fine-tuned checkpoint; wxtrain export of both checkpoints; the
@@ -17,7 +18,8 @@ set -e
 kind=$1
 wxtrain=$2
 python=$3
-here=$4/tests/interop
+src=$4
+here=$src/tests/interop
 work=$5
 [ -n "$REFERENCE_PYTHON" ] || { echo "mdlus_roundtrip.sh needs REFERENCE_PYTHON (run it through run_reference_tests.sh)"; exit 1; }
 case $kind in
@@ -44,6 +46,19 @@ for line in "name = \"$kind\"" 'prediction = "state"' "init_from = \"$work/refer
   grep -qF "$line" imported.toml || { echo "FAIL: imported.toml lacks: $line"; cat imported.toml; exit 1; }
 done
 cat "$here/${kind}_data.toml" imported.toml > run.toml
+if [ "$kind" = pangu ]; then
+  # Its channels in a fixed order the file does not record: import says which, and a run file that
+  # lists them otherwise (here q before z) is refused by name, exit 2, by import --config and init_from.
+  grep -q "^# It reads them in a fixed order, which the file does not record: z, q, t, u, v (each on 1000, 925" imported.toml ||
+    { echo "FAIL: import did not write Pangu's channel order"; cat imported.toml; exit 1; }
+  sed 's/variable = "z"/variable = "Q"/; s/variable = "q"/variable = "z"/; s/variable = "Q"/variable = "q"/' run.toml > wrong_order.toml
+  refusal="PhysicsNeMo's Pangu reads its channels in a fixed order, which its checkpoint does not record, and the run's channels are not in it: input 1 is q on 1000 hPa where it reads z on 1000 hPa"
+  "$src/tests/cli/expect.sh" 2 "$refusal" -- "$wxtrain" train -c wrong_order.toml --set train.steps=1 --set train.out_dir=\"refused\" ||
+    { echo "FAIL: init_from took the channels in another order"; exit 1; }
+  "$src/tests/cli/expect.sh" 2 "wrong_order.toml: $refusal" -- "$wxtrain" import reference.mdlus --config wrong_order.toml ||
+    { echo "FAIL: import --config took the channels in another order"; exit 1; }
+  echo "channels in another order than Pangu's: refused by init_from and import --config (exit 2)"
+fi
 quick="--set train.batch_size=2 --set train.precision=\"fp32\" --set train.warmup_steps=0 --set train.val_lead_steps=1"
 # shellcheck disable=SC2086
 "$wxtrain" train -c run.toml $quick --set train.steps=1 --set train.lr=0 --set train.out_dir=\"untouched\" > untouched.log 2>&1 ||
