@@ -165,6 +165,8 @@ ImportedModel import_reference_checkpoint(const std::string& path, const ModelCo
     const Found found = find_reference(cls, module, path);
     m.reference = physicsnemo_module(module) + "." + cls;
     m.model_name = found.entry->schema.name;
+    m.channel_order = found.reference->channel_order;
+    m.check_channels = found.reference->check_channels;
     m.args = args["__args__"];
     m.has_args = true;
     std::tie(m.model, m.shape) = naming(path + ": args.json", [&] { return found.reference->from_reference_args(m.args); });
@@ -201,6 +203,8 @@ ImportedModel import_reference_checkpoint(const std::string& path, const ModelCo
       try {
         m.weights = reference.from_reference_state(state, *run_model, *run_shape);
         m.reference = reference.python_module + "." + reference.python_class;
+        m.channel_order = reference.channel_order;
+        m.check_channels = reference.check_channels;
         break;
       } catch (const ConfigError& e) {
         if (first_error.empty()) first_error = e.what();
@@ -222,6 +226,12 @@ ImportedModel import_reference_checkpoint(const std::string& path, const ModelCo
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ": metadata.json's wxtrain_grid does not read (" + std::string(e.what()) + ")");
     }
+  } else if (static_cast<int64_t>(m.shape.latitudes.size()) == m.shape.lat &&
+             static_cast<int64_t>(m.shape.longitudes.size()) == m.shape.lon && m.shape.lat > 0) {
+    // The reference builds on a grid of its own (GraphCastNet: south first, longitudes -180..180).
+    m.latitudes = m.shape.latitudes;
+    m.longitudes = m.shape.longitudes;
+    m.grid_from_reference = true;
   } else {
     for (int64_t i = 0; i < m.shape.lat; ++i)
       m.latitudes.push_back(90.0 - 180.0 * static_cast<double>(i) / static_cast<double>(m.shape.lat));
@@ -243,8 +253,18 @@ std::string ImportedModel::summary() const {
     s += "  statistics: " + statistics_from + " (" + std::to_string(means.numel()) + " channels)\n";
   else
     s += "  statistics: none beside it (global_means.npy, global_stds.npy)\n";
-  s += std::string("  grid: ") + (grid_recorded ? "as metadata.json records it" : "taken as global, from 90N and 0E") +
-       "\n";
+  auto degrees = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  if (grid_recorded)
+    s += "  grid: as metadata.json records it\n";
+  else if (grid_from_reference)
+    s += "  grid: the reference's own, latitudes " + degrees(latitudes.front()) + " .. " + degrees(latitudes.back()) +
+         ", longitudes " + degrees(longitudes.front()) + " .. " + degrees(longitudes.back()) + "\n";
+  else
+    s += "  grid: taken as global, from 90N and 0E\n";
   if (!input_channels.empty())
     s += "  channels: " + std::to_string(input_channels.size()) + " in, " + std::to_string(output_channels.size()) +
          " out, as metadata.json records them\n";

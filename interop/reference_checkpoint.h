@@ -52,11 +52,19 @@ struct ImportedModel {
   // The channels, when the file records them (a .mdlus wxtrain exported: metadata.json's
   // "wxtrain_channels"); empty otherwise.
   std::vector<std::string> input_channels, output_channels;
-  // The grid's coordinates in degrees: as metadata.json's "wxtrain_grid" records them, else a
+  // The grid's coordinates in degrees: as metadata.json's "wxtrain_grid" records them, else the
+  // reference's own grid where it has one, else a
   // global grid of shape.lat x shape.lon with its first row at the North Pole and its first column
   // at 0 degrees east, the layout of ERA5 and of Earth2Studio's FourCastNet (720 rows: 90 to -89.75).
   std::vector<double> latitudes, longitudes;
   bool grid_recorded = false;
+  // No record, but the reference builds on a grid of its own, which its mapping gives
+  // (ModelShape::latitudes; GraphCastNet's: latitudes -90..90, longitudes -180..180 without -180).
+  bool grid_from_reference = false;
+  // The reference's fixed channel order and its check (ReferenceModel::channel_order,
+  // check_channels): "" / unset where it takes any channels by position.
+  std::string channel_order;
+  std::function<std::string(const ChannelLayout&)> check_channels;
 
   // Lines for the terminal: what was read, what it became, what came with it.
   std::string summary() const;

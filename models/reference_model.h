@@ -37,6 +37,14 @@ struct ReferenceModel {
   std::function<StateDict(const StateDict& reference, const ModelConfig&, const ModelShape&)> from_reference_state;
   // The reverse, for export: our state_dict as the reference's, loadable by the reference class.
   std::function<StateDict(const StateDict& ours, const ModelConfig&, const ModelShape&)> to_reference_state;
+  // Where the reference reads its channels in a fixed order (Pangu: the surface, the masks, then
+  // the upper air, each variable and level in its place), which its checkpoints do not record:
+  // that order as our run file lists it, in words for `wxtrain import` ("" where any channels
+  // go, matched by position, as GraphCastNet's and AFNO's), and the check of a run's channels
+  // against it: "" when they are in that order, else what differs and the order expected
+  // (init_from and `wxtrain import --config` refuse such a run with it). Unset: no check.
+  std::string channel_order;
+  std::function<std::string(const ChannelLayout& run)> check_channels;
 };
 
 }  // namespace wxtrain::models

@@ -258,8 +258,12 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
                       "): is [model] the architecture the checkpoint was trained with? Fine-tuning needs the "
                       "same model.name and sizes; only the channels may differ");
 
+  // The share of what a checkpoint can carry: grid buffers the model built for its own grid (a
+  // region's graph, or the graph a reference checkpoint leaves out) are neither loaded nor learnt.
+  const std::set<std::string> rebuilt(report.rebuilt.begin(), report.rebuilt.end());
   int64_t total = 0, carried = 0;
-  for (const auto& [name, t] : own) total += t.numel();
+  for (const auto& [name, t] : own)
+    if (!rebuilt.count(name)) total += t.numel();
   for (const auto& name : report.loaded) carried += own[name].numel();
   for (const auto& name : report.remapped) carried += own[name].numel();
   for (const auto& [name, t] : fitted) carried += own[name].numel();  // fitted to this grid (a region)

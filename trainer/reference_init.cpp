@@ -39,6 +39,11 @@ Checkpoint load_reference_checkpoint(const std::string& path, const RunConfig& c
                         std::to_string(shape.in_channels) + " and " + std::to_string(shape.out_channels) +
                         " (the file does not name its channels: they are matched to the run's by position, in the order "
                         "of [[data.sources]], then forcings and static fields)" + fix);
+    // Matched by position: where the reference reads a fixed order, the run's must be it, or the
+    // weights would meet other channels than they were trained on.
+    if (imported.check_channels)
+      if (const std::string problem = imported.check_channels(layout); !problem.empty())
+        throw ConfigError(path + ": " + problem);
     inputs = layout.input_names();
     outputs = layout.output_names();
   }

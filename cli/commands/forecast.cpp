@@ -290,7 +290,8 @@ int run_forecast(const ForecastArgs& args) {
   trainer::Checkpoint ckpt;
   RunSetup run;
   data::Normalization norm;
-  if (trainer::is_reference_checkpoint(args.checkpoint)) {
+  const bool reference = trainer::is_reference_checkpoint(args.checkpoint);
+  if (reference) {
     // A .mdlus or a state_dict has weights and an architecture, but no data: the run file says
     // which data, channels and grid it forecasts on.
     if (args.config.empty())
@@ -366,7 +367,15 @@ int run_forecast(const ForecastArgs& args) {
 
   torch::NoGradGuard no_grad;
   auto model = models::build_model(config.model, models::model_shape(config));
-  trainer::load_weights(*model, ckpt.model, /*strict=*/true, args.checkpoint);
+  trainer::TensorMap weights = ckpt.model;
+  if (reference) {
+    // A reference's state_dict holds no grid buffers (GraphCastNet rebuilds its graph when built):
+    // the model's own, built for the run's grid, stand in for them.
+    const auto buffers = model->named_buffers();
+    for (const std::string& name : model->grid_buffers())
+      if (!weights.count(name)) weights[name] = buffers[name];
+  }
+  trainer::load_weights(*model, weights, /*strict=*/true, args.checkpoint);
   model->eval();
 
   const std::vector<int64_t> prognostic_channels = dataset.channel_indices("prognostic");

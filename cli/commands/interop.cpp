@@ -47,6 +47,10 @@ int run_import(const ImportArgs& args) {
     const RunSetup run = setup_run(args.run);
     const models::ModelShape shape = models::model_shape(run.config);
     imported = interop::import_reference_checkpoint(path, &run.config.model, &shape);
+    // The run's channels, where the reference reads a fixed order and the file does not name them.
+    if (imported.check_channels && imported.input_channels.empty())
+      if (const std::string problem = imported.check_channels(run.channels); !problem.empty())
+        throw ConfigError(args.run.config_path + ": " + problem);
   } else {
     imported = interop::import_reference_checkpoint(path);
   }
@@ -58,6 +62,17 @@ int run_import(const ImportArgs& args) {
           std::to_string(imported.shape.lon) + " grid (data.grid, or a data.region of it).\n";
   if (!imported.input_channels.empty()) {
     toml += "# Its input channels, as the file records them: " + join_list(imported.input_channels) + "\n";
+  } else if (!imported.channel_order.empty()) {
+    // Wrapped at the list's commas, as a comment.
+    std::string line = "# It reads them in a fixed order, which the file does not record: " + imported.channel_order +
+                       ". List [[data.sources]] and [[data.static]] in that order (init_from refuses another).";
+    std::string wrapped;
+    while (line.size() > 100) {
+      const size_t cut = line.rfind(' ', 100);
+      wrapped += line.substr(0, cut) + "\n";
+      line = "#   " + line.substr(cut + 1);
+    }
+    toml += wrapped + line + "\n";
   } else {
     toml += "# The file does not name its channels: list [[data.sources]] (then forcings and static fields)\n"
             "# in the order the model was trained with; they are matched by position.\n";

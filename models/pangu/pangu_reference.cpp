@@ -25,7 +25,9 @@
 // The buffers are not loaded blindly: the index and the masks a checkpoint holds must be the ones
 // its arguments imply, or the weights were trained for another architecture.
 #include <algorithm>
+#include <optional>
 #include <set>
+#include <sstream>
 
 #include "core/config_reader.h"
 #include "core/error.h"
@@ -341,6 +343,94 @@ StateDict to_pangu_state(const StateDict& ours, const ModelConfig& config, const
   return reference;
 }
 
+// The order PhysicsNeMo's Pangu reads its channels in (Pangu.prepare_input: 4 surface, 3 masks,
+// 5 x 13 upper air), as wxtrain lists them (the upper-air volume first: pangu.h), with the names a
+// run file may give each (ERA5's short names, WeatherBench's long ones, Earth2Studio's). The
+// levels and variables are Pangu-Weather's (198808xc/Pangu-Weather: Z, Q, T, U, V on 1000 .. 50
+// hPa; MSLP, U10, V10, T2M; the land mask, soil type and topography).
+constexpr double kPanguLevels[kLevels] = {1000, 925, 850, 700, 600, 500, 400, 300, 250, 200, 150, 100, 50};
+const std::vector<std::vector<std::string>>& pangu_upper_names() {
+  static const std::vector<std::vector<std::string>> names = {{"z", "geopotential"},
+                                                              {"q", "specific_humidity"},
+                                                              {"t", "temperature"},
+                                                              {"u", "u_component_of_wind"},
+                                                              {"v", "v_component_of_wind"}};
+  return names;
+}
+const std::vector<std::vector<std::string>>& pangu_surface_names() {
+  static const std::vector<std::vector<std::string>> names = {
+      {"msl", "mslp", "mean_sea_level_pressure"},
+      {"u10", "u10m", "10u", "10m_u_component_of_wind"},
+      {"v10", "v10m", "10v", "10m_v_component_of_wind"},
+      {"t2m", "2t", "2m_temperature"},
+      {"land_mask", "lsm", "land_sea_mask"},
+      {"soil_type", "slt"},
+      {"topography", "orography", "z_surface", "geopotential_at_surface"}};
+  return names;
+}
+
+std::string level_text(double level) {
+  std::ostringstream o;
+  o << level;
+  return o.str();
+}
+
+const std::string& pangu_channel_order() {
+  static const std::string order = [] {
+    std::string levels;
+    for (double l : kPanguLevels) levels += (levels.empty() ? "" : ", ") + level_text(l);
+    std::vector<std::string> upper, rest;
+    for (const auto& names : pangu_upper_names()) upper.push_back(names.front());
+    for (const auto& names : pangu_surface_names()) rest.push_back(names.front());
+    return join_list(upper) + " (each on " + levels + " hPa, in that order), then " +
+           join_list({rest.begin(), rest.begin() + kSurface}) + " (prognostic), then " +
+           join_list({rest.begin() + kSurface, rest.end()}) + " (static fields or forcings)";
+  }();
+  return order;
+}
+
+// A run's 72 inputs against pangu_channel_order(): the first difference or two, and both orders.
+std::string check_pangu_channels(const ChannelLayout& run) {
+  struct Expected {
+    const std::vector<std::string>* names;
+    std::optional<double> level;
+  };
+  std::vector<Expected> expected;
+  for (const auto& names : pangu_upper_names())
+    for (double l : kPanguLevels) expected.push_back({&names, l});
+  for (const auto& names : pangu_surface_names()) expected.push_back({&names, std::nullopt});
+  std::vector<ChannelLayout::Channel> inputs;
+  for (int64_t h = 0; h < run.history; ++h) inputs.insert(inputs.end(), run.prognostic.begin(), run.prognostic.end());
+  inputs.insert(inputs.end(), run.forcing.begin(), run.forcing.end());
+  inputs.insert(inputs.end(), run.statics.begin(), run.statics.end());
+  auto text = [](const std::string& base, std::optional<double> level) {
+    return level ? base + " on " + level_text(*level) + " hPa" : base;
+  };
+  std::vector<std::string> differences, theirs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ChannelLayout::Channel& c = inputs[i];
+    // A source with levels names its channels <name>_<level>.
+    const std::string base = c.level ? c.name.substr(0, c.name.rfind('_')) : c.name;
+    theirs.push_back(c.name);
+    if (i >= expected.size()) continue;
+    const Expected& e = expected[i];
+    const bool name_ok = std::find(e.names->begin(), e.names->end(), base) != e.names->end();
+    const bool level_ok = e.level.has_value() == c.level.has_value() && (!e.level || *e.level == *c.level);
+    if ((!name_ok || !level_ok) && differences.size() < 3)
+      differences.push_back("input " + std::to_string(i + 1) + " is " + text(base, c.level) + " where it reads " +
+                            text(e.names->front(), e.level) +
+                            (e.names->size() > 1 ? " (named " + join_list(*e.names, " or ") + ")" : ""));
+  }
+  if (inputs.size() != expected.size())
+    differences.insert(differences.begin(), "the run has " + std::to_string(inputs.size()) + " inputs, it reads " +
+                                                std::to_string(expected.size()));
+  if (differences.empty()) return "";
+  return "PhysicsNeMo's Pangu reads its channels in a fixed order, which its checkpoint does not record, and the "
+         "run's channels are not in it: " + join_list(differences, "; ") + ". It reads " + pangu_channel_order() +
+         "; the run lists " + join_list(theirs) + ". List [[data.sources]] (with `levels` in that order) and "
+         "[[data.static]] so; `name` renames a channel";
+}
+
 }  // namespace
 
 ReferenceModel pangu_physicsnemo_reference() {
@@ -351,6 +441,8 @@ ReferenceModel pangu_physicsnemo_reference() {
   r.to_reference_args = &to_pangu_args;
   r.from_reference_state = &from_pangu_state;
   r.to_reference_state = &to_pangu_state;
+  r.channel_order = pangu_channel_order();
+  r.check_channels = &check_pangu_channels;
   return r;
 }
 
