@@ -265,7 +265,7 @@ void ScoreAccumulator::accumulate(int forecaster, int64_t lead, const torch::Ten
     const torch::Tensor coefficient = (torch::arange(1, M + 1, x.options()) * 2 - static_cast<double>(M + 1)).view({1, M, 1, 1, 1});
     const torch::Tensor pairs = (std::get<0>(x.sort(1)) * coefficient).sum(1);
     crps_points = skill - pairs / static_cast<double>(M * (M - 1));
-    variance = x.var(1, /*unbiased=*/true);
+    variance = (x - x.mean(1, /*keepdim=*/true)).square().sum(1) / static_cast<double>(M - 1);
   }
   const torch::Tensor crps = (w * crps_points).sum(space) / weight;
   const torch::Tensor var = (w * variance).sum(space) / weight;

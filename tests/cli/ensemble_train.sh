@@ -1,6 +1,6 @@
 #!/bin/bash
 # ensemble_train.sh WXTRAIN CONFIG DIR — a 4-member ensemble of the storm U-Net (CONFIG:
-# configs/storm_unet.toml) trained on the afCRPS for 24 steps, as a user runs it: validation.csv
+# configs/storm_unet.toml, narrowed to channels [16, 32] and 4 samples a batch to fit CI) trained on the afCRPS for 24 steps, as a user runs it: validation.csv
 # has the ensemble's CRPS, spread and spread/skill beside RMSE and ACC, the table prints them, and a
 # run killed at step 12 (--stop-after, as SIGTERM does) and resumed ends where the uninterrupted run
 # ends: the same validation rows, to the last digit, and the same forecast from its checkpoint.
@@ -16,7 +16,8 @@ check() {  # check DESCRIPTION COMMAND...
   if "${@:2}"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi
 }
 ensemble=(--set train.ensemble_members=4 --set train.steps=24 --set train.val_every=12 --set train.checkpoint_every=12
-          --set train.warmup_steps=4 --set data.prefetch=0)
+          --set train.warmup_steps=4 --set data.prefetch=0 --set train.batch_size=4 --set "model.channels=[16, 32]"
+          --set model.groups=4)
 
 out="$("$wxtrain" train -c "$config" "${ensemble[@]}" --set "train.out_dir=\"$dir/straight\"" 2>&1)" \
   || { printf '%s\n' "$out"; echo "FAIL: training the ensemble"; exit 1; }
