@@ -73,6 +73,7 @@ ChannelLayout RunConfig::channels() const {
   }
   add(layout.forcing, data.forcings);
   for (const auto& field : data.statics) layout.statics.push_back({field.name, std::nullopt});
+  layout.noise = train.input_noise_channels();
   return layout;
 }
 
@@ -84,6 +85,7 @@ std::vector<std::string> ChannelLayout::input_names() const {
   }
   for (const auto& c : forcing) names.push_back(c.name + "@t+1");
   for (const auto& c : statics) names.push_back(c.name);
+  for (int64_t i = 0; i < noise; ++i) names.push_back("noise_" + std::to_string(i));
   return names;
 }
 
@@ -518,8 +520,24 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
     r.get("strict", t.strict);
     r.get("freeze", t.freeze);
     r.get("frozen_lr_scale", t.frozen_lr_scale, 0.0, 1.0);
+    r.get("ensemble_members", t.ensemble_members, 1, 1024);
+    r.get("crps_alpha", t.crps_alpha, 0.0, 1.0);
+    r.get("noise_channels", t.noise_channels, 0, 1024);
+    r.get("noise_std", t.noise_std, 0.0, 1e3, Lower::kExclusive);
+    r.get_choice("loss", t.loss, {"auto", "mse", "crps"});
     point_to_owning_section(r, root.get_as<toml::table>("train"));
     r.finish();
+    const std::string members = std::to_string(t.ensemble_members);
+    if (t.ensemble() && t.loss == "mse")
+      r.fail("loss", "= \"mse\" cannot train train.ensemble_members = " + members +
+                         ": MSE pulls every member onto the ensemble mean; an ensemble trains on the afCRPS "
+                         "(train.loss = \"crps\", or \"auto\")");
+    if (!t.ensemble() && t.loss == "crps")
+      r.fail("loss", "= \"crps\" needs an ensemble: set train.ensemble_members to 2 or more (the CRPS of one "
+                     "member has no spread term), or train.loss = \"mse\"");
+    if (t.ensemble() && t.noise_channels == 0)
+      r.fail("noise_channels", "= 0 with train.ensemble_members = " + members +
+                                   ": without noise every member computes the same forecast; use 1 or more (default 4)");
     if (!t.rollout_schedule.empty() && c.data.rollout_steps_set)
       r.fail("rollout_schedule", "and data.rollout_steps are both given: the schedule sets the rollout length, "
                                  "remove data.rollout_steps");

@@ -169,6 +169,19 @@ struct TrainConfig {
   bool strict = true;           // train.strict: every name must match when loading init_from
   std::vector<std::string> freeze;  // train.freeze: glob patterns of parameter names
   double frozen_lr_scale = 0.0;     // train.frozen_lr_scale: lr multiplier of frozen groups (0 = frozen)
+  // Ensembles (docs/ensembles.md): train.ensemble_members members per sample, each the
+  // model run on the sample's input plus its own noise fields (train.noise_channels of
+  // N(0, train.noise_std^2), appended to the input, redrawn every rollout step), trained jointly on
+  // the almost-fair CRPS with train.crps_alpha (Lang et al. 2024). 1 = the deterministic model.
+  int64_t ensemble_members = 1;
+  double crps_alpha = 0.95;
+  int64_t noise_channels = 4;
+  double noise_std = 1.0;
+  // train.loss: "auto" (mse for one member, crps for an ensemble), "mse" or "crps".
+  std::string loss = "auto";
+  bool ensemble() const { return ensemble_members > 1; }
+  // The noise fields the model's input carries: noise_channels for an ensemble, else none.
+  int64_t input_noise_channels() const { return ensemble() ? noise_channels : 0; }
 };
 
 // train.checkpointing and train.rollout_checkpointing in words, for the lines that describe a run:
@@ -200,9 +213,13 @@ struct ChannelLayout {
   };
   std::vector<Channel> prognostic, diagnostic, forcing, statics;  // forcing: file forcings, then computed
   int64_t history = 1;
+  // An ensemble's noise fields (train.noise_channels), the last input channels ("noise_0", ...):
+  // drawn by the rollout each step, never read from data.
+  int64_t noise = 0;
 
   int64_t in_channels() const {
-    return static_cast<int64_t>(prognostic.size()) * history + static_cast<int64_t>(forcing.size() + statics.size());
+    return static_cast<int64_t>(prognostic.size()) * history + static_cast<int64_t>(forcing.size() + statics.size()) +
+           noise;
   }
   int64_t out_channels() const { return static_cast<int64_t>(prognostic.size() + diagnostic.size()); }
   // Names of the model's input channels: "t_850@t-1", "t_850@t0" (history), "insolation@t+1"

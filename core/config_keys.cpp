@@ -89,6 +89,12 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"train.strict", {"", "init_from: every name must match"}},
       {"train.freeze", {"", "glob patterns of parameter names to freeze"}},
       {"train.frozen_lr_scale", {"", "lr multiplier of frozen groups (0 = frozen)"}},
+      {"train.ensemble_members", {"", "members per sample, trained jointly on the afCRPS (1 = deterministic); the "
+                                      "model runs batch_size x members inputs"}},
+      {"train.crps_alpha", {"", "afCRPS alpha: 1 = fair CRPS, 0 = kernel CRPS (ensembles)"}},
+      {"train.noise_channels", {"", "noise fields appended to an ensemble member's input, redrawn every rollout step"}},
+      {"train.noise_std", {"", "standard deviation of the ensemble's noise fields"}},
+      {"train.loss", {"", "auto (mse for one member, crps for an ensemble), mse, or crps (the afCRPS over the members)"}},
       {"memory.limit", {"", "device budget for tune-batch and estimate (0 = the device's size)"}},
       {"memory.margin", {"", "share of the budget tune-batch keeps free"}},
       {"memory.multiple_of", {"", "tune-batch keeps batch sizes multiples of this"}},

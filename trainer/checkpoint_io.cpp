@@ -79,6 +79,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   archive.write("world_size", c10::IValue(c.world_size));
   archive.write("channels", c10::IValue(c.channels));
   if (c.rng_state.defined()) archive.write("rng_state", c.rng_state);
+  if (c.noise_rng_state.defined()) archive.write("noise_rng_state", c.noise_rng_state);
   write_map(archive, "model", c.model);
   write_map(archive, "optimizer", c.optimizer);
   write_map(archive, "scaler", c.scaler);
@@ -340,6 +341,11 @@ Checkpoint read_checkpoint(const std::string& path) {
   if (archive.try_read("rng_state", rng)) {
     check_tensor(path, "rng_state", rng);
     c.rng_state = rng;
+  }
+  torch::Tensor noise_rng;
+  if (archive.try_read("noise_rng_state", noise_rng)) {
+    check_tensor(path, "noise_rng_state", noise_rng);
+    c.noise_rng_state = noise_rng;
   }
   c.model = read_map(archive, "model", path);
   c.optimizer = read_map(archive, "optimizer", path);

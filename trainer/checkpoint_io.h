@@ -24,6 +24,9 @@ struct Checkpoint {
   TensorMap scaler;
   TensorMap normalization;
   torch::Tensor rng_state;         // CPU generator
+  // An ensemble's noise generators (TrainingState::rollout.noise), one row per rank: uint8
+  // [world_size, state bytes]; undefined for a deterministic run.
+  torch::Tensor noise_rng_state;
   std::string config_text;         // the run file this model was trained with
   std::vector<std::string> overrides;  // and the --set values applied to it
   std::string model_name;

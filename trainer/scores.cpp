@@ -176,12 +176,35 @@ ScoreAccumulator::ScoreAccumulator(std::vector<std::string> names, int64_t leads
                 " channels; expected one per channel");
   }
   weights_ = weights.detach().to(torch::kCPU, torch::kFloat64).contiguous();
-  sums_ = torch::zeros({static_cast<int64_t>(forecasters_.size()), leads_, static_cast<int64_t>(names_.size()), 3},
+  ensemble_forecasters_.assign(forecasters_.size(), false);
+  sums_ = torch::zeros({static_cast<int64_t>(forecasters_.size()), leads_, static_cast<int64_t>(names_.size()), 6},
                        torch::kFloat64);
 }
 
 void ScoreAccumulator::add(int forecaster, int64_t lead, const torch::Tensor& forecast, const torch::Tensor& truth,
                            const torch::Tensor& climatology, const torch::Tensor& mask) {
+  accumulate(forecaster, lead, forecast, torch::Tensor(), truth, climatology, mask);
+}
+
+void ScoreAccumulator::add_ensemble(int forecaster, int64_t lead, const torch::Tensor& members,
+                                    const torch::Tensor& truth, const torch::Tensor& climatology,
+                                    const torch::Tensor& mask) {
+  if (!members.defined() || members.dim() != 5 || members.size(1) < 2) {
+    std::ostringstream got;
+    if (members.defined()) got << members.sizes(); else got << "none";
+    throw Error("scores: the ensemble of " + forecasters_.at(static_cast<size_t>(std::max(0, forecaster))) + " is " +
+                got.str() + "; expected [B, M >= 2, V, lat, lon]");
+  }
+  members_ = std::max(members_, members.size(1));
+  if (forecaster >= 0 && forecaster < static_cast<int>(forecasters_.size()))
+    ensemble_forecasters_[static_cast<size_t>(forecaster)] = true;
+  const torch::Tensor x = members.detach().to(torch::kCPU, torch::kFloat64);
+  accumulate(forecaster, lead, x.mean(1), x, truth, climatology, mask);
+}
+
+void ScoreAccumulator::accumulate(int forecaster, int64_t lead, const torch::Tensor& forecast,
+                                  const torch::Tensor& members, const torch::Tensor& truth,
+                                  const torch::Tensor& climatology, const torch::Tensor& mask) {
   if (forecaster < 0 || forecaster >= static_cast<int>(forecasters_.size())) {
     throw Error("scores: forecaster " + std::to_string(forecaster) + " out of range; expected 0.." +
                 std::to_string(forecasters_.size() - 1));
@@ -229,10 +252,39 @@ void ScoreAccumulator::add(int forecaster, int64_t lead, const torch::Tensor& fo
   // not zero, so a NaN forecast stays NaN.
   const torch::Tensor acc = torch::where(den == 0, zero, (w * fa * oa).sum(space) / den);
 
-  torch::Tensor row = sums_[forecaster][lead];  // [V, 3], a view into sums_
+  // CRPS per point: a deterministic forecast's is its absolute error; an ensemble's the fair CRPS
+  // over its members, the pair sum taken on the sorted members (trainer/training_step.h's afcrps
+  // with alpha = 1), and its unbiased variance.
+  torch::Tensor crps_points, variance = torch::zeros_like(f);
+  if (!members.defined()) {
+    crps_points = (f - obs).abs();
+  } else {
+    const int64_t M = members.size(1);
+    const torch::Tensor x = torch::where(verified.unsqueeze(1), members, zero);
+    const torch::Tensor skill = (x - obs.unsqueeze(1)).abs().mean(1);
+    const torch::Tensor coefficient = (torch::arange(1, M + 1, x.options()) * 2 - static_cast<double>(M + 1)).view({1, M, 1, 1, 1});
+    const torch::Tensor pairs = (std::get<0>(x.sort(1)) * coefficient).sum(1);
+    crps_points = skill - pairs / static_cast<double>(M * (M - 1));
+    variance = (x - x.mean(1, /*keepdim=*/true)).square().sum(1) / static_cast<double>(M - 1);
+  }
+  const torch::Tensor crps = (w * crps_points).sum(space) / weight;
+  const torch::Tensor var = (w * variance).sum(space) / weight;
+
+  torch::Tensor row = sums_[forecaster][lead];  // [V, 6], a view into sums_
   row.select(1, 0) += torch::where(counted, mse, zero).sum(0);
   row.select(1, 1) += torch::where(counted, acc, zero).sum(0);
   row.select(1, 2) += counted.to(torch::kFloat64).sum(0);
+  row.select(1, 3) += torch::where(counted, crps, zero).sum(0);
+  if (members.defined()) {
+    row.select(1, 4) += torch::where(counted, var, zero).sum(0);
+    row.select(1, 5) += counted.to(torch::kFloat64).sum(0);
+  }
+}
+
+void ScoreAccumulator::expect_ensemble(int forecaster, int64_t members) {
+  if (members < 2) return;
+  members_ = std::max(members_, members);
+  ensemble_forecasters_.at(static_cast<size_t>(forecaster)) = true;
 }
 
 void ScoreAccumulator::set_sums(torch::Tensor sums) {
@@ -259,9 +311,13 @@ LeadScores ScoreAccumulator::result(int64_t step, int64_t lead_seconds) const {
   }
   const torch::Tensor sums = sums_.contiguous();
   const double* p = sums.data_ptr<double>();
-  auto at = [&](size_t f, size_t l, size_t v, size_t k) { return p[((f * L + l) * V + v) * 3 + k]; };
+  auto at = [&](size_t f, size_t l, size_t v, size_t k) { return p[((f * L + l) * V + v) * 6 + k]; };
   s.rmse.assign(F, std::vector<std::vector<double>>(L, std::vector<double>(V, kNaN)));
   s.acc = s.rmse;
+  s.crps = s.rmse;
+  s.spread = s.rmse;
+  s.ensemble_members = members_;
+  s.ensemble_forecasters = ensemble_forecasters_;
   s.samples.assign(L, 0);
   for (size_t f = 0; f < F; ++f) {
     for (size_t l = 0; l < L; ++l) {
@@ -271,6 +327,9 @@ LeadScores ScoreAccumulator::result(int64_t step, int64_t lead_seconds) const {
         if (n <= 0) continue;
         s.rmse[f][l][v] = std::sqrt(at(f, l, v, 0) / n);
         s.acc[f][l][v] = at(f, l, v, 1) / n;
+        s.crps[f][l][v] = at(f, l, v, 3) / n;
+        const double ensembles = at(f, l, v, 5);
+        if (ensembles > 0) s.spread[f][l][v] = std::sqrt(at(f, l, v, 4) / ensembles);
       }
     }
   }
@@ -287,6 +346,9 @@ std::string scores_table(const LeadScores& s) {
       << (s.latitude_weighted ? "latitude-weighted" : "unweighted (the grid has no latitudes)")
       << " RMSE (data units, lower is better) and ACC "
       << "(higher is better), " << (s.samples.empty() ? 0 : s.samples.front()) << " samples\n";
+  if (s.ensemble())
+    out << "  ensemble of " << s.ensemble_members << " members: model RMSE and ACC are the ensemble mean's; fair CRPS "
+        << "(lower is better; a deterministic forecast's is its MAE), spread and spread/skill (1 = reliable)\n";
   // Up to 10 leads all of them; beyond, the first, four evenly spaced middle ones and the last.
   std::vector<int64_t> rows;
   if (L <= 10) {
@@ -299,12 +361,22 @@ std::string scores_table(const LeadScores& s) {
   struct Column {
     std::string label;
     size_t forecaster;
-    bool acc;
+    enum Kind { kRmse, kAcc, kCrps, kSpread, kSpreadSkill } kind;
   };
   std::vector<Column> columns;
-  for (size_t f = 0; f < s.forecasters.size(); ++f) columns.push_back({s.forecasters[f] + " RMSE", f, false});
+  for (size_t f = 0; f < s.forecasters.size(); ++f) columns.push_back({s.forecasters[f] + " RMSE", f, Column::kRmse});
   for (size_t f = 0; f < s.forecasters.size(); ++f)
-    if (s.forecasters[f] != "climatology") columns.push_back({s.forecasters[f] + " ACC", f, true});
+    if (s.forecasters[f] != "climatology") columns.push_back({s.forecasters[f] + " ACC", f, Column::kAcc});
+  if (s.ensemble()) {
+    // CRPS of every forecaster (the deterministic ones': their MAE), then the ensemble's spread
+    // and spread/skill.
+    for (size_t f = 0; f < s.forecasters.size(); ++f) columns.push_back({s.forecasters[f] + " CRPS", f, Column::kCrps});
+    for (size_t f = 0; f < s.forecasters.size(); ++f) {
+      if (!s.is_ensemble(f)) continue;
+      columns.push_back({s.forecasters[f] + " spread", f, Column::kSpread});
+      columns.push_back({"spread/skill", f, Column::kSpreadSkill});
+    }
+  }
   char buf[64];
   for (size_t v = 0; v < s.names.size(); ++v) {
     out << "  " << s.names[v];
@@ -321,8 +393,14 @@ std::string scores_table(const LeadScores& s) {
       std::snprintf(buf, sizeof buf, "    %8s", lead_label(s, rows[r]).c_str());
       out << buf;
       for (const auto& c : columns) {
-        const double value = c.acc ? s.acc[c.forecaster][l][v] : s.rmse[c.forecaster][l][v];
-        const std::string text = c.acc ? format_number(value, "%.3f") : format_number(value, "%.5g");
+        const size_t f = c.forecaster;
+        double value = s.rmse[f][l][v];
+        if (c.kind == Column::kAcc) value = s.acc[f][l][v];
+        if (c.kind == Column::kCrps) value = s.crps[f][l][v];
+        if (c.kind == Column::kSpread) value = s.spread[f][l][v];
+        if (c.kind == Column::kSpreadSkill) value = s.spread[f][l][v] / s.rmse[f][l][v];
+        const bool ratio = c.kind == Column::kAcc || c.kind == Column::kSpreadSkill;
+        const std::string text = ratio ? format_number(value, "%.3f") : format_number(value, "%.5g");
         std::snprintf(buf, sizeof buf, " %*s", static_cast<int>(std::max<size_t>(11, c.label.size())), text.c_str());
         out << buf;
       }
@@ -333,7 +411,8 @@ std::string scores_table(const LeadScores& s) {
 }
 
 void write_scores_csv(const std::string& path, const LeadScores& s, bool append) {
-  static const std::string header = "step,lead,lead_hours,variable,forecaster,rmse,acc\n";
+  const std::string header = std::string("step,lead,lead_hours,variable,forecaster,rmse,acc") +
+                             (s.ensemble() ? ",crps,spread,spread_skill" : "") + "\n";
   std::string text;
   if (append && std::filesystem::exists(path)) {
     std::ifstream in(path, std::ios::binary);
@@ -354,7 +433,15 @@ void write_scores_csv(const std::string& path, const LeadScores& s, bool append)
     for (size_t v = 0; v < s.names.size(); ++v) {
       for (size_t f = 0; f < s.forecasters.size(); ++f) {
         rows << s.step << "," << s.lead_steps[li] << "," << hours << "," << s.names[v] << "," << s.forecasters[f]
-             << "," << format_number(s.rmse[f][li][v]) << "," << format_number(s.acc[f][li][v]) << "\n";
+             << "," << format_number(s.rmse[f][li][v]) << "," << format_number(s.acc[f][li][v]);
+        if (s.ensemble()) {
+          // Spread is the ensemble's alone: empty for the deterministic forecasters.
+          const bool spread = s.is_ensemble(f);
+          rows << "," << format_number(s.crps[f][li][v]);
+          if (spread) rows << "," << format_number(s.spread[f][li][v]) << "," << format_number(s.spread[f][li][v] / s.rmse[f][li][v]);
+          else rows << ",,";
+        }
+        rows << "\n";
       }
     }
   }

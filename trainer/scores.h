@@ -13,7 +13,14 @@
 // the mask of verified points) and t the validation samples,
 //   RMSE = sqrt( mean_t( sum_ij w (f - o)^2 / sum_ij w ) )          (per sample, then the mean)
 //   ACC  = mean_t( sum_ij w f'o' / sqrt(sum_ij w f'^2 * sum_ij w o'^2) ),  f' = f - c, o' = o - c
-// (uncentred anomalies, as WeatherBench 2). A sample whose forecast or truth has no anomaly at all
+// (uncentred anomalies, as WeatherBench 2). An ensemble forecast (add_ensemble, M members x_j)
+// is scored as WeatherBench 2 scores ensembles: RMSE and ACC are the ensemble mean's, and
+//   CRPS   = mean_t( sum_ij w crps / sum_ij w ),  crps = (1/M) sum_j |x_j - o|
+//                                                       - 1/(2 M (M - 1)) sum_{j,k} |x_j - x_k|  (fair)
+//   spread = sqrt( mean_t( sum_ij w var / sum_ij w ) ),  var = 1/(M - 1) sum_j (x_j - mean)^2
+//   spread/skill = spread / RMSE of the ensemble mean (1 for a reliable ensemble)
+// and a deterministic forecast's CRPS is its mean absolute error (it is an ensemble of one).
+// A sample whose forecast or truth has no anomaly at all
 // (the climatology forecast itself) has a zero denominator: its acc_t is 0, which is what ACC says
 // of a forecast that carries no information beyond climatology.
 #include <cstdint>
@@ -90,6 +97,16 @@ struct LeadScores {
   bool latitude_weighted = true;
   // [forecaster][lead][channel]; NaN where no sample was verified (or the forecast had NaN).
   std::vector<std::vector<std::vector<double>>> rmse, acc;
+  // Ensembles (ensemble_members > 1; empty otherwise): members of the ensemble forecaster (its rmse
+  // and acc are its mean's), [forecaster][lead][channel] CRPS (a deterministic forecaster's: its
+  // MAE) and spread (NaN for a deterministic forecaster).
+  int64_t ensemble_members = 1;
+  std::vector<std::vector<std::vector<double>>> crps, spread;
+  std::vector<bool> ensemble_forecasters;  // [forecaster]: scored as an ensemble (add_ensemble)
+  bool ensemble() const { return ensemble_members > 1; }
+  bool is_ensemble(size_t forecaster) const {
+    return forecaster < ensemble_forecasters.size() && ensemble_forecasters[forecaster];
+  }
   std::vector<int64_t> samples;           // validation samples per lead (over all ranks)
 
   int64_t num_leads() const { return static_cast<int64_t>(lead_steps.size()); }
@@ -112,11 +129,21 @@ class ScoreAccumulator {
   // wxtrain::Error naming the mismatched shape or the index out of range.
   void add(int forecaster, int64_t lead, const torch::Tensor& forecast, const torch::Tensor& truth,
            const torch::Tensor& climatology, const torch::Tensor& mask = {});
+  // An ensemble forecast: members float32 [B, M, V, lat, lon] (M >= 2), the rest as add(). Scores
+  // the ensemble mean's RMSE and ACC, the fair CRPS and the spread (scores.h's definitions); the
+  // result then reports M members. Throws wxtrain::Error as add() does, and for M < 2.
+  void add_ensemble(int forecaster, int64_t lead, const torch::Tensor& members, const torch::Tensor& truth,
+                    const torch::Tensor& climatology, const torch::Tensor& mask = {});
 
-  // float64 [forecasters, leads, V, 3]: per-sample MSE summed, per-sample ACC summed, samples
-  // counted. Sum it across ranks (allreduce) and hand it back with set_sums before result().
+  // float64 [forecasters, leads, V, 6]: per-sample MSE summed, per-sample ACC summed, samples
+  // counted, per-sample CRPS (MAE) summed, per-sample ensemble variance summed, and samples scored
+  // as ensembles counted. Sum it across ranks (allreduce) and hand it back with set_sums before
+  // result().
   torch::Tensor sums() const { return sums_; }
   void set_sums(torch::Tensor sums);  // throws wxtrain::Error on a different shape
+  // A rank whose share of the validation samples is empty adds nothing, yet reports what the others
+  // scored: the validation tells every rank which forecaster is an ensemble of how many members.
+  void expect_ensemble(int forecaster, int64_t members);
 
   // lead_seconds: the model step in seconds (lead l is (l + 1) * lead_seconds); 0 without dates.
   LeadScores result(int64_t step, int64_t lead_seconds) const;
@@ -126,9 +153,15 @@ class ScoreAccumulator {
 
  private:
   std::vector<std::string> names_, forecasters_, units_;
+  // add() and add_ensemble(): `members` undefined for a deterministic forecast.
+  void accumulate(int forecaster, int64_t lead, const torch::Tensor& forecast, const torch::Tensor& members,
+                  const torch::Tensor& truth, const torch::Tensor& climatology, const torch::Tensor& mask);
+
   int64_t leads_;
+  int64_t members_ = 1;    // the largest ensemble added
+  std::vector<bool> ensemble_forecasters_;
   torch::Tensor weights_;  // [lat, lon] float64
-  torch::Tensor sums_;     // [F, L, V, 3] float64
+  torch::Tensor sums_;     // [F, L, V, 6] float64
 };
 
 // The terminal table: per channel a block of rows by lead (all of them up to 10 leads; beyond, the
@@ -137,7 +170,8 @@ class ScoreAccumulator {
 std::string scores_table(const LeadScores& scores);
 
 // One row per (lead, channel, forecaster): "step,lead,lead_hours,variable,forecaster,rmse,acc"
-// (lead_hours empty without dates). With append the file's earlier rows are kept and the header is
+// (lead_hours empty without dates); an ensemble's file adds ",crps,spread,spread_skill" (spread
+// and spread_skill empty for the deterministic forecasters). With append the file's earlier rows are kept and the header is
 // written once; the whole file is rewritten through write_file_atomically. Throws wxtrain::Error
 // when an existing file to append to has another header, WriteError when it cannot be written.
 void write_scores_csv(const std::string& path, const LeadScores& scores, bool append);

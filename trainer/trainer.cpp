@@ -247,6 +247,13 @@ Validation validate(Run& run, int64_t step) {
   torch::Tensor weights = run.state->lat_weights.cpu().view({-1, 1}).expand({dataset.num_lat(), dataset.num_lon()});
   if (run.state->interior.defined()) weights = weights * run.state->interior.cpu();
   ScoreAccumulator scores(names, L, {"model", "persistence", "climatology"}, weights.contiguous(), units);
+  // An ensemble's members are rolled out together, each with its own noise from a validation
+  // stream of its own (seeded by the step), so validating leaves the training noise untouched.
+  const int64_t M = run.state->ensemble.members;
+  scores.expect_ensemble(0, M);
+  RolloutSetup setup = run.state->rollout;
+  if (setup.noise_channels > 0)
+    setup.noise = make_noise_generator(c.train.seed + 0x76616cULL + static_cast<uint64_t>(step), run.world.rank);
 
   auto& model = *run.state->model;
   model.eval();
@@ -259,9 +266,17 @@ Validation validate(Run& run, int64_t step) {
       torch::Tensor prediction;
       {
         AutocastGuard guard(autocast);
-        prediction = rollout(model, batch->input.to(dtype), batch->forcings, L, run.state->rollout, batch->target);
+        prediction = rollout(model, tile_members(batch->input.to(dtype), M), tile_members(batch->forcings, M), L,
+                             setup, setup.boundary.defined() ? tile_members(batch->target, M) : batch->target);
       }
-      prediction = output_norm.denormalize(prediction.cpu());
+      prediction = output_norm.denormalize(prediction.cpu());  // [B * M, L, V, lat, lon], sample-major
+      torch::Tensor members;  // [B, M, L, V, lat, lon]
+      if (M > 1) {
+        std::vector<int64_t> sizes = prediction.sizes().vec();
+        sizes[0] /= M;
+        sizes.insert(sizes.begin() + 1, M);
+        members = prediction.view(sizes);
+      }
       const torch::Tensor truth = output_norm.denormalize(batch->target.cpu());
       const torch::Tensor mask = batch->target_mask.defined() ? batch->target_mask.cpu() : torch::Tensor();
       // Persistence: the state at t, every channel (a diagnostic too), fill points at the channel mean.
@@ -279,7 +294,8 @@ Validation validate(Run& run, int64_t step) {
         const torch::Tensor climatology = torch::stack(clim);
         const torch::Tensor observed = truth.select(1, k);
         const torch::Tensor m = mask.defined() ? mask.select(1, k) : torch::Tensor();
-        scores.add(0, k, prediction.select(1, k), observed, climatology, m);
+        if (M > 1) scores.add_ensemble(0, k, members.select(2, k), observed, climatology, m);
+        else scores.add(0, k, prediction.select(1, k), observed, climatology, m);
         scores.add(1, k, persistence, observed, climatology, m);
         scores.add(2, k, climatology, observed, climatology, m);
       }
@@ -333,6 +349,11 @@ tracking::Scalars validation_scalars(const Validation& v) {
         add("val/acc/" + at, s.acc[model][k][c]);
       }
       if (persistence < s.forecasters.size()) add("val/persistence_rmse/" + at, s.rmse[persistence][k][c]);
+      if (s.ensemble() && model < s.forecasters.size()) {
+        add("val/crps/" + at, s.crps[model][k][c]);
+        add("val/spread/" + at, s.spread[model][k][c]);
+        add("val/spread_skill/" + at, s.spread[model][k][c] / s.rmse[model][k][c]);
+      }
     }
   add("val/skill_vs_persistence", v.mean_skill());
   return out;
@@ -348,6 +369,45 @@ void write_validation(const RunConfig& c, const Validation& v, bool& started) {
                         scores_svg(v.scores, c.model.name + " at step " + std::to_string(v.step) + " (" + c.path + ")"));
 }
 
+// Every rank's ensemble noise generator state as the rows of one uint8 tensor [world, bytes], so a
+// resumed run continues each rank's noise stream; undefined without noise. Gathered by an
+// allreduce of a zero-filled table each rank writes its row of (every backend reduces float64,
+// which holds a byte exactly).
+torch::Tensor gather_noise_states(Run& run) {
+  const at::Generator& generator = run.state->rollout.noise;
+  if (!generator.defined()) return {};
+  const torch::Tensor mine = generator.get_state();
+  const int world = run.state->comm->size(), rank = run.state->comm->rank();
+  torch::Tensor table = torch::zeros({world, mine.numel()}, torch::kFloat64);
+  table[rank].copy_(mine.to(torch::kFloat64));
+  if (world > 1) {
+    torch::Tensor on_device = table.to(run.device);  // NCCL reduces device tensors only
+    run.state->comm->allreduce(on_device);
+    table = on_device.cpu();
+  }
+  return table.to(torch::kUInt8);
+}
+
+// The noise streams a resumed run continues: this rank's row of the checkpoint's table. A
+// checkpoint written on another number of ranks has no row that is this rank's stream: each rank
+// then starts a stream of its own from train.seed and the step, and rank 0 says so.
+void restore_noise_state(Run& run, const Checkpoint& from) {
+  at::Generator& generator = run.state->rollout.noise;
+  if (!generator.defined()) return;
+  const torch::Tensor& table = from.noise_rng_state;
+  const int world = run.state->comm->size(), rank = run.state->comm->rank();
+  if (table.defined() && table.dim() == 2 && table.size(0) == world &&
+      table.size(1) == generator.get_state().numel()) {
+    generator.set_state(table[rank].contiguous());
+    return;
+  }
+  generator = make_noise_generator(run.config.train.seed + static_cast<uint64_t>(from.step), rank);
+  if (run.is_root())
+    std::cerr << "note: the checkpoint holds " << (table.defined() ? std::to_string(table.size(0)) : std::string("no"))
+              << " ensemble noise stream(s) for " << world
+              << " rank(s): the noise continues from streams seeded by train.seed and the step\n";
+}
+
 Checkpoint make_checkpoint(Run& run, int64_t step) {
   Checkpoint c;
   c.step = step;
@@ -358,6 +418,7 @@ Checkpoint make_checkpoint(Run& run, int64_t step) {
   c.normalization = run.normalization.to_map();
   c.channels = channels_record(*run.dataset, run.config, run.layout, run.normalization);
   c.rng_state = at::globalContext().defaultGenerator(torch::Device(torch::kCPU)).get_state();
+  c.noise_rng_state = gather_noise_states(run);  // collective: every rank calls it
   c.config_text = run.source.text;
   c.overrides = run.source.overrides;
   c.model_name = run.config.model.name;
@@ -572,6 +633,7 @@ void build_state(Run& run, const StartingPoint& from) {
     at::Generator cpu_generator = at::globalContext().defaultGenerator(torch::Device(torch::kCPU));
     cpu_generator.set_state(from.resume_from->rng_state);
   }
+  restore_noise_state(run, *from.resume_from);
 }
 
 // This rank's share of the training samples, at the checkpoint's position when resuming.
@@ -600,6 +662,11 @@ void print_header(const Run& run) {
             << ", ZeRO-" << config.distributed.zero_stage
             << (run.options.resume ? ", resuming at step " + std::to_string(run.first_step) : "") << "\n"
             << describe_loss_weights(config) << "\n";
+  if (t.ensemble())
+    std::cerr << "ensemble: " << t.ensemble_members << " members per sample (the model runs "
+              << t.batch_size * t.ensemble_members << " rows per micro-batch), afCRPS loss with alpha " << t.crps_alpha
+              << ", " << t.noise_channels << " noise channel(s) of std " << t.noise_std
+              << " appended to the input, redrawn every rollout step\n";
   if (!t.rollout_schedule.empty()) {
     std::cerr << "rollout curriculum:";
     for (size_t i = 0; i < t.rollout_schedule.size(); ++i) {

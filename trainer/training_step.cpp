@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -208,13 +210,18 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
     state->rollout.boundary = boundary_frame(shape.lat, shape.lon, config.data.boundary).to(device);
     state->interior = (1 - state->rollout.boundary);
   }
+  state->ensemble.members = t.ensemble_members;
+  state->ensemble.crps_alpha = t.crps_alpha;
+  state->rollout.noise_channels = t.input_noise_channels();
+  state->rollout.noise_std = t.noise_std;
+  if (state->rollout.noise_channels > 0)
+    state->rollout.noise = make_noise_generator(t.seed, state->comm ? state->comm->rank() : 0);
   return state;
 }
 
-torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
-                           const torch::Tensor& lat_weights, const torch::Tensor& mask,
-                           const torch::Tensor& channel_weights, const torch::Tensor& interior) {
-  torch::Tensor err = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).square();
+torch::Tensor weighted_mean(const torch::Tensor& error, const torch::Tensor& lat_weights, const torch::Tensor& mask,
+                            const torch::Tensor& channel_weights, const torch::Tensor& interior) {
+  const torch::Tensor& err = error;
   // The weights of one [C, lat, lon] state; the sum over the batch and rollout dims follows.
   const int64_t C = err.size(-3);
   torch::Tensor w = lat_weights.view({-1, 1});
@@ -229,9 +236,55 @@ torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor&
   return (err * wm).sum() / wm.sum().clamp_min(1e-12);
 }
 
+torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
+                           const torch::Tensor& lat_weights, const torch::Tensor& mask,
+                           const torch::Tensor& channel_weights, const torch::Tensor& interior) {
+  return weighted_mean((prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).square(), lat_weights, mask,
+                       channel_weights, interior);
+}
+
+torch::Tensor afcrps(const torch::Tensor& members, const torch::Tensor& target, double alpha, int64_t member_dim) {
+  const auto dtype = members.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const torch::Tensor x = members.to(dtype);
+  const int64_t d = member_dim < 0 ? member_dim + x.dim() : member_dim;
+  TORCH_CHECK(d >= 0 && d < x.dim(), "afcrps: member dimension ", member_dim, " of a ", x.dim(), "-D tensor");
+  const int64_t M = x.size(d);
+  TORCH_CHECK(M >= 2, "afcrps: needs 2 or more members, got ", M);
+  TORCH_CHECK(target.dim() + 1 == x.dim(), "afcrps: target ", target.sizes(), " against members ", x.sizes());
+  const torch::Tensor skill = (x - target.to(dtype).unsqueeze(d)).abs().mean(d);
+  // sum_{j<k} |x_k - x_j| over the sorted members: each x_(k) is above k - 1 and below M - k of them.
+  std::vector<int64_t> along(static_cast<size_t>(x.dim()), 1);
+  along[static_cast<size_t>(d)] = M;
+  const torch::Tensor coefficient =
+      (torch::arange(1, M + 1, x.options()) * 2 - static_cast<double>(M + 1)).view(along);
+  const torch::Tensor pairs = (std::get<0>(x.sort(d)) * coefficient).sum(d);
+  const double m = static_cast<double>(M), eps = (1.0 - alpha) / m;
+  // sum_{j != k} is twice the ordered-pair sum.
+  return skill - pairs * ((1.0 - eps) / (m * (m - 1.0)));
+}
+
+torch::Tensor tile_members(const torch::Tensor& x, int64_t members) {
+  if (!x.defined() || members <= 1) return x;
+  return x.repeat_interleave(members, 0);
+}
+
 torch::Tensor training_loss(const TrainingState& state, const torch::Tensor& prediction, const torch::Tensor& target,
                             const torch::Tensor& mask) {
-  return weighted_mse(prediction, target, state.lat_weights, mask, state.channel_weights, state.interior);
+  const int64_t M = state.ensemble.members;
+  if (M <= 1) return weighted_mse(prediction, target, state.lat_weights, mask, state.channel_weights, state.interior);
+  TORCH_CHECK(prediction.size(0) == target.size(0) * M, "ensemble loss: ", prediction.size(0), " predictions for ",
+              target.size(0), " samples of ", M, " members");
+  std::vector<int64_t> sizes = prediction.sizes().vec();
+  sizes[0] = target.size(0);
+  sizes.insert(sizes.begin() + 1, M);
+  return weighted_mean(afcrps(prediction.reshape(sizes), target, state.ensemble.crps_alpha, 1), state.lat_weights,
+                       mask, state.channel_weights, state.interior);
+}
+
+at::Generator make_noise_generator(uint64_t seed, int rank) {
+  // A stream of its own, apart from the global generator's (model init, dropout) and per rank.
+  const uint64_t mixed = (seed + 0x6e6f697365ULL) * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(rank);
+  return at::make_generator<at::CPUGeneratorImpl>(mixed);
 }
 
 torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, const torch::Tensor& forcings,
@@ -250,6 +303,14 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
   for (int64_t r = 0; r < steps; ++r) {
     std::vector<torch::Tensor> parts = window;
     if (has_forcings) parts.push_back(forcings.select(1, r).to(dtype));
+    if (setup.noise_channels > 0) {
+      // Each row (an ensemble member) its own noise, every step: drawn on the CPU from the run's
+      // noise generator, so the stream does not depend on the device.
+      TORCH_CHECK(setup.noise.defined(), "rollout: noise_channels without a noise generator");
+      const torch::Tensor noise = at::randn({input.size(0), setup.noise_channels, input.size(2), input.size(3)},
+                                            setup.noise, torch::TensorOptions().dtype(torch::kFloat32));
+      parts.push_back(noise.mul_(setup.noise_std).to(input.device(), dtype));
+    }
     const bool checkpoint_step = setup.checkpoint_steps && torch::GradMode::is_enabled();
     const torch::Tensor out =
         (checkpoint_step ? checkpointed_forward(model, parts)
@@ -327,8 +388,11 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
     {
       AutocastGuard guard(autocast);
       const torch::Tensor target = mb.target.narrow(1, 0, rollout_steps);
-      torch::Tensor prediction = rollout(model, mb.input.to(input_dtype), mb.forcings, rollout_steps, state_.rollout,
-                                         target);
+      // An ensemble rolls out every sample's members together: M rows per sample, sample-major.
+      const int64_t M = state_.ensemble.members;
+      torch::Tensor prediction =
+          rollout(model, tile_members(mb.input.to(input_dtype), M), tile_members(mb.forcings, M), rollout_steps,
+                  state_.rollout, state_.rollout.boundary.defined() ? tile_members(target, M) : target);
       loss = training_loss(state_, prediction, target,
                            mb.target_mask.defined() ? mb.target_mask.narrow(1, 0, rollout_steps) : torch::Tensor());
     }
@@ -362,8 +426,10 @@ std::vector<MicroBatch> synthetic_micro_batches(const RunConfig& config, const m
     const int64_t forcings = layout.in_channels() == shape.in_channels
                                  ? static_cast<int64_t>(layout.forcing.size() + layout.statics.size())
                                  : 0;
+    // An ensemble's noise channels are drawn by the rollout, not held by the batch.
+    const int64_t noise = layout.in_channels() == shape.in_channels ? layout.noise : 0;
     const int64_t rollout = config.max_rollout();
-    mb.input = torch::randn({batch_size, shape.in_channels - forcings, shape.lat, shape.lon}, opts);
+    mb.input = torch::randn({batch_size, shape.in_channels - forcings - noise, shape.lat, shape.lon}, opts);
     mb.forcings = torch::randn({batch_size, rollout, forcings, shape.lat, shape.lon}, opts);
     mb.target = torch::randn({batch_size, rollout, shape.out_channels, shape.lat, shape.lon}, opts);
     out.push_back(std::move(mb));

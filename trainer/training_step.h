@@ -45,10 +45,24 @@ struct RolloutSetup {
   // checkpointed unit (ops/checkpoint.h), so the forward keeps a step's input rather than its
   // activations and backward replays the step, last step first.
   bool checkpoint_steps = false;
+  // An ensemble's noise (train.noise_channels > 0 with ensemble_members > 1): every step appends
+  // `noise_channels` fields of N(0, noise_std^2) to each row's input, drawn on the CPU from
+  // `noise` (a generator of its own, so its stream is the same on every device and a checkpoint
+  // can hold it; a copy of the setup shares the generator).
+  int64_t noise_channels = 0;
+  double noise_std = 1.0;
+  at::Generator noise;
+};
+
+// What an ensemble needs besides the rollout: members per sample and the afCRPS alpha; members = 1
+// is the deterministic model and its MSE.
+struct EnsembleSetup {
+  int64_t members = 1;
+  double crps_alpha = 0.95;
 };
 
 struct StepResult {
-  double loss = 0;        // mean latitude-weighted MSE over micro-batches and rollout steps
+  double loss = 0;        // mean latitude-weighted MSE (an ensemble: afCRPS) over micro-batches and rollout steps
   double grad_norm = 0;   // global norm before clipping (0 when skipped)
   bool applied = false;   // false: inf/NaN gradients, optimizer step skipped
   double loss_scale = 1;  // the scale used for this step
@@ -72,8 +86,13 @@ struct TrainingState {
   // without data.boundary.
   torch::Tensor interior;
   RolloutSetup rollout;
+  EnsembleSetup ensemble;
   std::vector<std::string> frozen;  // names of parameters frozen by train.freeze
 };
+
+// The noise generator of a run: a CPU generator seeded from train.seed and the rank, so ranks draw
+// different noise for their different samples.
+at::Generator make_noise_generator(uint64_t seed, int rank);
 
 // Sets the weights of a freshly built model (fine-tuning's init_from, or a resumed checkpoint)
 // before the optimizer takes its fp32 copies.
@@ -113,9 +132,29 @@ AutocastState autocast_for(Precision precision, const torch::Device& device);
 torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
                            const torch::Tensor& lat_weights, const torch::Tensor& mask = {},
                            const torch::Tensor& channel_weights = {}, const torch::Tensor& interior = {});
-// The same with the state's weights.
+// The weighted mean of a per-point error [..., C, lat, lon] with weighted_mse's weights and mask:
+// sum(w e) / sum(w). weighted_mse is this of the squared error, the ensemble loss of the afCRPS.
+torch::Tensor weighted_mean(const torch::Tensor& error, const torch::Tensor& lat_weights, const torch::Tensor& mask = {},
+                            const torch::Tensor& channel_weights = {}, const torch::Tensor& interior = {});
+
+// The almost-fair CRPS of anemoi-training's CRPS(alpha) (Lang et al. 2024, arXiv 2412.15832) per
+// point: members [..., M, ...] along `member_dim` (M >= 2), target shaped like members without that
+// dimension. With eps = (1 - alpha) / M,
+//   afCRPS = (1/M) sum_j |x_j - y| - (1 - eps) / (2 M (M - 1)) sum_{j != k} |x_j - x_k|
+// (alpha = 1: the fair CRPS; alpha = 0: the kernel CRPS). The pair sum is never materialised: with
+// the members sorted, sum_{j<k} |x_(k) - x_(j)| = sum_k (2k - M - 1) x_(k) (k = 1..M ascending), so
+// memory and time are those of a sort. Computed in fp32 (double stays double).
+torch::Tensor afcrps(const torch::Tensor& members, const torch::Tensor& target, double alpha, int64_t member_dim = 1);
+
+// The training loss with the state's weights: the weighted MSE, or for an ensemble (prediction
+// [B * M, ...], sample-major: the M members of sample b are rows b*M .. b*M + M - 1) the weighted
+// afCRPS against target [B, ...].
 torch::Tensor training_loss(const TrainingState& state, const torch::Tensor& prediction, const torch::Tensor& target,
                             const torch::Tensor& mask = {});
+
+// Each sample's rows repeated `members` times, sample-major (rows b*M .. b*M + M - 1 are sample b's
+// members); undefined and members = 1 are returned as they are.
+torch::Tensor tile_members(const torch::Tensor& x, int64_t members);
 
 // Rolls the model forward `steps` times from input [B, P*history, lat, lon] with forcings
 // [B, >= steps, F+S, lat, lon]; returns fp32 [B, steps, P+D, lat, lon]. Step k feeds the window

@@ -403,6 +403,11 @@ int run_forecast(const ForecastArgs& args) {
   if (config.train.residual_normalization && prognostic_norm.diff_std().defined())
     setup.residual_scale = trainer::residual_scale_from(prognostic_norm.diff_std(), prognostic_norm.std());
   if (config.data.boundary > 0) setup.boundary = trainer::boundary_frame(config.data.lat, config.data.lon, config.data.boundary);
+  // A model trained as an ensemble takes its noise fields every step: this forecast is one member,
+  // the one train.seed's noise stream gives (an ensemble forecast, forecast --members, is to come).
+  setup.noise_channels = config.train.input_noise_channels();
+  setup.noise_std = config.train.noise_std;
+  if (setup.noise_channels > 0) setup.noise = trainer::make_noise_generator(config.train.seed, 0);
   const int64_t P = setup.prognostic;
   const torch::Tensor prognostic_missing = missing.narrow(0, 0, P).unsqueeze(0);  // outputs: prognostic first
 

@@ -70,6 +70,49 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRunBitForBit) {
   EXPECT_EQ(lines, 21);
 }
 
+TEST(Trainer, ResumedEnsembleRunContinuesTheNoiseStreamBitForBit) {
+  // Four members, each drawing its noise every step: the checkpoint holds the noise generator, so
+  // the resumed run draws what the uninterrupted one drew. Without that state (the control: the
+  // checkpoint's noise stream removed) the resumed run trains other weights.
+  const std::string ensemble = "ensemble_members = 4\nval_every = 6\n";
+  const std::vector<std::string> steps = {"train.steps=12"};
+  const std::string straight = fresh_dir("ens_straight"), split = fresh_dir("ens_split"),
+                    control = fresh_dir("ens_control");
+  run(straight, ensemble, {}, steps);
+  TrainOptions first_half;
+  first_half.stop_after = 6;
+  run(split, ensemble, first_half, steps);
+  run(control, ensemble, first_half, steps);
+  Checkpoint halfway = load_checkpoint(split + "/checkpoint.pt");
+  ASSERT_TRUE(halfway.noise_rng_state.defined());
+  EXPECT_EQ(halfway.noise_rng_state.size(0), 1);  // one row per rank
+  Checkpoint without_noise = load_checkpoint(control + "/checkpoint.pt");
+  without_noise.noise_rng_state = torch::Tensor();
+  save_checkpoint(control + "/checkpoint.pt", without_noise);
+  TrainOptions resume;
+  resume.resume = true;
+  TrainSummary b = run(split, ensemble, resume, steps);
+  EXPECT_EQ(b.first_step, 6);
+  EXPECT_EQ(b.last_step, 12);
+  run(control, ensemble, resume, steps);
+  TensorMap wa = weights_at(straight), wb = weights_at(split), wc = weights_at(control);
+  ASSERT_EQ(wa.size(), wb.size());
+  bool control_differs = false;
+  for (const auto& [name, t] : wa) {
+    EXPECT_TRUE(torch::equal(t, wb.at(name))) << name << " differs after resume";
+    control_differs = control_differs || !torch::equal(t, wc.at(name));
+  }
+  EXPECT_TRUE(control_differs) << "a resume without the noise stream trained the same weights: the test cannot fail";
+  // The validation rows of both runs agree, ensemble columns included.
+  auto text = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string scores = text(straight + "/validation.csv");
+  EXPECT_EQ(scores.rfind("step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill\n", 0), 0u);
+  EXPECT_EQ(scores, text(split + "/validation.csv"));
+}
+
 TEST(Trainer, SigtermFinishesTheStepSavesAndStops) {
   const std::string dir = fresh_dir("sigterm");
   clear_stop();

@@ -1,0 +1,299 @@
+// Ensembles: the afCRPS loss against a brute-force pair sum and finite differences, the noise
+// channels and member tiling of the step, the deterministic path left as it was, the ensemble
+// scores, and the run-file keys' errors. (The resumed ensemble run is in test_trainer.cpp.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/autocast.h"
+#include "core/error.h"
+#include "distributed/communicator.h"
+#include "storm_run.h"
+#include "trainer/scores.h"
+#include "trainer/training_step.h"
+
+using namespace wxtrain;
+using namespace wxtrain::trainer;
+
+namespace {
+
+// The afCRPS re-derived the slow way, in double: every ordered pair j != k of members materialised.
+// members [B, M, ...], target [B, ...].
+torch::Tensor brute_force_afcrps(const torch::Tensor& members, const torch::Tensor& target, double alpha) {
+  const torch::Tensor x = members.to(torch::kFloat64), y = target.to(torch::kFloat64);
+  const int64_t M = x.size(1);
+  torch::Tensor skill = torch::zeros_like(y), pairs = torch::zeros_like(y);
+  for (int64_t j = 0; j < M; ++j) {
+    skill += (x.select(1, j) - y).abs();
+    for (int64_t k = 0; k < M; ++k)
+      if (j != k) pairs += (x.select(1, j) - x.select(1, k)).abs();
+  }
+  const double m = static_cast<double>(M), eps = (1.0 - alpha) / m;
+  return skill / m - pairs * ((1.0 - eps) / (2.0 * m * (m - 1.0)));
+}
+
+std::unique_ptr<TrainingState> make_state(const RunConfig& config) {
+  auto comm = distributed::make_communicator(distributed::World{}, config.distributed, torch::kCPU);
+  return build_training_state(config, models::model_shape(config), comm, torch::kCPU);
+}
+
+RunConfig storm(const std::string& extra = "", const std::vector<std::string>& overrides = {}) {
+  return testing_support::storm_run(::testing::TempDir() + "/ensemble", extra, overrides);
+}
+
+std::string config_error(const std::string& extra) {
+  try {
+    storm(extra);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Afcrps, EqualsTheBruteForcePairSumForMembers2To16) {
+  torch::manual_seed(11);
+  for (double alpha : {0.0, 0.95, 1.0}) {
+    for (int64_t M = 2; M <= 16; ++M) {
+      const torch::Tensor members = torch::randn({3, M, 2, 5, 4});
+      const torch::Tensor target = torch::randn({3, 2, 5, 4});
+      const torch::Tensor ours = afcrps(members, target, alpha, 1);
+      ASSERT_EQ(ours.scalar_type(), torch::kFloat32);
+      ASSERT_EQ(ours.sizes(), target.sizes());
+      const torch::Tensor reference = brute_force_afcrps(members, target, alpha);
+      const double err = (ours.to(torch::kFloat64) - reference).abs().max().item<double>();
+      EXPECT_LT(err, 2e-6 * std::max(1.0, reference.abs().max().item<double>()))
+          << "alpha " << alpha << ", " << M << " members";
+    }
+  }
+}
+
+TEST(Afcrps, AlphaOneIsFairAlphaZeroIsTheKernelCrps) {
+  // Two members 0 and 2 around a truth of 1: the fair CRPS is 1 - 4 / (2*2*1) = 0; the kernel CRPS
+  // 1 - 4 / (2*2*2) = 0.5 (its spread term divides by M^2).
+  const torch::Tensor members = torch::tensor({0.0f, 2.0f}).view({1, 2});
+  const torch::Tensor target = torch::tensor({1.0f});
+  EXPECT_NEAR(afcrps(members, target, 1.0, 1).item<double>(), 0.0, 1e-7);
+  EXPECT_NEAR(afcrps(members, target, 0.0, 1).item<double>(), 0.5, 1e-7);
+  // alpha 0.95: eps = 0.025, 1 - 0.975 * 4 / 4.
+  EXPECT_NEAR(afcrps(members, target, 0.95, 1).item<double>(), 0.025, 1e-7);
+  // Members must be 2 or more.
+  EXPECT_THROW(afcrps(torch::zeros({1, 1}), torch::zeros({1}), 0.95, 1), c10::Error);
+}
+
+TEST(Afcrps, UnderBf16AutocastItComputesInFp32OnTheBf16Values) {
+  // The training step takes the loss under autocast, on a prediction the rollout returns in fp32
+  // from bf16 layers: the loss of bf16-rounded members equals the brute force on those values.
+  torch::manual_seed(5);
+  AutocastGuard guard(torch::kCPU, torch::kBFloat16, true);
+  for (double alpha : {0.0, 0.95, 1.0}) {
+    for (int64_t M : {2, 3, 4, 8, 16}) {
+      const torch::Tensor members = torch::randn({2, M, 3, 6, 5}).to(torch::kBFloat16);
+      const torch::Tensor target = torch::randn({2, 3, 6, 5}).to(torch::kBFloat16);
+      const torch::Tensor ours = afcrps(members, target, alpha, 1);
+      EXPECT_EQ(ours.scalar_type(), torch::kFloat32);
+      const torch::Tensor reference = brute_force_afcrps(members, target, alpha);
+      EXPECT_LT((ours.to(torch::kFloat64) - reference).abs().max().item<double>(), 5e-6)
+          << "alpha " << alpha << ", " << M << " members";
+    }
+  }
+}
+
+TEST(Afcrps, GradientMatchesFiniteDifferences) {
+  torch::manual_seed(7);
+  for (double alpha : {0.0, 0.95, 1.0}) {
+    for (int64_t M : {2, 5, 9}) {
+      const torch::Tensor members = torch::randn({2, M, 3, 4}, torch::kFloat64).requires_grad_(true);
+      const torch::Tensor target = torch::randn({2, 3, 4}, torch::kFloat64);
+      const torch::Tensor weights = torch::rand({2, 3, 4}, torch::kFloat64);  // any linear functional of it
+      const torch::Tensor loss = (afcrps(members, target, alpha, 1) * weights).sum();
+      ASSERT_EQ(loss.scalar_type(), torch::kFloat64);
+      const torch::Tensor analytic = torch::autograd::grad({loss}, {members})[0];
+      torch::NoGradGuard no_grad;
+      const torch::Tensor x = members.detach().clone();
+      torch::Tensor numeric = torch::zeros_like(x);
+      auto flat = x.view({-1});
+      auto grad = numeric.view({-1});
+      const double h = 1e-6;
+      for (int64_t i = 0; i < flat.numel(); ++i) {
+        const double v = flat[i].item<double>();
+        flat[i] = v + h;
+        const double up = (afcrps(x, target, alpha, 1) * weights).sum().item<double>();
+        flat[i] = v - h;
+        const double down = (afcrps(x, target, alpha, 1) * weights).sum().item<double>();
+        flat[i] = v;
+        grad[i] = (up - down) / (2 * h);
+      }
+      EXPECT_LT((analytic - numeric).abs().max().item<double>(), 1e-6) << "alpha " << alpha << ", " << M << " members";
+    }
+  }
+}
+
+TEST(Ensemble, OneMemberIsTheDeterministicModelAndItsMse) {
+  // The defaults and every ensemble key set to its default value train the same weights: with one
+  // member there is no noise channel and the loss is the weighted MSE, bit for bit.
+  RunConfig plain = storm();
+  RunConfig keyed = storm("ensemble_members = 1\ncrps_alpha = 0.5\nnoise_channels = 7\nnoise_std = 3.0\nloss = \"mse\"\n");
+  EXPECT_EQ(plain.in_channels(), keyed.in_channels());
+  EXPECT_EQ(plain.channels().input_names(), keyed.channels().input_names());
+  auto a = make_state(plain), b = make_state(keyed);
+  EXPECT_FALSE(b->rollout.noise.defined());
+  EXPECT_EQ(b->rollout.noise_channels, 0);
+  const models::ModelShape shape = models::model_shape(plain);
+  const auto batches = synthetic_micro_batches(plain, shape, 2, 1, torch::kCPU);
+  TrainingStep sa(*a), sb(*b);
+  for (int i = 0; i < 2; ++i) {
+    const StepResult ra = sa.run(batches, 1e-3), rb = sb.run(batches, 1e-3);
+    EXPECT_EQ(ra.loss, rb.loss);
+  }
+  const auto pa = a->model->parameters(), pb = b->model->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i;
+  // training_loss with one member is weighted_mse itself.
+  const torch::Tensor prediction = torch::randn({2, 1, shape.out_channels, shape.lat, shape.lon});
+  const torch::Tensor target = torch::randn_like(prediction);
+  EXPECT_TRUE(torch::equal(training_loss(*a, prediction, target),
+                           weighted_mse(prediction, target, a->lat_weights, {}, a->channel_weights, a->interior)));
+}
+
+TEST(Ensemble, MembersGetNoiseChannelsAndTheLossIsTheWeightedAfcrps) {
+  RunConfig config = storm("ensemble_members = 4\nnoise_channels = 3\n");
+  RunConfig plain = storm();
+  EXPECT_EQ(config.in_channels(), plain.in_channels() + 3);
+  const auto names = config.channels().input_names();
+  EXPECT_EQ(names.back(), "noise_2");
+  auto state = make_state(config);
+  EXPECT_EQ(state->ensemble.members, 4);
+  ASSERT_TRUE(state->rollout.noise.defined());
+  // The U-Net's first layer takes the noise channels.
+  const auto first = state->model->named_parameters().find("conv1.weight");
+  if (first) EXPECT_EQ(first->size(1), config.in_channels());
+
+  // Four members of one sample: the same input, different noise, different forecasts.
+  const models::ModelShape shape = models::model_shape(config);
+  auto batch = synthetic_micro_batches(config, shape, 1, 1, torch::kCPU)[0];
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out =
+      rollout(*state->model, tile_members(batch.input, 4), tile_members(batch.forcings, 4), 1, state->rollout);
+  ASSERT_EQ(out.size(0), 4);
+  for (int64_t j = 1; j < 4; ++j) EXPECT_FALSE(torch::allclose(out[0], out[j])) << "member " << j << " equals member 0";
+
+  // The loss is the afCRPS of the members, with the area and channel weights as the MSE has them.
+  const torch::Tensor target = batch.target.narrow(1, 0, 1);
+  const torch::Tensor loss = training_loss(*state, out, target);
+  const torch::Tensor per_point = brute_force_afcrps(out.view({1, 4, 1, shape.out_channels, shape.lat, shape.lon}),
+                                                     target, config.train.crps_alpha);
+  const torch::Tensor w = state->channel_weights.to(torch::kFloat64).view({-1, 1, 1}) *
+                          state->lat_weights.to(torch::kFloat64).view({-1, 1});
+  const double expected = ((per_point * w).sum() / (w.expand_as(per_point[0][0]).sum())).item<double>();
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-5 * std::abs(expected));
+}
+
+TEST(Ensemble, AStepTrainsAndTheNoiseStreamAdvances) {
+  RunConfig config = storm("ensemble_members = 3\n");
+  auto state = make_state(config);
+  const models::ModelShape shape = models::model_shape(config);
+  const auto batches = synthetic_micro_batches(config, shape, 2, 1, torch::kCPU);
+  const torch::Tensor before = state->rollout.noise.get_state();
+  TrainingStep step(*state);
+  const StepResult r = step.run(batches, 1e-3);
+  EXPECT_TRUE(r.applied);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  EXPECT_GT(r.grad_norm, 0);
+  EXPECT_FALSE(torch::equal(before, state->rollout.noise.get_state()));
+}
+
+TEST(Ensemble, RunFileKeysSayWhatIsWrong) {
+  EXPECT_NE(config_error("ensemble_members = 4\nloss = \"mse\"\n")
+                .find("train.loss = \"mse\" cannot train train.ensemble_members = 4"),
+            std::string::npos)
+      << config_error("ensemble_members = 4\nloss = \"mse\"\n");
+  EXPECT_NE(config_error("loss = \"crps\"\n").find("train.loss = \"crps\" needs an ensemble"), std::string::npos)
+      << config_error("loss = \"crps\"\n");
+  EXPECT_NE(config_error("ensemble_members = 2\nnoise_channels = 0\n").find("train.noise_channels = 0"),
+            std::string::npos);
+  const std::string alpha = config_error("crps_alpha = 1.5\n");
+  EXPECT_NE(alpha.find("crps_alpha"), std::string::npos) << alpha;
+  EXPECT_NE(alpha.find("1.5"), std::string::npos) << alpha;
+  EXPECT_NE(config_error("ensemble_members = 0\n").find("ensemble_members"), std::string::npos);
+  EXPECT_NE(config_error("noise_std = 0\n").find("noise_std"), std::string::npos);
+}
+
+TEST(EnsembleScores, CrpsSpreadAndSpreadSkillOfKnownMembers) {
+  // One sample, one channel, a 2 x 3 grid of weight 1: members 0 and 2 everywhere, truth 1.
+  const torch::Tensor weights = torch::ones({2, 3});
+  ScoreAccumulator scores({"t"}, 1, {"model", "persistence"}, weights);
+  const torch::Tensor truth = torch::ones({1, 1, 2, 3}), clim = torch::zeros({1, 1, 2, 3});
+  torch::Tensor members = torch::zeros({1, 2, 1, 2, 3});
+  members.select(1, 1).fill_(2.0);
+  scores.add_ensemble(0, 0, members, truth, clim);
+  scores.add(1, 0, torch::full({1, 1, 2, 3}, 3.0), truth, clim);
+  const LeadScores s = scores.result(10, 0);
+  EXPECT_EQ(s.ensemble_members, 2);
+  EXPECT_TRUE(s.is_ensemble(0));
+  EXPECT_FALSE(s.is_ensemble(1));
+  EXPECT_NEAR(s.rmse[0][0][0], 0.0, 1e-12);            // the ensemble mean is the truth
+  EXPECT_NEAR(s.crps[0][0][0], 0.0, 1e-12);            // fair CRPS: 1 - 4 / 4
+  EXPECT_NEAR(s.spread[0][0][0], std::sqrt(2.0), 1e-12);  // unbiased variance of {0, 2}
+  EXPECT_NEAR(s.crps[1][0][0], 2.0, 1e-12);            // a deterministic forecast's CRPS: its MAE
+  EXPECT_TRUE(std::isnan(s.spread[1][0][0]));
+  // Another sample whose members are both the truth: the means over samples.
+  ScoreAccumulator two({"t"}, 1, {"model"}, weights);
+  two.add_ensemble(0, 0, members, truth, clim);
+  two.add_ensemble(0, 0, torch::ones({1, 2, 1, 2, 3}), truth, clim);
+  const LeadScores t = two.result(0, 0);
+  EXPECT_NEAR(t.spread[0][0][0], std::sqrt(1.0), 1e-12);  // sqrt(mean(2, 0))
+  EXPECT_NEAR(t.crps[0][0][0], 0.0, 1e-12);
+  // The fair CRPS of random members against the brute force with alpha 1.
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({2, 5, 1, 2, 3}), y = torch::randn({2, 1, 2, 3});
+  ScoreAccumulator random({"t"}, 1, {"model"}, weights);
+  random.add_ensemble(0, 0, x, y, torch::zeros_like(y));
+  const double expected = brute_force_afcrps(x, y, 1.0).mean().item<double>();
+  EXPECT_NEAR(random.result(0, 0).crps[0][0][0], expected, 1e-6);
+}
+
+TEST(EnsembleScores, CsvAndTableCarryTheEnsembleColumns) {
+  const torch::Tensor weights = torch::ones({2, 3});
+  ScoreAccumulator scores({"t"}, 2, {"model", "persistence", "climatology"}, weights);
+  const torch::Tensor truth = torch::ones({1, 1, 2, 3}), clim = torch::zeros({1, 1, 2, 3});
+  for (int64_t l = 0; l < 2; ++l) {
+    scores.add_ensemble(0, l, torch::randn({1, 4, 1, 2, 3}), truth, clim);
+    scores.add(1, l, truth * 2, truth, clim);
+    scores.add(2, l, clim, truth, clim);
+  }
+  const LeadScores s = scores.result(5, 6 * 3600);
+  const std::string path = ::testing::TempDir() + "/ensemble_scores.csv";
+  std::remove(path.c_str());
+  write_scores_csv(path, s, false);
+  write_scores_csv(path, s, true);  // a resumed run appends under the same header
+  std::ifstream in(path);
+  std::string header, row;
+  std::getline(in, header);
+  EXPECT_EQ(header, "step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill");
+  int rows = 0;
+  while (std::getline(in, row)) {
+    ++rows;
+    const bool model = row.find(",model,") != std::string::npos;
+    // Deterministic forecasters leave spread and spread/skill empty; the ensemble fills them.
+    EXPECT_EQ(row.size() >= 2 && row.substr(row.size() - 2) == ",,", !model) << row;
+  }
+  EXPECT_EQ(rows, 12);
+  const std::string table = scores_table(s);
+  EXPECT_NE(table.find("ensemble of 4 members"), std::string::npos) << table;
+  EXPECT_NE(table.find("model CRPS"), std::string::npos) << table;
+  EXPECT_NE(table.find("spread/skill"), std::string::npos) << table;
+  // A deterministic validation keeps its columns.
+  ScoreAccumulator plain({"t"}, 1, {"model"}, weights);
+  plain.add(0, 0, truth, truth, clim);
+  const std::string plain_path = ::testing::TempDir() + "/plain_scores.csv";
+  std::remove(plain_path.c_str());
+  write_scores_csv(plain_path, plain.result(1, 0), false);
+  std::ifstream plain_in(plain_path);
+  std::getline(plain_in, header);
+  EXPECT_EQ(header, "step,lead,lead_hours,variable,forecaster,rmse,acc");
+  EXPECT_EQ(scores_table(plain.result(1, 0)).find("CRPS"), std::string::npos);
+}
