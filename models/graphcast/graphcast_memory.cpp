@@ -150,8 +150,8 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   graph_mlp(dec, w, Ng, L, O, layers, false);
   dec.inputs = (Nm + Ng) * L * w.high;
   // Measured, not derived: the gradients the edge path's backward holds beside the layers' own,
-  // fitted to the trace on the storm region (tests/estimator, AnalyticVsTrace.GraphCastCarryTerms
-  // prints the per-sample slopes), where mesh2grid's backward is the peak of every case:
+  // fitted to the trace on the storm region (AnalyticVsTrace.DISABLED_GraphCastCarryTerms in
+  // tests/estimator prints the per-sample slopes), where mesh2grid's backward is the peak of every case:
   // - one edge-sized gradient (Ed x latent, fp32): the fp32 checkpointed trace to the byte;
   // - without checkpointing, one more: the fp32 trace holds 251 KB per sample above the formulas
   //   without it (Ed x latent x 4 = 228 KB), the bf16-mixed one the same;
