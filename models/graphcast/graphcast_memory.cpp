@@ -149,11 +149,18 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   dec.layers.push_back(conv_or_linear(w, Ng * L, Ng * L));  // the updated grid latents into the output MLP
   graph_mlp(dec, w, Ng, L, O, layers, false);
   dec.inputs = (Nm + Ng) * L * w.high;
-  // Measured as the processors': one more edge-sized gradient, and under autocast the bf16 ones.
-  // In blocks, the bf16 gradients that the blocks' replays hand back to the grid-sized node
-  // projections, and their running sums, take the place of the edge-sized ones (measured: 3 x grid
-  // nodes x latent, tests/estimator).
-  dec.carry = Ed * L * w.high + (w.autocast ? 3 * (blocked_m2g ? Ng : Ed) * L * w.low : 0);
+  // Measured, not derived: the gradients the edge path's backward holds beside the layers' own,
+  // fitted to the trace on the storm region (AnalyticVsTrace.DISABLED_GraphCastCarryTerms in
+  // tests/estimator prints the per-sample slopes), where mesh2grid's backward is the peak of every case:
+  // - one edge-sized gradient (Ed x latent, fp32): the fp32 checkpointed trace to the byte;
+  // - without checkpointing, one more: the fp32 trace holds 251 KB per sample above the formulas
+  //   without it (Ed x latent x 4 = 228 KB), the bf16-mixed one the same;
+  // - under autocast, the bf16 gradients handed back to the node projections and their running
+  //   sums: 3 x grid nodes x latent, blocked or not (the blocked trace, and since the SiLU runs in
+  //   bf16 the unblocked one too: with 3 x Ed the checkpointed bf16-mixed case was 216 KB per sample
+  //   over, with 3 x Ng 12 KB under). Before the SiLU ran in bf16, the edges' bf16 gradients stood
+  //   beside their fp32 casts: 3 x Ed.
+  dec.carry = Ed * L * w.high + (f.checkpointing ? 0 : Ed * L * w.high) + (w.autocast ? 3 * Ng * L * w.low : 0);
   dec.output = dec.output_grad = Ng * O * w.low;
   dec.fixed_saved = embedding(Ed, 4) + Ed * L * w.low;
   // Checkpointed, the mesh2grid edge embedding is replayed with the block, the first backward

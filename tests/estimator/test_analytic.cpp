@@ -399,18 +399,7 @@ TEST(AnalyticVsTrace, GraphCastWithinEightPercent) {
           std::printf("[ analytic ] graphcast %-8s %-10s ckpt=%d batch %2.0f: traced %9.0f analytic %9.0f error %+.1f%%\n",
                       shape.latitudes.empty() ? "global" : "regional", to_string(precision).c_str(), checkpointing, batch,
                       traced.at(batch), analytic.at(batch), 100 * error);
-          // Known stale: the formulas' measured gradient carries (graphcast_memory.cpp, "measured")
-          // were fitted to a trace that ran the MLPs' SiLU in fp32. SiLU now runs in bf16 under
-          // autocast, as CUDA runs it (models/gnn/gnn.cpp), and on the regional grid with
-          // checkpointing the formulas count 11-13% more than the trace: on the safe side, until the
-          // carries are measured again. Every other case keeps the 8% bar.
-          const bool stale_carries = !shape.latitudes.empty() && precision == Precision::kBf16Mixed && checkpointing;
-          if (stale_carries) {
-            EXPECT_GT(error, 0.0) << "batch " << batch << ": the stale carries must over-count, never under-count";
-            EXPECT_LT(error, 0.15) << "batch " << batch;
-          } else {
-            EXPECT_LT(std::abs(error), 0.08) << to_string(precision) << " ckpt " << checkpointing << " batch " << batch;
-          }
+          EXPECT_LT(std::abs(error), 0.08) << to_string(precision) << " ckpt " << checkpointing << " batch " << batch;
         }
       }
     }
@@ -569,6 +558,56 @@ TEST(AnalyticSpeed, SevenBillionParameterViTInWellUnderASecond) {
   EXPECT_LT(e.activations.num_params, 8'000'000'000);
   EXPECT_FALSE(fits.empty());
   EXPECT_LT(seconds, 0.1);
+}
+
+// A tool, not a check (run with --gtest_also_run_disabled_tests): the traced and analytic lines of
+// GraphCastWithinEightPercent's cases, and block by block where the formulas put the backward peak
+// (per sample). The measured carries of models/graphcast/graphcast_memory.cpp were fitted with it:
+// the difference of the per-sample slopes, in the case whose peak is in the block concerned.
+TEST(AnalyticVsTrace, DISABLED_GraphCastCarryTerms) {
+  models::ModelShape regional = storm_shape();
+  for (int64_t i = 0; i < 33; ++i) regional.latitudes.push_back(20.0 + 1.25 * static_cast<double>(i));
+  for (int64_t j = 0; j < 36; ++j) regional.longitudes.push_back(-140.0 + 2.5 * static_cast<double>(j));
+  for (const models::ModelShape& shape : {storm_shape(), regional}) {
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
+      for (const bool checkpointing : {false, true}) {
+        RunConfig r;
+        r.model = small("graphcast");
+        r.train.precision = precision;
+        r.train.checkpointing = checkpointing;
+        r.train.device = "cuda";
+        const ActivationFit traced = trace_activations(r, shape, Mode::kTrain, {4, 16});
+        const ActivationFit analytic = analytic_activations(r, shape, Mode::kTrain);
+        std::printf("[ diag ] %s %s ckpt=%d traced fb %.0f + %.0f/sample; analytic fb %.0f + %.0f/sample\n",
+                    shape.latitudes.empty() ? "global" : "regional", to_string(precision).c_str(), checkpointing,
+                    traced.forward_backward.fixed, traced.forward_backward.per_sample, analytic.forward_backward.fixed,
+                    analytic.forward_backward.per_sample);
+        const models::Widths w = models::widths(precision);
+        const models::ModelMemory m =
+            models::find_model("graphcast").activation_memory(r.model, shape, {w, checkpointing, false});
+        double inputs = 0, saved = 0;
+        for (const auto& b : m.blocks) { inputs += b.inputs; saved += b.saved(); }
+        double below = checkpointing ? inputs + m.output * 4 : saved + m.output * 4;
+        double flowing = m.output * 4;
+        for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
+          double held;
+          if (checkpointing) { below -= b->inputs; held = below + b->inputs + b->output + b->output_grad + b->replay_grads; flowing = 0; }
+          else { below -= b->saved(); held = below; }
+          double remaining = held + b->saved(), peak = 0, f = flowing; int at = -1, k = 0;
+          for (auto l = b->layers.rbegin(); l != b->layers.rend(); ++l, ++k) {
+            const double grad = l->grad < 0 ? 0 : l->grad;
+            const double v = remaining + b->carry + f + grad;
+            if (v > peak) { peak = v; at = k; }
+            remaining -= l->saved;
+            if (l->grad >= 0) f = l->grad;
+          }
+          if (!checkpointing) flowing = f;
+          std::printf("[ diag ]   %-11s held %9.0f saved %9.0f carry %9.0f backward peak %9.0f (layer %d from the end)\n",
+                      b->name.c_str(), held, b->saved(), b->carry, peak, at);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
