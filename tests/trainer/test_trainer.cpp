@@ -74,13 +74,13 @@ TEST(Trainer, ResumedEnsembleRunContinuesTheNoiseStreamBitForBit) {
   // Four members, each drawing its noise every step: the checkpoint holds the noise generator, so
   // the resumed run draws what the uninterrupted one drew. Without that state (the control: the
   // checkpoint's noise stream removed) the resumed run trains other weights.
-  const std::string ensemble = "ensemble_members = 4\nval_every = 6\n";
-  const std::vector<std::string> steps = {"train.steps=12"};
+  const std::string ensemble = "ensemble_members = 4\nval_every = 2\n";
+  const std::vector<std::string> steps = {"train.steps=4"};
   const std::string straight = fresh_dir("ens_straight"), split = fresh_dir("ens_split"),
                     control = fresh_dir("ens_control");
   run(straight, ensemble, {}, steps);
   TrainOptions first_half;
-  first_half.stop_after = 6;
+  first_half.stop_after = 2;
   run(split, ensemble, first_half, steps);
   run(control, ensemble, first_half, steps);
   Checkpoint halfway = load_checkpoint(split + "/checkpoint.pt");
@@ -92,8 +92,8 @@ TEST(Trainer, ResumedEnsembleRunContinuesTheNoiseStreamBitForBit) {
   TrainOptions resume;
   resume.resume = true;
   TrainSummary b = run(split, ensemble, resume, steps);
-  EXPECT_EQ(b.first_step, 6);
-  EXPECT_EQ(b.last_step, 12);
+  EXPECT_EQ(b.first_step, 2);
+  EXPECT_EQ(b.last_step, 4);
   run(control, ensemble, resume, steps);
   TensorMap wa = weights_at(straight), wb = weights_at(split), wc = weights_at(control);
   ASSERT_EQ(wa.size(), wb.size());
