@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,22 @@ struct GridPlacement {
   bool known() const { return trained_lat > 0 && !rows.empty(); }
 };
 
+// What WeatherModelImpl::fit_checkpoint_to_grid did to a checkpoint's tensors; the channel
+// transfer's report (trainer/channel_transfer.h) says it on the terminal.
+struct GridFit {
+  // A line per tensor of the checkpoint fitted to this grid, or dropped because this grid needs
+  // none: "name: how" (cut, interpolated, rebuilt), in the order the report prints them.
+  std::vector<std::string> regridded;
+  // Those whose value was replaced by one fitted to this grid (the others were erased): they carry
+  // the checkpoint's values over, and the report lists them as regridded, not as loaded.
+  std::set<std::string> fitted;
+  // Buffers the model builds from its grid (GraphCast's graph) and keeps as its own: the
+  // checkpoint's, for another grid or absent (a reference's state_dict), were replaced by them.
+  // grid_change says in a line what differs; both empty when the checkpoint's are this grid's.
+  std::set<std::string> rebuilt;
+  std::string grid_change;
+};
+
 class WeatherModelImpl : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
@@ -74,35 +91,19 @@ class WeatherModelImpl : public torch::nn::Module {
   // else is independent of the channel lists: the same shape for any set of variables.
   virtual std::vector<ChannelAxis> channel_axes() const = 0;
 
-  // Fine-tuning on another grid than a checkpoint's (a data.region of a global model): the
-  // checkpoint's grid-sized tensors (positional embeddings, ...) made to fit this model, replaced in
-  // `weights`, with a line each saying what was done. `from` is the checkpoint's grid (lat, lon and
-  // their coordinates in degrees), shape() this model's. Everything else is left to the loader,
-  // which refuses what still does not fit. The default: a model with no grid-sized tensors.
-  virtual std::vector<std::string> adapt_to_grid(std::map<std::string, torch::Tensor>& weights, const ModelShape& from) const {
-    return {};
-  }
-
-  // Buffers the model builds from its grid (GraphCast's graph). A checkpoint trained on another
-  // grid (a global model fine-tuned on a data.region crop) holds other ones: fine-tuning keeps the
-  // model's own, built for its grid, and grid_change says in a line what differs
-  // (trainer/channel_transfer.h reports it). Empty for a model whose parameters and buffers do
-  // not depend on where the grid is.
-  virtual std::vector<std::string> grid_buffers() const { return {}; }
-  virtual std::string grid_change(const std::map<std::string, torch::Tensor>& checkpoint) const {
-    (void)checkpoint;
-    return "";
-  }
-
-  // A checkpoint's value of `name`, a parameter or buffer whose size depends on the grid (Pangu's
-  // Earth-specific bias tables and masks), fitted to this model's grid, where `trained` was sized
-  // for the grid `placement` describes; `how` says what was done, for the report. Undefined when
-  // `name` is not grid-sized or cannot be fitted (the transfer then reports the size mismatch);
-  // undefined with `how` set when this grid needs no such tensor (the transfer reports it so).
-  // trainer/channel_transfer.h calls it for every tensor whose size differs from the model's.
-  virtual torch::Tensor fit_to_grid(const std::string& name, const torch::Tensor& trained,
-                                    const GridPlacement& placement, std::string* how) const {
-    (void)name, (void)trained, (void)placement, (void)how;
+  // Fine-tuning on another grid than a checkpoint's (a data.region crop of a global model): the
+  // checkpoint's tensors `weights` edited in place to fit this model's grid, and what was done.
+  // `where` places this grid in the grid the checkpoint was trained on (GridPlacement; unknown when
+  // not a region crop); `from` is the checkpoint's grid as it recorded it (lat, lon and their
+  // coordinates in degrees; lat = 0: not recorded), shape() this model's. What still does not fit
+  // is left as it is, for the loader to refuse by name. trainer/channel_transfer.h calls it once,
+  // before matching names, and reports the result. The default: nothing depends on the grid.
+  //   FourCastNet: the positional embedding cut or interpolated to this grid's patches;
+  //   Pangu: the Earth-specific bias tables cut to this grid's latitude windows, masks rebuilt;
+  //   GraphCast: the graph, built for this grid, in place of the checkpoint's.
+  virtual GridFit fit_checkpoint_to_grid(std::map<std::string, torch::Tensor>& weights, const GridPlacement& where,
+                                         const ModelShape& from) const {
+    (void)weights, (void)where, (void)from;
     return {};
   }
 

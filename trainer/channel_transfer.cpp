@@ -130,7 +130,8 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
                                        const std::vector<std::string>& old_outputs,
                                        const std::vector<std::string>& new_inputs,
                                        const std::vector<std::string>& new_outputs, bool strict,
-                                       const std::string& source, const models::GridPlacement& placement) {
+                                       const std::string& source, const models::GridPlacement& placement,
+                                       const models::ModelShape& trained_grid) {
   require_unique(old_inputs, "checkpoint's input channels", source);
   require_unique(old_outputs, "checkpoint's output channels", source);
   require_unique(new_inputs, "run's input channels", source);
@@ -181,22 +182,22 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
     axis_maps[a.parameter] = match_channels(old_on_axis, new_on_axis, unused_matched, unused_added, unused_dropped);
   }
 
-  // Grid buffers of another grid: the model's own stay (what was built, the report says).
-  const std::vector<std::string> grid_buffers = model.grid_buffers();
-  const std::set<std::string> grid(grid_buffers.begin(), grid_buffers.end());
-  if (!grid.empty()) report.grid_change = model.grid_change(weights);
-  const bool rebuild_grid = !report.grid_change.empty();
+  // A checkpoint of another grid: its grid-sized tensors fitted to this model's, its grid buffers
+  // replaced by the model's own (what was done, the report says).
+  TensorMap fitted_weights = weights;
+  const models::GridFit fit = model.fit_checkpoint_to_grid(fitted_weights, placement, trained_grid);
+  report.regridded = fit.regridded;
+  report.grid_change = fit.grid_change;
 
   // Decide everything first, copy last: an error leaves the model as it was built.
-  std::vector<std::string> shape_errors, missing_reasons;
-  std::map<std::string, torch::Tensor> fitted;  // grid-sized tensors fitted to this grid
+  std::vector<std::string> shape_errors, missing_reasons, fitted;  // fitted: to this grid
   for (const auto& [name, target] : own) {
-    if (rebuild_grid && grid.count(name)) {
+    if (fit.rebuilt.count(name)) {
       report.rebuilt.push_back(name);
       continue;
     }
-    auto it = weights.find(name);
-    if (it == weights.end()) {
+    auto it = fitted_weights.find(name);
+    if (it == fitted_weights.end()) {
       report.initialised.push_back(name);
       missing_reasons.push_back(name);
       continue;
@@ -205,21 +206,15 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
     auto axis = axes.find(name);
     const ChannelMap* m = axis == axes.end() ? nullptr : &axis_maps.at(name);
     if (!m || !m->changed) {
-      // Not channel-indexed, or its channels are the checkpoint's: exactly load_weights, unless
-      // the size is the grid's and the model fits it to this one.
-      if (stored.sizes() == target.sizes()) {
-        report.loaded.push_back(name);
-        continue;
-      }
-      std::string how;
-      const torch::Tensor fit = model.fit_to_grid(name, stored, placement, &how);
-      if (fit.defined() && fit.sizes() == target.sizes()) {
-        fitted[name] = fit;
-        report.regridded.push_back(name + ": " + how);
-      } else {
+      // Not channel-indexed, or its channels are the checkpoint's: exactly load_weights (the
+      // tensors fitted to this grid are reported as regridded).
+      if (stored.sizes() != target.sizes())
         shape_errors.push_back(name + " (checkpoint " + c10::str(stored.sizes()) + ", model " +
                                c10::str(target.sizes()) + ")");
-      }
+      else if (fit.fitted.count(name))
+        fitted.push_back(name);
+      else
+        report.loaded.push_back(name);
       continue;
     }
     const std::string why = remap_mismatch(stored, target, axis->second, *m);
@@ -233,15 +228,8 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
       report.remapped.push_back(name);
     }
   }
-  for (const auto& [name, t] : weights) {
-    if (own.count(name) || (rebuild_grid && grid.count(name))) continue;
-    // A grid-sized buffer the model needs on the trained grid but not on this one.
-    std::string how;
-    if (placement.known() && !model.fit_to_grid(name, t, placement, &how).defined() && !how.empty())
-      report.regridded.push_back(name + ": " + how);
-    else
-      report.unexpected.push_back(name);
-  }
+  for (const auto& [name, t] : fitted_weights)
+    if (!own.count(name)) report.unexpected.push_back(name);
 
   if (!shape_errors.empty())
     throw ConfigError(source + ": weights do not fit this model: " + list(shape_errors) +
@@ -266,16 +254,16 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
     if (!rebuilt.count(name)) total += t.numel();
   for (const auto& name : report.loaded) carried += own[name].numel();
   for (const auto& name : report.remapped) carried += own[name].numel();
-  for (const auto& [name, t] : fitted) carried += own[name].numel();  // fitted to this grid (a region)
+  for (const auto& name : fitted) carried += own[name].numel();  // fitted to this grid (a region)
   report.loaded_share = total > 0 ? static_cast<double>(carried) / static_cast<double>(total) : 1.0;
 
-  for (const auto& name : report.loaded) own[name].copy_(weights.at(name));
-  for (const auto& [name, t] : fitted) own[name].copy_(t);
+  for (const auto& name : report.loaded) own[name].copy_(fitted_weights.at(name));
+  for (const auto& name : fitted) own[name].copy_(fitted_weights.at(name));
   for (const auto& name : report.remapped) {
     const models::ChannelAxis& axis = axes.at(name);
     const ChannelMap& m = axis_maps.at(name);
     auto [to, to_dim] = split_channels(own[name], axis, m.new_count);
-    auto [from, from_dim] = split_channels(weights.at(name).contiguous(), axis, m.old_count);
+    auto [from, from_dim] = split_channels(fitted_weights.at(name).contiguous(), axis, m.old_count);
     for (const auto& [new_index, old_index] : m.pairs) to.select(to_dim, new_index).copy_(from.select(from_dim, old_index));
   }
   return report;

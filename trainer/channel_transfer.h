@@ -19,14 +19,14 @@ struct ChannelTransferReport {
   std::vector<std::string> matched_outputs, new_outputs, dropped_outputs;
   std::vector<std::string> loaded;       // parameters and buffers copied whole
   std::vector<std::string> remapped;     // parameters copied channel by channel
-  std::vector<std::string> regridded;    // grid-sized tensors fitted to a region ("name: how"; GridPlacement)
+  std::vector<std::string> regridded;    // grid-sized tensors fitted to this grid ("name: how"; GridFit)
   std::vector<std::string> initialised;  // left at their fresh init: absent from the checkpoint, or
                                          // channel-indexed with no channel in common
   std::vector<std::string> unexpected;   // in the checkpoint, not in the model
   // The share of the model's values (elements of its parameters and buffers) in tensors loaded,
   // remapped or fitted to this grid; a remapped tensor counts whole.
   double loaded_share = 0;
-  // Buffers built from the grid (WeatherModelImpl::grid_buffers) that the checkpoint has for
+  // Buffers built from the grid (GraphCast's graph; GridFit::rebuilt) that the checkpoint has for
   // another grid, or not at all: the model keeps its own. grid_change: what differs, in a line.
   std::vector<std::string> rebuilt;
   std::string grid_change;
@@ -35,7 +35,9 @@ struct ChannelTransferReport {
   //   output channels: 6 matched, 1 new (tp), 0 dropped
   //   tensors: 40 loaded, 3 remapped, 0 initialised, 0 unexpected; 100.0% of the model's values come from the checkpoint
   //   grid: graph built for this grid: 1188 grid points (checkpoint 65160), ... (11 buffers)
-  //   regridded for the region: layer1_block0.attn.earth_bias: Earth-specific bias: 2 latitude windows ...
+  //   regridded for the region:
+  //     layer1_block0.attn.earth_bias: Earth-specific bias: 2 latitude windows ...
+  //     embed.pos_embed: cut from the checkpoint's 8 x 16 patches to this grid's 2 x 4 (...)
   std::string summary() const;
   // Under this share of the model's values from the checkpoint, a fine-tuning run says so loudly.
   static constexpr double kFewLoaded = 0.5;
@@ -46,9 +48,13 @@ struct ChannelTransferReport {
 // named in model.channel_axes() is, when its side's channel list changed, copied slice by slice for
 // the channels present in both lists (by name), and the rest keep their initialisation.
 //
-// The model's grid buffers (grid_buffers()) are loaded like the rest when the checkpoint's are
-// this model's graph; otherwise (a checkpoint of another grid, or one without them, as a
-// reference's state_dict) the model keeps the ones it built for its grid, listed in `rebuilt`.
+// First the model fits the checkpoint to its grid (WeatherModelImpl::fit_checkpoint_to_grid, on a
+// copy of `weights`): `placement`, when known, says where the model's grid lies in the grid the
+// checkpoint was trained on (a data.region crop of it), and `trained_grid` is the grid the
+// checkpoint recorded (checkpoint_grid; lat = 0: none). The tensors it fitted (positional
+// embeddings, Pangu's bias tables and masks) are reported as regridded, not loaded; the buffers it
+// keeps as its own (GraphCast's graph, when the checkpoint's is another grid's or absent, as in a
+// reference's state_dict) are listed in `rebuilt` and are not part of the loaded share.
 //
 // `strict` (train.strict): any parameter that is neither loaded nor remapped, or an unexpected name,
 // is a ConfigError listing them; without, they are reported. A transfer that would load no tensor at
@@ -58,10 +64,6 @@ struct ChannelTransferReport {
 // would train a different model than the user thinks. Channel names must be unique within each list
 // and the new lists must match the model's shape (else ConfigError). Nothing is copied when it throws.
 //
-// `placement`, when known, says where the model's grid lies in the grid the checkpoint was trained
-// on (a data.region crop of it): a tensor whose size differs only because it is sized by the grid
-// is fitted by the model (WeatherModelImpl::fit_to_grid) and reported as regridded.
-//
 // With old lists equal to new ones it behaves as load_weights (same loaded/missing/unexpected,
 // same errors and messages; the strict failure is a ConfigError, a kind of Error).
 ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const TensorMap& weights,
@@ -69,6 +71,7 @@ ChannelTransferReport transfer_weights(models::WeatherModelImpl& model, const Te
                                        const std::vector<std::string>& old_outputs,
                                        const std::vector<std::string>& new_inputs,
                                        const std::vector<std::string>& new_outputs, bool strict,
-                                       const std::string& source, const models::GridPlacement& placement = {});
+                                       const std::string& source, const models::GridPlacement& placement = {},
+                                       const models::ModelShape& trained_grid = {});
 
 }  // namespace wxtrain::trainer

@@ -589,19 +589,16 @@ ModelInit weight_init(const Run& run, const StartingPoint& from) {
     // The checkpoint's channel names (older checkpoints: its run file's), mapped onto this run's:
     // the first and last layers' slices move with their channels, new channels start fresh.
     const ChannelNames old_channels = checkpoint_channels(*from.init_from, t.init_from);
-    // A checkpoint of another grid (a global model fine-tuned on a data.region): its grid-sized
-    // tensors made to fit this model first, and said so.
-    TensorMap weights = from.init_from->model;
-    if (const std::optional<models::ModelShape> grid = checkpoint_grid(*from.init_from, t.init_from))
-      for (const std::string& line : m.adapt_to_grid(weights, *grid))
-        if (run.is_root()) std::cerr << "init_from " << t.init_from << ": " << line << "\n";
-    // With data.region, the checkpoint is taken to have been trained on the sources' whole grid:
-    // its grid-sized tensors are fitted to the region (WeatherModelImpl::fit_to_grid).
+    // A checkpoint of another grid (a global model fine-tuned on a data.region) is fitted to this
+    // model's (WeatherModelImpl::fit_checkpoint_to_grid) by the grid it recorded and, with
+    // data.region, where the region lies in the sources' whole grid, on which it is taken to have
+    // been trained; the report says what was done.
     const data::Dataset& d = *run.dataset;
     const models::GridPlacement placement{d.full_lat(), d.full_lon(), d.region_rows(), d.region_cols()};
-    auto report = transfer_weights(m, weights, old_channels.inputs, old_channels.outputs,
+    const models::ModelShape trained_grid = checkpoint_grid(*from.init_from, t.init_from).value_or(models::ModelShape{});
+    auto report = transfer_weights(m, from.init_from->model, old_channels.inputs, old_channels.outputs,
                                    run.layout.input_names(), run.layout.output_names(), t.strict, t.init_from,
-                                   placement);
+                                   placement, trained_grid);
     if (!run.is_root()) return;
     std::cerr << "init_from " << t.init_from << ": " << report.summary() << "\n";
     if (report.loaded_share < ChannelTransferReport::kFewLoaded) {

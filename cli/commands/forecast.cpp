@@ -368,13 +368,9 @@ int run_forecast(const ForecastArgs& args) {
   torch::NoGradGuard no_grad;
   auto model = models::build_model(config.model, models::model_shape(config));
   trainer::TensorMap weights = ckpt.model;
-  if (reference) {
-    // A reference's state_dict holds no grid buffers (GraphCastNet rebuilds its graph when built):
-    // the model's own, built for the run's grid, stand in for them.
-    const auto buffers = model->named_buffers();
-    for (const std::string& name : model->grid_buffers())
-      if (!weights.count(name)) weights[name] = buffers[name];
-  }
+  // A reference's state_dict holds no grid buffers (GraphCastNet rebuilds its graph when built):
+  // the model's own, built for the run's grid, stand in for them.
+  if (reference) model->fit_checkpoint_to_grid(weights, {}, {});
   trainer::load_weights(*model, weights, /*strict=*/true, args.checkpoint);
   model->eval();
 

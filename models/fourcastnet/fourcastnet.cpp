@@ -235,6 +235,16 @@ std::vector<std::string> FourCastNetImpl::adapt_to_grid(std::map<std::string, to
           std::to_string(nw) + " (" + where + ")"};
 }
 
+GridFit FourCastNetImpl::fit_checkpoint_to_grid(std::map<std::string, torch::Tensor>& weights,
+                                                const GridPlacement& where, const ModelShape& from) const {
+  (void)where;
+  GridFit fit;
+  if (from.lat <= 0) return fit;  // the checkpoint recorded no grid: taken to be this one
+  fit.regridded = adapt_to_grid(weights, from);
+  if (!fit.regridded.empty()) fit.fitted.insert("embed.pos_embed");
+  return fit;
+}
+
 torch::Tensor FourCastNetImpl::forward(torch::Tensor x) {
   TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels, "fourcastnet: expected input [batch, ",
               shape().in_channels, ", lat, lon], got ", x.sizes());

@@ -106,7 +106,12 @@ class FourCastNetImpl : public WeatherModelImpl {
   // checkpoint's patch grid, bilinearly, wrapping in longitude on a global grid. Where the region
   // starts on the checkpoint's patch boundaries at its resolution every sample falls on a patch
   // centre and this is a cut; otherwise an interpolation, and the line says which.
-  std::vector<std::string> adapt_to_grid(std::map<std::string, torch::Tensor>& weights, const ModelShape& from) const override;
+  // Replaces weights["embed.pos_embed"] and returns its line ("embed.pos_embed: cut from ..."), or
+  // nothing when the grid is the checkpoint's or the embedding is not one the loader would take.
+  std::vector<std::string> adapt_to_grid(std::map<std::string, torch::Tensor>& weights, const ModelShape& from) const;
+  // adapt_to_grid, when the checkpoint recorded its grid (`where` is not needed: the coordinates place it).
+  GridFit fit_checkpoint_to_grid(std::map<std::string, torch::Tensor>& weights, const GridPlacement& where,
+                                 const ModelShape& from) const override;
 
   int64_t patch_size() const { return patch_; }
   int64_t patches_lat() const { return patches_lat_; }

@@ -518,33 +518,41 @@ std::vector<ChannelAxis> GraphCastImpl::channel_axes() const {
   return {{"grid2mesh.grid_embed.first.0.weight", 1, true}, {last + ".weight", 0, false}, {last + ".bias", 0, false}};
 }
 
-std::vector<std::string> GraphCastImpl::grid_buffers() const {
-  return {"grid_features",  "mesh_features",      "g2m_senders", "g2m_receivers", "g2m_features", "mesh_senders",
-          "mesh_receivers", "mesh_edge_features", "m2g_senders", "m2g_receivers", "m2g_features"};
-}
-
-std::string GraphCastImpl::grid_change(const std::map<std::string, torch::Tensor>& checkpoint) const {
-  // Sizes of the checkpoint's graph next to ours; "" when the checkpoint's graph is this one.
+GridFit GraphCastImpl::fit_checkpoint_to_grid(std::map<std::string, torch::Tensor>& weights,
+                                              const GridPlacement& where, const ModelShape& from) const {
+  (void)where, (void)from;  // the graph is built from this model's grid; the checkpoint's is compared
+  static const char* const kGraphBuffers[] = {"grid_features",  "mesh_features",      "g2m_senders",
+                                              "g2m_receivers",  "g2m_features",       "mesh_senders",
+                                              "mesh_receivers", "mesh_edge_features", "m2g_senders",
+                                              "m2g_receivers",  "m2g_features"};
   bool same = true;
   const auto buffers = named_buffers();
-  for (const std::string& name : grid_buffers()) {
-    auto it = checkpoint.find(name);
+  for (const char* name : kGraphBuffers) {
+    auto it = weights.find(name);
     const torch::Tensor& own = buffers[name];
-    if (it == checkpoint.end() || it->second.sizes() != own.sizes() ||
+    if (it == weights.end() || it->second.sizes() != own.sizes() ||
         !torch::equal(it->second.to(own.device(), own.scalar_type()), own))
       same = false;
   }
-  if (same) return "";
+  GridFit fit;
+  if (same) return fit;
+  // Sizes of the checkpoint's graph next to ours.
   auto count = [&](const std::string& name) -> std::string {
-    auto it = checkpoint.find(name);
-    return it == checkpoint.end() ? "none" : std::to_string(it->second.size(0));
+    auto it = weights.find(name);
+    return it == weights.end() ? "none" : std::to_string(it->second.size(0));
   };
-  return "graph built for this grid: " + std::to_string(graph_.grid_nodes) + " grid points (checkpoint " +
-         count("grid_features") + "), " + std::to_string(graph_.mesh_nodes) + " mesh nodes (checkpoint " +
-         count("mesh_features") + "), " + std::to_string(graph_.mesh_senders.size(0)) + " mesh edges (checkpoint " +
-         count("mesh_senders") + "), " + std::to_string(graph_.g2m_senders.size(0)) + " grid2mesh edges (checkpoint " +
-         count("g2m_senders") + "), " + std::to_string(graph_.m2g_senders.size(0)) + " mesh2grid edges (checkpoint " +
-         count("m2g_senders") + ")";
+  fit.grid_change = "graph built for this grid: " + std::to_string(graph_.grid_nodes) + " grid points (checkpoint " +
+                    count("grid_features") + "), " + std::to_string(graph_.mesh_nodes) + " mesh nodes (checkpoint " +
+                    count("mesh_features") + "), " + std::to_string(graph_.mesh_senders.size(0)) +
+                    " mesh edges (checkpoint " + count("mesh_senders") + "), " +
+                    std::to_string(graph_.g2m_senders.size(0)) + " grid2mesh edges (checkpoint " +
+                    count("g2m_senders") + "), " + std::to_string(graph_.m2g_senders.size(0)) +
+                    " mesh2grid edges (checkpoint " + count("m2g_senders") + ")";
+  for (const char* name : kGraphBuffers) {
+    weights[name] = buffers[name];
+    fit.rebuilt.insert(name);
+  }
+  return fit;
 }
 
 torch::Tensor GraphCastImpl::forward(torch::Tensor x) {

@@ -183,9 +183,11 @@ class GraphCastImpl : public WeatherModelImpl {
 
   // The graph's buffers: rebuilt, not loaded, when a checkpoint of another grid initialises the
   // model (a global GraphCast fine-tuned on a region keeps the mesh over the region, its edges cut
-  // and their features as the global mesh has them).
-  std::vector<std::string> grid_buffers() const override;
-  std::string grid_change(const std::map<std::string, torch::Tensor>& checkpoint) const override;
+  // and their features as the global mesh has them), or one without them (a reference's
+  // state_dict: GraphCastNet builds its graph when built). The checkpoint's, where any differs from
+  // this model's, are all replaced by this model's, and grid_change gives the sizes of both.
+  GridFit fit_checkpoint_to_grid(std::map<std::string, torch::Tensor>& weights, const GridPlacement& where,
+                                 const ModelShape& from) const override;
 
   const GraphCastGraph& graph() const { return graph_; }
 

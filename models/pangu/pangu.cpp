@@ -610,6 +610,37 @@ torch::Tensor PanguImpl::fit_to_grid(const std::string& name, const torch::Tenso
   return fitted;
 }
 
+GridFit PanguImpl::fit_checkpoint_to_grid(std::map<std::string, torch::Tensor>& weights, const GridPlacement& where,
+                                          const ModelShape& from) const {
+  (void)from;
+  GridFit fit;
+  std::map<std::string, torch::Tensor> own;
+  for (const auto& p : named_parameters()) own[p.key()] = p.value();
+  for (const auto& b : named_buffers()) own[b.key()] = b.value();
+  // The model's tensors first, then those it lacks: the report's order.
+  for (auto& [name, stored] : weights) {
+    auto it = own.find(name);
+    if (it == own.end() || stored.sizes() == it->second.sizes()) continue;
+    std::string how;
+    torch::Tensor fitted = fit_to_grid(name, stored, where, &how);
+    if (!fitted.defined() || fitted.sizes() != it->second.sizes()) continue;  // the loader names it
+    stored = fitted;
+    fit.fitted.insert(name);
+    fit.regridded.push_back(name + ": " + how);
+  }
+  if (!where.known()) return fit;
+  for (auto it = weights.begin(); it != weights.end();) {
+    std::string how;
+    if (own.count(it->first) || fit_to_grid(it->first, it->second, where, &how).defined() || how.empty()) {
+      ++it;
+      continue;
+    }
+    fit.regridded.push_back(it->first + ": " + how);  // needed on the trained grid, not on this one
+    it = weights.erase(it);
+  }
+  return fit;
+}
+
 std::vector<torch::Tensor> PanguImpl::split_input(const torch::Tensor& x) const {
   const int64_t upper = upper_channels();
   if (upper == 0) return {torch::Tensor(), x};

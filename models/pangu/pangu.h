@@ -246,8 +246,14 @@ class PanguImpl : public WeatherModelImpl {
   // latitude window that covered the same latitude (the bias is Earth-specific by latitude and
   // level, shared along longitude, so a regional window inherits its band's); the level windows
   // are the same. The shifted windows' masks are rebuilt (this model's own).
+  // One tensor of the checkpoint, `name`, fitted so: undefined when it is not grid-sized or cannot
+  // be fitted; undefined with `how` set when this grid needs no such tensor (a mask).
   torch::Tensor fit_to_grid(const std::string& name, const torch::Tensor& trained, const GridPlacement& placement,
-                            std::string* how) const override;
+                            std::string* how) const;
+  // fit_to_grid over the checkpoint's tensors whose size is not this model's, and (with `where`
+  // known) those this grid needs none of; `from` is not needed.
+  GridFit fit_checkpoint_to_grid(std::map<std::string, torch::Tensor>& weights, const GridPlacement& where,
+                                 const ModelShape& from) const override;
 
   // The input split: {upper [B, V, Z, lat, lon], surface-like [B, Cs, lat, lon]} (upper undefined
   // without upper air). The newest state's first V x Z channels are the volume.
