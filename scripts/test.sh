@@ -31,5 +31,7 @@ echo "test environments ready after $(( $(date +%s) - start )) s"
 # OpenMPI refuses to run as root without these; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "running the tests ($(( $(date +%s) - start )) s so far)"
-ctest --test-dir build --output-on-failure --timeout 900
+# Two at a time on two cores: much of a test is starting a process and loading LibTorch, which
+# overlaps well. Tests that need both cores say so (PROCESSORS 2, RUN_SERIAL) and run alone.
+ctest --test-dir build --output-on-failure --timeout 900 -j "$(nproc)"
 echo "install + build + tests: $(( $(date +%s) - start )) s"
