@@ -368,15 +368,31 @@ INSTANTIATE_TEST_SUITE_P(Zoo, AnalyticVsTrace,
                                            Case{"pangu", Precision::kBf16Mixed, true}),
                          case_name);
 
+// The storm grid placed where the data lies (20-60N, 140-52.5W): GraphCast's regional mesh.
+models::ModelShape storm_region_shape() {
+  models::ModelShape regional = storm_shape();
+  for (int64_t i = 0; i < 33; ++i) regional.latitudes.push_back(20.0 + 1.25 * static_cast<double>(i));
+  for (int64_t j = 0; j < 36; ++j) regional.longitudes.push_back(-140.0 + 2.5 * static_cast<double>(j));
+  return regional;
+}
+
+// The small GraphCast as a GPU would run it (the formulas follow the unfused path; the trace turns fusion off).
+RunConfig graphcast_case(Precision precision, bool checkpointing) {
+  RunConfig r;
+  r.model = small("graphcast");
+  r.train.precision = precision;
+  r.train.checkpointing = checkpointing;
+  r.train.device = "cuda";
+  return r;
+}
+
 // On a CPU run (train.device = "cpu") the U-Net's GroupNorm + SiLU is fused (ops/group_norm_silu.h)
 // and the trace follows it; the formulas keep describing the unfused path a GPU runs. Fusion never
 // costs memory, and the formulas stay within their usual error of the fused step, or above it.
 // GraphCast's formulas hold to 8% of the trace (the zoo-wide test allows 15%), on the storm grid
 // placed where the data lies (the regional mesh) and on the global fallback grid.
 TEST(AnalyticVsTrace, GraphCastWithinEightPercent) {
-  models::ModelShape regional = storm_shape();
-  for (int64_t i = 0; i < 33; ++i) regional.latitudes.push_back(20.0 + 1.25 * static_cast<double>(i));
-  for (int64_t j = 0; j < 36; ++j) regional.longitudes.push_back(-140.0 + 2.5 * static_cast<double>(j));
+  const models::ModelShape regional = storm_region_shape();
   for (const models::ModelShape& shape : {storm_shape(), regional}) {
     const auto [lat, lon] = models::graphcast_grid(shape);
     const models::GraphCastGraph g = models::build_graphcast_graph(lat, lon, 4);
@@ -386,11 +402,7 @@ TEST(AnalyticVsTrace, GraphCastWithinEightPercent) {
                 static_cast<long long>(g.mesh_senders.size(0)), static_cast<long long>(g.m2g_senders.size(0)));
     for (const Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
       for (const bool checkpointing : {false, true}) {
-        RunConfig r;
-        r.model = small("graphcast");
-        r.train.precision = precision;
-        r.train.checkpointing = checkpointing;
-        r.train.device = "cuda";
+        const RunConfig r = graphcast_case(precision, checkpointing);
         const ActivationFit traced = trace_activations(r, shape, Mode::kTrain, {4, 16});
         const ActivationFit analytic = analytic_activations(r, shape, Mode::kTrain);
         EXPECT_EQ(analytic.traced_states, traced.traced_states);
@@ -565,17 +577,11 @@ TEST(AnalyticSpeed, SevenBillionParameterViTInWellUnderASecond) {
 // (per sample). The measured carries of models/graphcast/graphcast_memory.cpp were fitted with it:
 // the difference of the per-sample slopes, in the case whose peak is in the block concerned.
 TEST(AnalyticVsTrace, DISABLED_GraphCastCarryTerms) {
-  models::ModelShape regional = storm_shape();
-  for (int64_t i = 0; i < 33; ++i) regional.latitudes.push_back(20.0 + 1.25 * static_cast<double>(i));
-  for (int64_t j = 0; j < 36; ++j) regional.longitudes.push_back(-140.0 + 2.5 * static_cast<double>(j));
+  const models::ModelShape regional = storm_region_shape();
   for (const models::ModelShape& shape : {storm_shape(), regional}) {
     for (const Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
       for (const bool checkpointing : {false, true}) {
-        RunConfig r;
-        r.model = small("graphcast");
-        r.train.precision = precision;
-        r.train.checkpointing = checkpointing;
-        r.train.device = "cuda";
+        const RunConfig r = graphcast_case(precision, checkpointing);
         const ActivationFit traced = trace_activations(r, shape, Mode::kTrain, {4, 16});
         const ActivationFit analytic = analytic_activations(r, shape, Mode::kTrain);
         std::printf("[ diag ] %s %s ckpt=%d traced fb %.0f + %.0f/sample; analytic fb %.0f + %.0f/sample\n",
