@@ -2,6 +2,7 @@
 
 #include "core/config_reader.h"
 #include "core/error.h"
+#include "ops/bf16_gemm.h"
 
 namespace wxtrain::models {
 
@@ -32,6 +33,8 @@ const ModelEntry& find_model(const std::string& name) {
 WeatherModel build_model(const ModelConfig& config, const ModelShape& shape) {
   const ModelEntry& entry = find_model(config.name);
   check_model_options(config);  // options set in code meet the rules a run file's do
+  // Before any step: on a CPU without native bf16, bf16 GEMMs are computed in fp32 (ops/bf16_gemm.h).
+  ops::install_bf16_gemm_in_fp32();
   return entry.build(config, shape);
 }
 
