@@ -7,6 +7,8 @@
 // median and the spread (lowest, highest) over pairs, with the peak bytes of one step in each arm.
 // `all` turns every fusion off with CpuFusionGuard(false), as `train_throughput --unfused` does: that
 // also switches the CPU step to CUDA's autocast policy (LayerNorm and softmax in fp32).
+// `bf16_gemm_fp32` is not a fusion: the off arm sends bf16 GEMMs to ATen's own bf16 kernels
+// (ops::set_bf16_gemm_in_fp32(false)); it changes anything only where ops/bf16_gemm.h installed.
 // `apply_linear` is an op, not a step: ops::apply_linear(layer, x) against layer(x) (the C++
 // frontend's matmul and in-place bias add), forward and backward at the ViT's MLP sizes, oneDNN off.
 //
@@ -34,6 +36,7 @@
 #include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "distributed/world.h"
+#include "ops/bf16_gemm.h"
 #include "ops/cpu_fusion.h"
 #include "ops/linear.h"
 #include "trainer/training_step.h"
@@ -65,6 +68,8 @@ const std::vector<FusionUse>& fusion_uses() {
       {"scaled_biased_softmax", Fusion::kScaledBiasedSoftmax, {"pangu"}, both},
       {"all", std::nullopt, {"unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu"}, both},
       {"apply_linear", std::nullopt, {"vit"}, both},
+      // bf16 GEMMs in fp32 on a CPU without native bf16 (ops/bf16_gemm.h); elsewhere both arms are alike.
+      {"bf16_gemm_fp32", std::nullopt, {"unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu"}, {"bf16-mixed"}},
   };
   return uses;
 }
@@ -233,8 +238,13 @@ int run(const Args& args) {
           if (!bench) bench = make_step_bench(model, precision, args.batch);
           StepBench* b = bench.get();
           const std::optional<Fusion> fusion = use.fusion;
-          row.work = [b, fusion](bool fused) {
-            if (fused) {
+          const bool gemm_row = name == "bf16_gemm_fp32";
+          row.work = [b, fusion, gemm_row](bool fused) {
+            if (gemm_row) {
+              ops::set_bf16_gemm_in_fp32(fused);
+              b->step->run(b->batches, b->lr);
+              ops::set_bf16_gemm_in_fp32(true);
+            } else if (fused) {
               b->step->run(b->batches, b->lr);
             } else if (fusion) {
               const ops::FusionOffGuard off(*fusion);
