@@ -143,13 +143,34 @@ void gather(const float* state, int64_t plane, const OutputVariable& output, std
     std::copy_n(state + output.channels[l] * plane, plane, out.data() + l * static_cast<size_t>(plane));
 }
 
+// The member dimension (ForecastCoordinates::members > 0): cfgrib's name and attributes for
+// ECMWF's ensemble members (forecast_writer.h).
+const char* const kMemberDim = "number";
+const std::vector<std::pair<std::string, std::string>>& member_attributes() {
+  static const std::vector<std::pair<std::string, std::string>> attributes = {
+      {"long_name", "ensemble member numerical id"}, {"units", "1"}, {"standard_name", "realization"}};
+  return attributes;
+}
+
+// A variable's dimensions (or its chunk shape, start or count) from the outside in: time, the
+// member when there is one, its levels when it has them, lat, lon.
+template <typename T>
+std::vector<T> layout(T time, std::optional<T> member, std::optional<T> level, T lat, T lon) {
+  std::vector<T> out = {time};
+  if (member) out.push_back(*member);
+  if (level) out.push_back(*level);
+  out.push_back(lat);
+  out.push_back(lon);
+  return out;
+}
+
 }  // namespace
 
 // Where the states go: one implementation per file format.
 class ForecastWriter::Format {
  public:
   virtual ~Format() = default;
-  virtual void write_step(int64_t k, const float* state) = 0;  // [V, H, W]
+  virtual void write_step(int64_t k, const float* state) = 0;  // [V, H, W], [N, V, H, W] with members
   virtual void commit() = 0;
 };
 
@@ -159,7 +180,8 @@ class NetcdfFormat : public ForecastWriter::Format {
  public:
   NetcdfFormat(const std::string& target, const ForecastCoordinates& c, const std::vector<OutputVariable>& outputs,
                const std::vector<OutputLevels>& levels, const OutputTime& time)
-      : target_(target), outputs_(outputs), time_(time), H_(c.lat.size()), W_(c.lon.size()) {
+      : target_(target), outputs_(outputs), time_(time), H_(c.lat.size()), W_(c.lon.size()),
+        V_(c.variables.size()), members_(static_cast<size_t>(std::max<int64_t>(0, c.members))) {
     const std::filesystem::path file(target);
     temporary_ = (file.parent_path() / ("." + file.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
     try {
@@ -179,10 +201,20 @@ class NetcdfFormat : public ForecastWriter::Format {
       const size_t t = static_cast<size_t>(k);
       file_->write_doubles("time", {t}, {1}, &time_.values[t]);
       if (time_.reference) file_->write_doubles("lead_time", {t}, {1}, &time_.lead[t]);
-      for (const auto& output : outputs_) {
-        gather(state, static_cast<int64_t>(H_ * W_), output, field_);
-        if (output.level_dim.empty()) file_->write_floats(output.name, {t, 0, 0}, {1, H_, W_}, field_.data());
-        else file_->write_floats(output.name, {t, 0, 0, 0}, {1, output.channels.size(), H_, W_}, field_.data());
+      // One member at a time: [1, (1,) (L,) H, W] at (t, (m,) 0...).
+      for (size_t m = 0; m < std::max<size_t>(1, members_); ++m) {
+        const float* member = state + m * V_ * H_ * W_;
+        const auto in_member = members_ ? std::optional<size_t>(m) : std::nullopt;
+        const auto one = members_ ? std::optional<size_t>(1) : std::nullopt;
+        for (const auto& output : outputs_) {
+          gather(member, static_cast<int64_t>(H_ * W_), output, field_);
+          const bool levels = !output.level_dim.empty();
+          file_->write_floats(output.name,
+                              layout<size_t>(t, in_member, levels ? std::optional<size_t>(0) : std::nullopt, 0, 0),
+                              layout<size_t>(1, one, levels ? std::optional<size_t>(output.channels.size()) : std::nullopt,
+                                             H_, W_),
+                              field_.data());
+        }
       }
       // HDF5 keeps written chunks of a growing (unlimited) dimension in memory until a flush,
       // whatever the chunk cache: flushed every step, memory stays flat and the temporary file
@@ -204,6 +236,7 @@ class NetcdfFormat : public ForecastWriter::Format {
     file_ = std::make_unique<NetcdfFile>(NetcdfFile::create(temporary_));
     NetcdfFile& file = *file_;
     file.define_dimension("time", 0);  // unlimited: a record per step, as it is produced
+    if (members_) file.define_dimension(kMemberDim, members_);
     for (const auto& level : levels) file.define_dimension(level.dim, level.values.size());
     file.define_dimension("lat", H_);
     file.define_dimension("lon", W_);
@@ -223,6 +256,10 @@ class NetcdfFormat : public ForecastWriter::Format {
       file.put_text_attribute("lead_time", "long_name", "time since forecast_reference_time");
       file.put_text_attribute("lead_time", "units", time_.lead_units);
     }
+    if (members_) {
+      file.define_variable(kMemberDim, NC_INT64, {kMemberDim});
+      for (const auto& [name, value] : member_attributes()) file.put_text_attribute(kMemberDim, name, value);
+    }
     for (const auto& level : levels) {
       file.define_variable(level.dim, NC_DOUBLE, {level.dim});
       if (!level.units.empty()) file.put_text_attribute(level.dim, "units", level.units);
@@ -241,14 +278,15 @@ class NetcdfFormat : public ForecastWriter::Format {
     }
     const float nan = std::numeric_limits<float>::quiet_NaN();
     for (const auto& output : outputs_) {
-      if (output.level_dim.empty()) {
-        file.define_variable(output.name, NC_FLOAT, {"time", "lat", "lon"});
-        file.define_chunking(output.name, {1, H_, W_});
-      } else {
-        file.define_variable(output.name, NC_FLOAT, {"time", output.level_dim, "lat", "lon"});
-        file.define_chunking(output.name, {1, output.channels.size(), H_, W_});
-      }
-      // One chunk per step, each written whole: no cache, so no step stays in memory.
+      const bool has_levels = !output.level_dim.empty();
+      file.define_variable(output.name, NC_FLOAT,
+                           layout<std::string>("time", members_ ? std::optional<std::string>(kMemberDim) : std::nullopt,
+                                               has_levels ? std::optional<std::string>(output.level_dim) : std::nullopt,
+                                               "lat", "lon"));
+      file.define_chunking(output.name,
+                           layout<size_t>(1, members_ ? std::optional<size_t>(1) : std::nullopt,
+                                          has_levels ? std::optional<size_t>(output.channels.size()) : std::nullopt, H_, W_));
+      // One chunk per step (and member), each written whole: no cache, so no step stays in memory.
       file.set_chunk_cache(output.name, 0);
       if (!output.info->units.empty()) file.put_text_attribute(output.name, "units", output.info->units);
       if (!output.info->long_name.empty()) file.put_text_attribute(output.name, "long_name", output.info->long_name);
@@ -260,6 +298,11 @@ class NetcdfFormat : public ForecastWriter::Format {
     file.put_text_attribute("", "source", "wxtrain forecast");
     file.put_text_attribute("", "Conventions", "CF-1.8");
     file.end_define();
+    if (members_) {
+      std::vector<double> numbers(members_);
+      for (size_t m = 0; m < members_; ++m) numbers[m] = static_cast<double>(m);
+      file.write_doubles(kMemberDim, numbers);  // netCDF-C converts them to the variable's int64
+    }
     for (const auto& level : levels) file.write_doubles(level.dim, level.values);
     file.write_doubles("lat", c.lat);
     file.write_doubles("lon", c.lon);
@@ -287,7 +330,8 @@ class NetcdfFormat : public ForecastWriter::Format {
   std::string target_, temporary_;
   std::vector<OutputVariable> outputs_;
   OutputTime time_;
-  size_t H_, W_;
+  size_t H_, W_, V_;
+  size_t members_;  // 0: no member dimension
   std::unique_ptr<NetcdfFile> file_;
   std::vector<float> field_;  // one variable of one step
   bool committed_ = false;
@@ -297,7 +341,8 @@ class ZarrFormat : public ForecastWriter::Format {
  public:
   ZarrFormat(const std::string& target, const ForecastCoordinates& c, const std::vector<OutputVariable>& outputs,
              const std::vector<OutputLevels>& levels, const OutputTime& time)
-      : store_(target), outputs_(outputs), H_(c.lat.size()), W_(c.lon.size()) {
+      : store_(target), outputs_(outputs), H_(c.lat.size()), W_(c.lon.size()), V_(c.variables.size()),
+        members_(static_cast<size_t>(std::max<int64_t>(0, c.members))) {
     auto coordinate = [&](const std::string& name, const std::vector<double>& v, nlohmann::json attributes) {
       ZarrArraySpec spec{name, {name}, {v.size()}, {std::max<size_t>(1, v.size())}, true, std::move(attributes), {}};
       store_.add_array(spec, v.data());
@@ -322,6 +367,15 @@ class ZarrFormat : public ForecastWriter::Format {
                          {}};
       store_.add_array(lead, time.lead.data());
     }
+    if (members_) {
+      nlohmann::json attributes = nlohmann::json::object();
+      for (const auto& [name, value] : member_attributes()) attributes[name] = value;
+      std::vector<int64_t> numbers(members_);
+      for (size_t m = 0; m < members_; ++m) numbers[m] = static_cast<int64_t>(m);
+      ZarrArraySpec spec{kMemberDim, {kMemberDim}, {members_}, {members_}, false, std::move(attributes), {}};
+      spec.int64 = true;
+      store_.add_array(spec, numbers.data());
+    }
     for (const auto& level : levels) {
       nlohmann::json attributes = nlohmann::json::object();
       if (!level.units.empty()) attributes["units"] = level.units;
@@ -342,27 +396,27 @@ class ZarrFormat : public ForecastWriter::Format {
       if (!output.info->long_name.empty()) spec.attributes["long_name"] = output.info->long_name;
       if (time.reference) spec.attributes["coordinates"] = auxiliary_coordinates(time);
       spec.fill_value = std::nan("");  // Zarr's own declaration of missing values
-      const size_t L = output.channels.size();
-      if (output.level_dim.empty()) {
-        spec.dims = {"time", "lat", "lon"};
-        spec.shape = {T, H_, W_};
-        spec.chunks = {1, H_, W_};
-      } else {
-        spec.dims = {"time", output.level_dim, "lat", "lon"};
-        spec.shape = {T, L, H_, W_};
-        spec.chunks = {1, L, H_, W_};
-      }
+      const auto L = output.level_dim.empty() ? std::nullopt : std::optional<size_t>(output.channels.size());
+      const auto N = members_ ? std::optional<size_t>(members_) : std::nullopt;
+      spec.dims = layout<std::string>("time", N ? std::optional<std::string>(kMemberDim) : std::nullopt,
+                                      L ? std::optional<std::string>(output.level_dim) : std::nullopt, "lat", "lon");
+      spec.shape = layout<size_t>(T, N, L, H_, W_);
+      // A chunk per step and member: each is written as soon as that member's step exists.
+      spec.chunks = layout<size_t>(1, N ? std::optional<size_t>(1) : std::nullopt, L, H_, W_);
       store_.define_array(spec);
     }
     store_.set_group_attributes({{"source", "wxtrain forecast"}, {"Conventions", "CF-1.8"}});
   }
 
   void write_step(int64_t k, const float* state) override {
-    for (const auto& output : outputs_) {
-      gather(state, static_cast<int64_t>(H_ * W_), output, field_);
-      std::vector<size_t> index(output.level_dim.empty() ? 3 : 4, 0);
-      index[0] = static_cast<size_t>(k);
-      store_.write_chunk(output.name, index, field_.data());
+    for (size_t m = 0; m < std::max<size_t>(1, members_); ++m) {
+      for (const auto& output : outputs_) {
+        gather(state + m * V_ * H_ * W_, static_cast<int64_t>(H_ * W_), output, field_);
+        const std::vector<size_t> index =
+            layout<size_t>(static_cast<size_t>(k), members_ ? std::optional<size_t>(m) : std::nullopt,
+                           output.level_dim.empty() ? std::nullopt : std::optional<size_t>(0), 0, 0);
+        store_.write_chunk(output.name, index, field_.data());
+      }
     }
   }
 
@@ -371,7 +425,8 @@ class ZarrFormat : public ForecastWriter::Format {
  private:
   ZarrV2Writer store_;
   std::vector<OutputVariable> outputs_;
-  size_t H_, W_;
+  size_t H_, W_, V_;
+  size_t members_;  // 0: no member dimension
   std::vector<float> field_;
 };
 
@@ -418,10 +473,15 @@ void ForecastWriter::write_step(const torch::Tensor& state) {
   const auto V = static_cast<int64_t>(coordinates_.variables.size());
   const auto H = static_cast<int64_t>(coordinates_.lat.size());
   const auto W = static_cast<int64_t>(coordinates_.lon.size());
-  if (state.dim() != 3 || state.size(0) != V || state.size(1) != H || state.size(2) != W) {
+  const int64_t N = coordinates_.members;
+  const int64_t rank = N > 0 ? 4 : 3;
+  if (state.dim() != rank || (N > 0 && state.size(0) != N) || state.size(rank - 3) != V || state.size(rank - 2) != H ||
+      state.size(rank - 1) != W) {
     std::ostringstream message;
     message << "cannot write forecast " << path_ << ": step " << written_ + 1 << " is " << state.sizes()
-            << " but the coordinates say [" << V << ", " << H << ", " << W << "] (variable, lat, lon)";
+            << " but the coordinates say ["
+            << (N > 0 ? std::to_string(N) + ", " : "") << V << ", " << H << ", " << W << "] ("
+            << (N > 0 ? "member, " : "") << "variable, lat, lon)";
     throw DataError(message.str());
   }
   if (written_ >= coordinates_.steps()) {
@@ -446,11 +506,14 @@ void write_forecast(const std::string& path, const torch::Tensor& states, const 
   const auto V = static_cast<int64_t>(c.variables.size());
   const auto H = static_cast<int64_t>(c.lat.size());
   const auto W = static_cast<int64_t>(c.lon.size());
-  if (states.dim() != 4 || states.size(0) != T || states.size(1) != V || states.size(2) != H ||
-      states.size(3) != W) {
+  const int64_t N = c.members;
+  const int64_t rank = N > 0 ? 5 : 4;
+  if (states.dim() != rank || states.size(0) != T || (N > 0 && states.size(1) != N) || states.size(rank - 3) != V ||
+      states.size(rank - 2) != H || states.size(rank - 1) != W) {
     std::ostringstream message;
     message << "cannot write forecast " << path << ": states are " << states.sizes() << " but the coordinates say ["
-            << T << ", " << V << ", " << H << ", " << W << "] (time, variable, lat, lon)";
+            << T << ", " << (N > 0 ? std::to_string(N) + ", " : "") << V << ", " << H << ", " << W << "] (time, "
+            << (N > 0 ? "member, " : "") << "variable, lat, lon)";
     throw DataError(message.str());
   }
   ForecastWriter writer(path, c);

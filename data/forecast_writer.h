@@ -8,6 +8,15 @@
 // lead_time after it (standard_name forecast_period, in hours or days: xarray reads it as a
 // timedelta), so verification tools line forecasts up by initialisation and lead.
 //
+// An ensemble forecast (ForecastCoordinates::members > 0) has a member dimension named `number`,
+// as ECMWF's ensembles are named when cfgrib opens them: an int64 coordinate 0..N-1 with
+// long_name "ensemble member numerical id", units "1" and standard_name "realization" (cfgrib's
+// attributes, CF's standard name of a member). It comes right after time: z(time, number, level,
+// lat, lon), t2m(time, number, lat, lon). cfgrib puts it first (number, time, step, level, ...),
+// but here time is the dimension a forecast is streamed along (NetCDF's unlimited record
+// dimension): with number inside it, a step of every member is one record, written at once, and
+// xarray selects by name whatever the order (ds.t2m.sel(number=2)).
+//
 // Streamed: ForecastWriter takes one state at a time and writes it at once (NetCDF: one record of
 // the unlimited time dimension; Zarr: one chunk per variable and step), so host memory does not grow
 // with the number of steps. Missing values (NaN) are written as NaN, declared by _FillValue (and
@@ -39,6 +48,9 @@ struct ForecastCoordinates {
   // With dates: the newest initial state's time (forecast_reference_time); lead times are the
   // states' times after it.
   std::optional<int64_t> reference_seconds;
+  // Ensemble members: 0 writes no member dimension (a deterministic forecast, or one member);
+  // N >= 1 a `number` dimension of N, and every state handed to the writer is [N, V, lat, lon].
+  int64_t members = 0;
 
   int64_t steps() const { return static_cast<int64_t>(has_dates ? seconds.size() : times.size()); }
 
@@ -56,7 +68,8 @@ class ForecastWriter {
   ForecastWriter(const ForecastWriter&) = delete;
   ForecastWriter& operator=(const ForecastWriter&) = delete;
 
-  // The next state, [V, lat, lon] in physical units, NaN where missing. Throws DataError naming
+  // The next state, [V, lat, lon] in physical units, NaN where missing ([N, V, lat, lon] with
+  // coordinates.members = N > 0, member by member). Throws DataError naming
   // the path when its shape disagrees with the coordinates, every step was written already, or
   // writing fails.
   void write_step(const torch::Tensor& state);
@@ -75,7 +88,7 @@ class ForecastWriter {
   int64_t written_ = 0;
 };
 
-// The whole forecast at once: states [T, V, lat, lon] through a ForecastWriter. Throws DataError
+// The whole forecast at once: states [T, V, lat, lon] ([T, N, V, lat, lon] with members) through a ForecastWriter. Throws DataError
 // naming the path when shapes disagree with the coordinates or writing fails.
 void write_forecast(const std::string& path, const torch::Tensor& states, const ForecastCoordinates& coordinates);
 

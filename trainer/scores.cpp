@@ -160,6 +160,30 @@ std::string Climatology::describe() const {
 // ---------------------------------------------------------------------------------------------
 // Scores
 
+torch::Tensor rank_histogram(const torch::Tensor& members, const torch::Tensor& truth, const torch::Tensor& counted) {
+  if (!members.defined() || !truth.defined() || members.dim() != 5 || truth.dim() != 4 ||
+      members.size(0) != truth.size(0) || members.sizes().slice(2) != truth.sizes().slice(1)) {
+    std::ostringstream got;
+    if (members.defined()) got << members.sizes(); else got << "none";
+    got << " and ";
+    if (truth.defined()) got << truth.sizes(); else got << "none";
+    throw Error("rank histogram: members and truth are " + got.str() + "; expected [B, M, V, lat, lon] and [B, V, lat, lon]");
+  }
+  const int64_t M = members.size(1);
+  const torch::Tensor x = members.detach().to(torch::kCPU, torch::kFloat64);
+  const torch::Tensor o = truth.detach().to(torch::kCPU, torch::kFloat64).unsqueeze(1);
+  torch::Tensor valid = torch::isfinite(o.squeeze(1)).logical_and(torch::isfinite(x).all(1));
+  if (counted.defined()) valid = valid.logical_and(counted.detach().to(torch::kCPU).to(torch::kBool).expand_as(valid));
+  const torch::Tensor below = (x < o).sum(1);  // [B, V, lat, lon]: the lowest rank the truth can take
+  const torch::Tensor ties = (x == o).sum(1);  // members equal to the truth: ranks below .. below + ties
+  const torch::Tensor share = valid.to(torch::kFloat64) / (ties + 1).to(torch::kFloat64);
+  const std::vector<int64_t> over = {0, 2, 3};
+  std::vector<torch::Tensor> bins;
+  for (int64_t r = 0; r <= M; ++r)
+    bins.push_back(torch::where((below <= r).logical_and(below + ties >= r), share, torch::zeros({}, torch::kFloat64)).sum(over));
+  return torch::stack(bins, 1);  // [V, M + 1]
+}
+
 ScoreAccumulator::ScoreAccumulator(std::vector<std::string> names, int64_t leads, std::vector<std::string> forecasters,
                                    torch::Tensor weights, std::vector<std::string> units)
     : names_(std::move(names)), forecasters_(std::move(forecasters)), units_(std::move(units)), leads_(leads) {
@@ -195,6 +219,7 @@ void ScoreAccumulator::add_ensemble(int forecaster, int64_t lead, const torch::T
     throw Error("scores: the ensemble of " + forecasters_.at(static_cast<size_t>(std::max(0, forecaster))) + " is " +
                 got.str() + "; expected [B, M >= 2, V, lat, lon]");
   }
+  add_rank_bins(members.size(1));
   members_ = std::max(members_, members.size(1));
   if (forecaster >= 0 && forecaster < static_cast<int>(forecasters_.size()))
     ensemble_forecasters_[static_cast<size_t>(forecaster)] = true;
@@ -278,11 +303,27 @@ void ScoreAccumulator::accumulate(int forecaster, int64_t lead, const torch::Ten
   if (members.defined()) {
     row.select(1, 4) += torch::where(counted, var, zero).sum(0);
     row.select(1, 5) += counted.to(torch::kFloat64).sum(0);
+    // The rank histogram over the verified points (members unmasked: their zeros at unverified
+    // points are not counted anyway).
+    row.narrow(1, 6, rank_bins_) += rank_histogram(members, o, verified);
   }
+}
+
+void ScoreAccumulator::add_rank_bins(int64_t members) {
+  if (rank_bins_ == members + 1) return;
+  if (rank_bins_ != 0) {
+    throw Error("scores: an ensemble of " + std::to_string(members) + " members after one of " +
+                std::to_string(rank_bins_ - 1) + ": one validation's rank histogram needs one ensemble size");
+  }
+  rank_bins_ = members + 1;
+  std::vector<int64_t> sizes = sums_.sizes().vec();
+  sizes.back() = rank_bins_;
+  sums_ = torch::cat({sums_, torch::zeros(sizes, torch::kFloat64)}, 3);
 }
 
 void ScoreAccumulator::expect_ensemble(int forecaster, int64_t members) {
   if (members < 2) return;
+  add_rank_bins(members);
   members_ = std::max(members_, members);
   ensemble_forecasters_.at(static_cast<size_t>(forecaster)) = true;
 }
@@ -311,13 +352,15 @@ LeadScores ScoreAccumulator::result(int64_t step, int64_t lead_seconds) const {
   }
   const torch::Tensor sums = sums_.contiguous();
   const double* p = sums.data_ptr<double>();
-  auto at = [&](size_t f, size_t l, size_t v, size_t k) { return p[((f * L + l) * V + v) * 6 + k]; };
+  const auto columns = static_cast<size_t>(sums.size(3));
+  auto at = [&](size_t f, size_t l, size_t v, size_t k) { return p[((f * L + l) * V + v) * columns + k]; };
   s.rmse.assign(F, std::vector<std::vector<double>>(L, std::vector<double>(V, kNaN)));
   s.acc = s.rmse;
   s.crps = s.rmse;
   s.spread = s.rmse;
   s.ensemble_members = members_;
   s.ensemble_forecasters = ensemble_forecasters_;
+  s.ranks.assign(F, std::vector<std::vector<std::vector<double>>>(L, std::vector<std::vector<double>>(V)));
   s.samples.assign(L, 0);
   for (size_t f = 0; f < F; ++f) {
     for (size_t l = 0; l < L; ++l) {
@@ -330,6 +373,8 @@ LeadScores ScoreAccumulator::result(int64_t step, int64_t lead_seconds) const {
         s.crps[f][l][v] = at(f, l, v, 3) / n;
         const double ensembles = at(f, l, v, 5);
         if (ensembles > 0) s.spread[f][l][v] = std::sqrt(at(f, l, v, 4) / ensembles);
+        if (rank_bins_ > 0 && f < ensemble_forecasters_.size() && ensemble_forecasters_[f])
+          for (int64_t r = 0; r < rank_bins_; ++r) s.ranks[f][l][v].push_back(at(f, l, v, 6 + static_cast<size_t>(r)));
       }
     }
   }
@@ -411,8 +456,16 @@ std::string scores_table(const LeadScores& s) {
 }
 
 void write_scores_csv(const std::string& path, const LeadScores& s, bool append) {
-  const std::string header = std::string("step,lead,lead_hours,variable,forecaster,rmse,acc") +
-                             (s.ensemble() ? ",crps,spread,spread_skill" : "") + "\n";
+  // The rank histogram's bins: as many as any ensemble forecaster has (M + 1).
+  size_t bins = 0;
+  for (const auto& by_lead : s.ranks)
+    for (const auto& by_channel : by_lead)
+      for (const auto& counts : by_channel) bins = std::max(bins, counts.size());
+  std::string header = std::string("step,lead,lead_hours,variable,forecaster,rmse,acc") +
+                       (s.ensemble() ? ",crps,spread,spread_skill" : "");
+  if (s.ensemble())
+    for (size_t r = 0; r < bins; ++r) header += ",rank_" + std::to_string(r);
+  header += "\n";
   std::string text;
   if (append && std::filesystem::exists(path)) {
     std::ifstream in(path, std::ios::binary);
@@ -440,6 +493,10 @@ void write_scores_csv(const std::string& path, const LeadScores& s, bool append)
           rows << "," << format_number(s.crps[f][li][v]);
           if (spread) rows << "," << format_number(s.spread[f][li][v]) << "," << format_number(s.spread[f][li][v] / s.rmse[f][li][v]);
           else rows << ",,";
+          // The rank histogram's counts (fractions where ties were split), empty for the others.
+          const std::vector<double>* counts = f < s.ranks.size() ? &s.ranks[f][li][v] : nullptr;
+          for (size_t r = 0; r < bins; ++r)
+            rows << "," << (counts && r < counts->size() ? format_number((*counts)[r], "%.10g") : "");
         }
         rows << "\n";
       }
@@ -489,6 +546,34 @@ std::string scores_svg(const LeadScores& s, const std::string& title) {
       }
       if (v % columns == 0) figure.rows.emplace_back();
       figure.rows.back().push_back(std::move(plot));
+    }
+  }
+  // An ensemble: the CRPS of every forecaster (the deterministic ones' MAE), then each ensemble's
+  // spread (dashed) beside its ensemble mean's RMSE, in rows of their own.
+  if (s.ensemble()) {
+    for (const bool spread : {false, true}) {
+      for (size_t v = 0; v < V; ++v) {
+        PlotSpec plot;
+        plot.title = s.names[v] + (spread ? " spread and RMSE" : " CRPS");
+        if (v < s.units.size() && !s.units[v].empty()) plot.title += " [" + s.units[v] + "]";
+        plot.x_label = s.lead_hours.empty() ? "lead (steps)" : "lead (hours)";
+        plot.y_includes_zero = spread;
+        for (size_t f = 0; f < F; ++f) {
+          if (spread && !s.is_ensemble(f)) continue;
+          Series line{s.forecasters[f], xs, {}, color_of(f, s.forecasters[f])};
+          for (size_t l = 0; l < L; ++l) line.y.push_back(spread ? s.rmse[f][l][v] : s.crps[f][l][v]);
+          line.dots = true;
+          plot.series.push_back(line);
+          if (!spread) continue;
+          Series dispersion{s.forecasters[f] + " spread", xs, {}, color_of(f, s.forecasters[f])};
+          for (size_t l = 0; l < L; ++l) dispersion.y.push_back(s.spread[f][l][v]);
+          dispersion.dashed = true;
+          dispersion.dots = true;
+          plot.series.push_back(std::move(dispersion));
+        }
+        if (v % columns == 0) figure.rows.emplace_back();
+        figure.rows.back().push_back(std::move(plot));
+      }
     }
   }
   return render_svg(figure);

@@ -20,6 +20,10 @@
 //   spread = sqrt( mean_t( sum_ij w var / sum_ij w ) ),  var = 1/(M - 1) sum_j (x_j - mean)^2
 //   spread/skill = spread / RMSE of the ensemble mean (1 for a reliable ensemble)
 // and a deterministic forecast's CRPS is its mean absolute error (it is an ensemble of one).
+// An ensemble also gets a rank histogram (Talagrand diagram; Hamill 2001): at every verified point
+// the truth's rank among the M members, 0 (below all of them) .. M (above all), counted over the
+// points and samples into M + 1 bins (rank_histogram below). A reliable ensemble's is flat; a U
+// shape is under-dispersion, a dome over-dispersion, a slope a bias.
 // A sample whose forecast or truth has no anomaly at all
 // (the climatology forecast itself) has a zero denominator: its acc_t is 0, which is what ACC says
 // of a forecast that carries no information beyond climatology.
@@ -103,6 +107,9 @@ struct LeadScores {
   int64_t ensemble_members = 1;
   std::vector<std::vector<std::vector<double>>> crps, spread;
   std::vector<bool> ensemble_forecasters;  // [forecaster]: scored as an ensemble (add_ensemble)
+  // [forecaster][lead][channel][rank 0..M]: the rank histogram's counts for an ensemble forecaster
+  // (ties split, see rank_histogram); empty vectors for the deterministic ones.
+  std::vector<std::vector<std::vector<std::vector<double>>>> ranks;
   bool ensemble() const { return ensemble_members > 1; }
   bool is_ensemble(size_t forecaster) const {
     return forecaster < ensemble_forecasters.size() && ensemble_forecasters[forecaster];
@@ -135,10 +142,12 @@ class ScoreAccumulator {
   void add_ensemble(int forecaster, int64_t lead, const torch::Tensor& members, const torch::Tensor& truth,
                     const torch::Tensor& climatology, const torch::Tensor& mask = {});
 
-  // float64 [forecasters, leads, V, 6]: per-sample MSE summed, per-sample ACC summed, samples
-  // counted, per-sample CRPS (MAE) summed, per-sample ensemble variance summed, and samples scored
-  // as ensembles counted. Sum it across ranks (allreduce) and hand it back with set_sums before
-  // result().
+  // float64 [forecasters, leads, V, 6 (+ M + 1)]: per-sample MSE summed, per-sample ACC summed,
+  // samples counted, per-sample CRPS (MAE) summed, per-sample ensemble variance summed, samples
+  // scored as ensembles counted, and for an ensemble of M members the M + 1 rank-histogram bins
+  // (the columns appear with the first add_ensemble or expect_ensemble, so every rank must be told
+  // the members before sums() is reduced). Sum it across ranks (allreduce) and hand it back with
+  // set_sums before result().
   torch::Tensor sums() const { return sums_; }
   void set_sums(torch::Tensor sums);  // throws wxtrain::Error on a different shape
   // A rank whose share of the validation samples is empty adds nothing, yet reports what the others
@@ -158,11 +167,25 @@ class ScoreAccumulator {
                   const torch::Tensor& truth, const torch::Tensor& climatology, const torch::Tensor& mask);
 
   int64_t leads_;
+  // The rank histogram's columns for an ensemble of M members: added once; another M throws.
+  void add_rank_bins(int64_t members);
+
   int64_t members_ = 1;    // the largest ensemble added
+  int64_t rank_bins_ = 0;  // M + 1 once an ensemble is added or expected
   std::vector<bool> ensemble_forecasters_;
   torch::Tensor weights_;  // [lat, lon] float64
   torch::Tensor sums_;     // [F, L, V, 6] float64
 };
+
+// The rank histogram of an ensemble: members float [B, M, V, lat, lon], truth [B, V, lat, lon],
+// counted where `counted` (bool, broadcastable to the truth; undefined = everywhere) holds and the
+// truth and every member are finite. Returns float64 [V, M + 1]: bin r counts the points where
+// r members lie below the truth. Ties between the truth and k members (a rank anywhere from r to
+// r + k) split the point evenly over those k + 1 bins, 1 / (k + 1) each: the expected count of
+// breaking ties at random (Hamill 2001; xskillscore's rank_histogram with random_for_tied), without
+// a random stream, so a validation stays reproducible. Without the split, ties (a precipitation
+// field's dry points, members and truth all 0) would all land in bin 0 (or M) and fake a bias.
+torch::Tensor rank_histogram(const torch::Tensor& members, const torch::Tensor& truth, const torch::Tensor& counted = {});
 
 // The terminal table: per channel a block of rows by lead (all of them up to 10 leads; beyond, the
 // first, a few evenly spaced middle ones and the last), columns the RMSE of every forecaster and
@@ -171,7 +194,10 @@ std::string scores_table(const LeadScores& scores);
 
 // One row per (lead, channel, forecaster): "step,lead,lead_hours,variable,forecaster,rmse,acc"
 // (lead_hours empty without dates); an ensemble's file adds ",crps,spread,spread_skill" (spread
-// and spread_skill empty for the deterministic forecasters). With append the file's earlier rows are kept and the header is
+// and spread_skill empty for the deterministic forecasters) and then the rank histogram of the M
+// members as M + 1 columns ",rank_0,...,rank_M" (the counts of rank_histogram, over the verified
+// points of every validation sample; empty for the deterministic forecasters): each row stays one
+// (step, lead, variable, forecaster) with its measurements. With append the file's earlier rows are kept and the header is
 // written once; the whole file is rewritten through write_file_atomically. Throws wxtrain::Error
 // when an existing file to append to has another header, WriteError when it cannot be written.
 void write_scores_csv(const std::string& path, const LeadScores& scores, bool append);
@@ -180,8 +206,11 @@ void write_scores_csv(const std::string& path, const LeadScores& scores, bool ap
 // one per channel, of RMSE against lead (title "<channel> RMSE [units]"), and beneath them the same
 // grid for ACC: one figure holds both. Each panel has one <polyline> per forecaster (with a dot
 // per lead so a single lead still shows), axes with tick labels, and the lead in hours (steps
-// without dates) on the x axis. NaN values are left out of the lines. Drawn by core/svg_plot.h, as
-// the CLI's plots are.
+// without dates) on the x axis. NaN values are left out of the lines. An ensemble's figure adds a
+// grid of CRPS panels ("<channel> CRPS [units]", every forecaster: the deterministic ones' MAE) and
+// one of spread panels ("<channel> spread and RMSE [units]": the ensemble's spread, dashed and
+// labelled "<forecaster> spread", beside its ensemble mean's RMSE: a reliable ensemble's lines
+// meet). Drawn by core/svg_plot.h, as the CLI's plots are.
 std::string scores_svg(const LeadScores& scores, const std::string& title);
 
 }  // namespace wxtrain::trainer

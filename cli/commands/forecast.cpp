@@ -33,6 +33,10 @@ struct ForecastArgs {
   std::string start;    // a time index or a date; "" = the last state
   std::string initial;  // a file with the initial conditions; "" = the training data
   std::string precision = "fp32";
+  // Ensemble members: 0 (not given) forecasts one member with no member dimension, as before
+  // --members existed; N >= 1 writes a `number` dimension of N members.
+  int64_t members = 0;
+  bool members_given = false;
   // The run file a reference checkpoint (a .mdlus, a state_dict) is forecast with: it carries none.
   std::string config;
   std::vector<std::string> overrides;
@@ -281,6 +285,8 @@ torch::Tensor forecast_mask(const data::MissingValues& missing, const data::Data
 
 int run_forecast(const ForecastArgs& args) {
   if (args.steps <= 0) throw ConfigError("--steps " + std::to_string(args.steps) + ": expected a positive number of steps");
+  if (args.members_given && args.members < 1)
+    throw ConfigError("--members " + std::to_string(args.members) + ": expected 1 or more ensemble members");
   if (args.precision != "fp32" && args.precision != "bf16")
     throw ConfigError("--precision " + args.precision + ": expected fp32 or bf16 (forecasts run on the CPU)");
   // From another file (--initial) only the training data's headers are read: its grid and time
@@ -321,6 +327,15 @@ int run_forecast(const ForecastArgs& args) {
   }
   const RunConfig& config = run.config;
   const int64_t history = config.data.history;
+  // Members differ only by their noise: a model without noise channels would give N copies of one
+  // forecast, which is no ensemble: refused before the initial conditions are read.
+  if (args.members > 1 && config.train.input_noise_channels() == 0)
+    throw ConfigError("--members " + std::to_string(args.members) + ": " + args.checkpoint +
+                      " is a deterministic model (train.ensemble_members = " +
+                      std::to_string(config.train.ensemble_members) +
+                      ", no noise channels), so every member would be the same forecast; an ensemble forecast "
+                      "needs a model trained as an ensemble (train.ensemble_members > 1, docs/ensembles.md), "
+                      "or forecast without --members");
   InitialConditions initial;
   if (args.initial.empty()) {
     initial = from_training_data(run.dataset, args.start, history);
@@ -399,18 +414,28 @@ int run_forecast(const ForecastArgs& args) {
   if (config.train.residual_normalization && prognostic_norm.diff_std().defined())
     setup.residual_scale = trainer::residual_scale_from(prognostic_norm.diff_std(), prognostic_norm.std());
   if (config.data.boundary > 0) setup.boundary = trainer::boundary_frame(config.data.lat, config.data.lon, config.data.boundary);
-  // A model trained as an ensemble takes its noise fields every step: this forecast is one member,
-  // the one train.seed's noise stream gives (an ensemble forecast, forecast --members, is to come).
+  // A model trained as an ensemble takes its noise fields every step. Member m draws them from a
+  // generator of its own, seeded from train.seed and m (trainer::make_noise_generator(seed, m)),
+  // and is rolled out on its own (a batch of one): member m is the same forecast, bit for bit,
+  // whatever the number of members, and member 0 is the forecast without --members.
   setup.noise_channels = config.train.input_noise_channels();
   setup.noise_std = config.train.noise_std;
-  if (setup.noise_channels > 0) setup.noise = trainer::make_noise_generator(config.train.seed, 0);
+  const int64_t members = std::max<int64_t>(1, args.members);
+  std::vector<at::Generator> member_noise;
+  for (int64_t m = 0; setup.noise_channels > 0 && m < members; ++m)
+    member_noise.push_back(trainer::make_noise_generator(config.train.seed, static_cast<int>(m)));
   const int64_t P = setup.prognostic;
   const torch::Tensor prognostic_missing = missing.narrow(0, 0, P).unsqueeze(0);  // outputs: prognostic first
 
   // Streamed: each step is written as it is produced and only the model's window stays in memory,
   // so a long forecast needs no more memory than a short one. The output is created first: a bad
   // path fails before any step is computed.
-  data::ForecastWriter writer(args.output, forecast_coordinates(initial, outputs, args.steps));
+  data::ForecastCoordinates coordinates = forecast_coordinates(initial, outputs, args.steps);
+  coordinates.members = args.members;  // 0 without --members: no member dimension
+  data::ForecastWriter writer(args.output, std::move(coordinates));
+  // Each member's window: memory grows with the members, not with the steps.
+  std::vector<torch::Tensor> inputs(static_cast<size_t>(members), input);
+  input = torch::Tensor();
   for (int64_t k = 1; k <= args.steps; ++k) {
     const std::optional<int64_t> at = initial.state_at_step(k);
     const torch::Tensor state = at ? dataset.state(*at) : torch::Tensor();
@@ -420,22 +445,30 @@ int run_forecast(const ForecastArgs& args) {
     const torch::Tensor truth = config.data.boundary > 0
                                     ? output_norm.normalize(state.index_select(0, output_index)).unsqueeze(0).unsqueeze(0)
                                     : torch::Tensor();
-    torch::Tensor next;
-    {
-      AutocastGuard guard(torch::kCPU, torch::kBFloat16, args.precision == "bf16");
-      next = trainer::rollout(*model, input, forcings, 1, setup, truth).select(1, 0).to(torch::kFloat32);  // [1, P + D, lat, lon]
+    std::vector<torch::Tensor> step_members;
+    for (int64_t m = 0; m < members; ++m) {
+      torch::Tensor& member_input = inputs[static_cast<size_t>(m)];
+      if (!member_noise.empty()) setup.noise = member_noise[static_cast<size_t>(m)];
+      torch::Tensor next;
+      {
+        AutocastGuard guard(torch::kCPU, torch::kBFloat16, args.precision == "bf16");
+        next = trainer::rollout(*model, member_input, forcings, 1, setup, truth).select(1, 0).to(torch::kFloat32);  // [1, P + D, lat, lon]
+      }
+      // The newest prediction joins the window, the oldest state leaves it (trainer::rollout's own
+      // order). At cells missing in every training state it goes back to 0, the mean, which is all
+      // the model ever saw there as input.
+      const torch::Tensor fed_back = next.narrow(1, 0, P).masked_fill(prognostic_missing, 0.0);
+      member_input = history > 1 ? torch::cat({member_input.narrow(1, P, P * (history - 1)), fed_back}, 1) : fed_back;
+      step_members.push_back(output_norm.denormalize(next.squeeze(0)));  // [P + D, lat, lon]
     }
-    // The newest prediction joins the window, the oldest state leaves it (trainer::rollout's own
-    // order). At cells missing in every training state it goes back to 0, the mean, which is all
-    // the model ever saw there as input.
-    const torch::Tensor fed_back = next.narrow(1, 0, P).masked_fill(prognostic_missing, 0.0);
-    input = history > 1 ? torch::cat({input.narrow(1, P, P * (history - 1)), fed_back}, 1) : fed_back;
-    torch::Tensor physical = output_norm.denormalize(next.squeeze(0));  // [P + D, lat, lon]
+    // [P + D, lat, lon], or [N, P + D, lat, lon] with --members
+    torch::Tensor physical = args.members > 0 ? torch::stack(step_members) : step_members.front();
     physical.masked_fill_(missing, std::numeric_limits<float>::quiet_NaN());
     writer.write_step(physical);
   }
   writer.commit();
-  std::cout << "forecast: " << args.steps << " steps of " << outputs.size() << " channels from " << axis.label(initial.start)
+  std::cout << "forecast: " << (args.members > 0 ? std::to_string(args.members) + " member(s) x " : "") << args.steps
+            << " steps of " << outputs.size() << " channels from " << axis.label(initial.start)
             << (args.initial.empty() ? " (time index " + std::to_string(initial.start) + ")" : " in " + args.initial)
             << " written to " << args.output << "\n";
   return 0;
@@ -459,6 +492,11 @@ Action add_forecast_command(CLI::App& app) {
                   "same variables (by channel or variable name) on the same grid, dated; file forcings and a boundary "
                   "come from it too");
   cmd->add_option("--precision", args->precision, "fp32 (default) or bf16 (autocast on the CPU)");
+  cmd->add_option("--members", args->members,
+                  "an ensemble forecast of N members (a model trained with train.ensemble_members > 1): each draws "
+                  "noise of its own, seeded from train.seed and its index; written with a member dimension "
+                  "`number` (0..N-1). Without it, one member and no member dimension")
+      ->each([args](const std::string&) { args->members_given = true; });
   cmd->add_option("-c,--config", args->config, "run file for a reference checkpoint: its data, channels and grid");
   cmd->add_option("--set", args->overrides, "override a value of --config's run file");
   return [args]() { return run_forecast(*args); };

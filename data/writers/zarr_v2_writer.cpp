@@ -73,7 +73,7 @@ void ZarrV2Writer::define_array(const ZarrArraySpec& spec) {
       {"zarr_format", 2},
       {"shape", spec.shape},
       {"chunks", spec.chunks},
-      {"dtype", spec.float64 ? "<f8" : "<f4"},
+      {"dtype", spec.int64 ? "<i8" : spec.float64 ? "<f8" : "<f4"},
       {"compressor", {{"id", "blosc"}, {"cname", "lz4"}, {"clevel", 5}, {"shuffle", 1}, {"blocksize", 0}}},
       {"fill_value", nullptr},
       {"order", "C"},
@@ -107,14 +107,14 @@ void ZarrV2Writer::write_chunk(const std::string& name, const std::vector<size_t
     key += (d ? "." : "") + std::to_string(index[d]);
   }
   if (index.empty()) key = "0";  // a 0-d array's one chunk
-  const size_t itemsize = spec.float64 ? 8 : 4;
+  const size_t itemsize = spec.float64 || spec.int64 ? 8 : 4;
   write_file(name + "/" + key, blosc_compress(static_cast<const char*>(values), elements * itemsize, itemsize));
 }
 
 void ZarrV2Writer::add_array(const ZarrArraySpec& spec, const void* values) {
   define_array(spec);
   const size_t rank = spec.shape.size();
-  const size_t itemsize = spec.float64 ? 8 : 4;
+  const size_t itemsize = spec.float64 || spec.int64 ? 8 : 4;
   if (rank == 0) {
     write_chunk(spec.name, {}, values);
     return;

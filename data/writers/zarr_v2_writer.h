@@ -25,6 +25,7 @@ struct ZarrArraySpec {
   bool float64 = false;              // "<f8", else "<f4"
   nlohmann::json attributes = nlohmann::json::object();
   std::optional<double> fill_value;  // written as "NaN" when NaN; null when absent
+  bool int64 = false;                // "<i8" (values int64_t: a forecast's member numbers), whatever float64 says
 };
 
 class ZarrV2Writer {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # ensemble_train.sh WXTRAIN CONFIG DIR — a 4-member ensemble of the storm U-Net (CONFIG:
 # configs/storm_unet.toml, narrowed to channels [16, 32] and 4 samples a batch to fit CI) trained on the afCRPS for 8 steps, as a user runs it: validation.csv
-# has the ensemble's CRPS, spread and spread/skill beside RMSE and ACC, the table prints them, and a
+# has the ensemble's CRPS, spread and spread/skill beside RMSE and ACC (and its rank histogram), the table prints them, and a
 # run killed at step 12 (--stop-after, as SIGTERM does) and resumed ends where the uninterrupted run
 # ends: the same validation rows, to the last digit, and the same forecast from its checkpoint.
 # A run file that asks an ensemble for the MSE loss is refused (exit 2) saying why.
@@ -26,16 +26,16 @@ check "the header says four members and the afCRPS" grep -qE "^ensemble: 4 membe
 check "the table has the CRPS, spread and spread/skill columns" grep -qE "model CRPS .*model spread .*spread/skill" <<<"$out"
 
 csv="$dir/straight/validation.csv"
-check "validation.csv has the ensemble columns" \
-  test "$(head -1 "$csv")" = "step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill"
+check "validation.csv has the ensemble columns and the rank histogram's 5 bins" \
+  test "$(head -1 "$csv")" = "step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill,rank_0,rank_1,rank_2,rank_3,rank_4"
 check "validation.csv holds the validations at steps 4 and 8, 4 leads x 6 variables x 3 forecasters each" \
   test "$(tail -n +2 "$csv" | wc -l)" -eq 144
 # Every model row: a finite CRPS below its ensemble mean's RMSE... and a positive spread.
 check "every model row has a finite CRPS, a positive spread and a spread/skill ratio" \
   awk -F, 'NR > 1 && $5 == "model" { n++; if (!($8 > 0) || !($9 > 0) || !($10 > 0) || $8 == "nan") bad++ }
            END { exit !(n == 48 && bad == 0) }' "$csv"
-check "persistence rows have a CRPS (their MAE) and no spread" \
-  awk -F, 'NR > 1 && $5 == "persistence" { n++; if (!($8 > 0) || $9 != "" || $10 != "") bad++ } END { exit !(n == 48 && bad == 0) }' "$csv"
+check "persistence rows have a CRPS (their MAE), no spread and no rank histogram" \
+  awk -F, 'NR > 1 && $5 == "persistence" { n++; if (!($8 > 0) || $9 != "" || $10 != "" || $11 != "" || $15 != "") bad++ } END { exit !(n == 48 && bad == 0) }' "$csv"
 
 # Killed halfway and resumed: the same run.
 "$wxtrain" train -q -c "$config" "${ensemble[@]}" --set "train.out_dir=\"$dir/split\"" --stop-after 4 >"$dir/first.log" 2>&1 \

@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 #include <netcdf.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -174,4 +178,74 @@ TEST(ForecastWriter, StreamsStepsAndCommitsOnlyAWholeForecast) {
   EXPECT_EQ(file.text_attribute("lead_time", "units"), "hours");
   EXPECT_EQ(file.text_attribute("lead_time", "standard_name"), "forecast_period");
   EXPECT_EQ(file.text_attribute("p", "coordinates"), "forecast_reference_time lead_time");
+}
+
+// An ensemble (coordinates.members): a `number` dimension right after time, int64 0..N-1 with
+// cfgrib's attributes, before the levels; each member's values where they belong, one chunk per
+// step and member (NetCDF and Zarr alike).
+TEST(ForecastWriter, MembersGetANumberDimensionAfterTime) {
+  DatasetOptions options;
+  Dataset storm(storm_sources(), options);
+  auto coordinates = ForecastCoordinates::after(storm, 20, 2);
+  // The first two channels as levels 500 and 850 of one variable z: z(time, number, level, lat, lon).
+  for (int i = 0; i < 2; ++i) {
+    coordinates.variables[static_cast<size_t>(i)].source_name = "z";
+    coordinates.variables[static_cast<size_t>(i)].file = "z.nc";  // levels of one source
+    coordinates.variables[static_cast<size_t>(i)].level = i == 0 ? 500.0 : 850.0;
+    coordinates.variables[static_cast<size_t>(i)].level_units = "hPa";
+  }
+  coordinates.members = 3;
+  const int64_t V = 6, H = 33, W = 36;
+  // Member m of step k: k * 100 + m * 10 + channel everywhere.
+  const torch::Tensor states = torch::arange(2).view({2, 1, 1, 1, 1}) * 100 + torch::arange(3).view({1, 3, 1, 1, 1}) * 10 +
+                               torch::arange(V).view({1, 1, V, 1, 1}) + torch::zeros({2, 3, V, H, W});
+  TempDir dir;
+  const std::string path = dir.file("ensemble.nc");
+  write_forecast(path, states.to(torch::kFloat32), coordinates);
+  NetcdfFile file = NetcdfFile::open(path);
+  std::vector<std::string> dims;
+  for (const auto& d : file.dimensions_of("z")) dims.push_back(d.name);
+  EXPECT_EQ(dims, (std::vector<std::string>{"time", "number", "level", "lat", "lon"}));
+  dims.clear();
+  for (const auto& d : file.dimensions_of("u")) dims.push_back(d.name);
+  EXPECT_EQ(dims, (std::vector<std::string>{"time", "number", "lat", "lon"}));
+  EXPECT_TRUE(file.dimensions_of("z").front().unlimited);
+  EXPECT_EQ(file.type_name("number"), "int64");
+  EXPECT_EQ(file.read_doubles("number"), (std::vector<double>{0, 1, 2}));
+  EXPECT_EQ(file.text_attribute("number", "long_name"), "ensemble member numerical id");
+  EXPECT_EQ(file.text_attribute("number", "standard_name"), "realization");
+  EXPECT_EQ(file.text_attribute("number", "units"), "1");
+  float value = 0;
+  file.read_floats("z", {1, 2, 1, 5, 7}, {1, 1, 1, 1, 1}, &value);  // step 1, member 2, level 850 (channel 1)
+  EXPECT_EQ(value, 121.0f);
+  file.read_floats("u", {0, 1, 3, 4}, {1, 1, 1, 1}, &value);  // step 0, member 1, channel 2 (u)
+  EXPECT_EQ(value, 12.0f);
+
+  const std::string store = dir.file("ensemble.zarr");
+  write_forecast(store, states.to(torch::kFloat32), coordinates);
+  auto json = [&](const std::string& relative) {
+    std::ifstream in(store + "/" + relative);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  auto squeeze = [](std::string text) {
+    text.erase(std::remove_if(text.begin(), text.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
+               text.end());
+    return text;
+  };
+  EXPECT_NE(squeeze(json("z/.zattrs")).find(R"("_ARRAY_DIMENSIONS":["time","number","level","lat","lon"])"),
+            std::string::npos) << json("z/.zattrs");
+  EXPECT_NE(squeeze(json("z/.zarray")).find(R"("chunks":[1,1,2,33,36])"), std::string::npos) << json("z/.zarray");
+  EXPECT_NE(squeeze(json("number/.zarray")).find(R"("dtype":"<i8")"), std::string::npos) << json("number/.zarray");
+  EXPECT_NE(squeeze(json("number/.zattrs")).find(R"("standard_name":"realization")"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(store + "/z/1.2.0.0.0"));  // step 1, member 2
+
+  // A step without its member dimension is refused, naming the shape expected.
+  ForecastWriter writer(dir.file("short.nc"), coordinates);
+  try {
+    writer.write_step(storm.state(21));
+    ADD_FAILURE() << "a [V, lat, lon] step was written to a forecast of 3 members";
+  } catch (const DataError& error) {
+    EXPECT_NE(std::string(error.what()).find("[3, 6, 33, 36] (member, variable, lat, lon)"), std::string::npos)
+        << error.what();
+  }
 }

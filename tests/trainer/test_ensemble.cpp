@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 
 #include "core/autocast.h"
 #include "core/error.h"
@@ -273,13 +274,14 @@ TEST(EnsembleScores, CsvAndTableCarryTheEnsembleColumns) {
   std::ifstream in(path);
   std::string header, row;
   std::getline(in, header);
-  EXPECT_EQ(header, "step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill");
+  EXPECT_EQ(header, "step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill,"
+                    "rank_0,rank_1,rank_2,rank_3,rank_4");
   int rows = 0;
   while (std::getline(in, row)) {
     ++rows;
     const bool model = row.find(",model,") != std::string::npos;
-    // Deterministic forecasters leave spread and spread/skill empty; the ensemble fills them.
-    EXPECT_EQ(row.size() >= 2 && row.substr(row.size() - 2) == ",,", !model) << row;
+    // Deterministic forecasters leave spread, spread/skill and the 5 bins empty; the ensemble fills them.
+    EXPECT_EQ(row.size() >= 7 && row.substr(row.size() - 7) == ",,,,,,,", !model) << row;
   }
   EXPECT_EQ(rows, 12);
   const std::string table = scores_table(s);
@@ -296,4 +298,132 @@ TEST(EnsembleScores, CsvAndTableCarryTheEnsembleColumns) {
   std::getline(plain_in, header);
   EXPECT_EQ(header, "step,lead,lead_hours,variable,forecaster,rmse,acc");
   EXPECT_EQ(scores_table(plain.result(1, 0)).find("CRPS"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rank histogram
+
+namespace {
+
+// members [1, M, 1, 1, P] from the rows (one row per member, P points), truth [1, 1, 1, P].
+std::pair<torch::Tensor, torch::Tensor> points(const std::vector<std::vector<double>>& members,
+                                               const std::vector<double>& truth) {
+  const auto M = static_cast<int64_t>(members.size()), P = static_cast<int64_t>(truth.size());
+  torch::Tensor x = torch::empty({1, M, 1, 1, P}, torch::kFloat32);
+  for (int64_t j = 0; j < M; ++j)
+    for (int64_t i = 0; i < P; ++i) x[0][j][0][0][i] = members[static_cast<size_t>(j)][static_cast<size_t>(i)];
+  torch::Tensor y = torch::tensor(truth, torch::kFloat64).to(torch::kFloat32).view({1, 1, 1, P});
+  return {x, y};
+}
+
+std::vector<double> counts(const torch::Tensor& histogram) {  // [1, M + 1] -> its row
+  const torch::Tensor row = histogram.select(0, 0).contiguous();
+  return std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
+}
+
+}  // namespace
+
+TEST(RankHistogram, KnownRanksGiveKnownCounts) {
+  // Three members, unsorted, at five points; the truth below all, between, above all.
+  const auto [x, y] = points({{3, 1, 2, 2, 1}, {1, 3, 3, 3, 3}, {2, 2, 1, 1, 2}}, {0, 1.5, 2.5, 4, 2.5});
+  EXPECT_EQ(counts(rank_histogram(x, y)), (std::vector<double>{1, 1, 2, 1}));
+  // Only the counted points: the first and the last left out.
+  const torch::Tensor counted = torch::tensor({0, 1, 1, 1, 0}, torch::kBool).view({1, 1, 1, 5});
+  EXPECT_EQ(counts(rank_histogram(x, y, counted)), (std::vector<double>{0, 1, 1, 1}));
+}
+
+TEST(RankHistogram, TiesSplitEvenlyOverTheRanksTheyAllow) {
+  // Truth 2 equals one member of {1, 2, 3}: rank 1 or 2, half a point each. Truth 0 equals every
+  // member of {0, 0, 0}: any rank 0..3, a quarter each (a dry point of precipitation).
+  // Truth 3 equals two members of {1, 3, 3}: ranks 1..3, a third each.
+  const auto [x, y] = points({{1, 0, 1}, {2, 0, 3}, {3, 0, 3}}, {2, 0, 3});
+  const std::vector<double> got = counts(rank_histogram(x, y));
+  const std::vector<double> expected = {0.25, 0.5 + 0.25 + 1.0 / 3, 0.5 + 0.25 + 1.0 / 3, 0.25 + 1.0 / 3};
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t r = 0; r < got.size(); ++r) EXPECT_NEAR(got[r], expected[r], 1e-12) << "rank " << r;
+  EXPECT_NEAR(std::accumulate(got.begin(), got.end(), 0.0), 3.0, 1e-12);  // every point counts once
+}
+
+TEST(RankHistogram, NonFiniteTruthOrMembersAreNotCounted) {
+  const double nan = std::nan("");
+  const auto [x, y] = points({{1, 1, nan}, {2, 2, 2}}, {0, nan, 5});
+  EXPECT_EQ(counts(rank_histogram(x, y)), (std::vector<double>{1, 0, 0}));
+  EXPECT_THROW(rank_histogram(x, y.squeeze(0)), Error);
+}
+
+TEST(RankHistogram, ValidationCountsItPerLeadInTheCsvAndSumsAcrossRanks) {
+  // Two channels on a 1 x 2 grid, one lead; two batches of one sample. Channel 0's truth is above
+  // both members at both points, then below; channel 1's between them.
+  const torch::Tensor weights = torch::ones({1, 2});
+  const torch::Tensor clim = torch::zeros({1, 2, 1, 2});
+  torch::Tensor members = torch::zeros({1, 2, 2, 1, 2});
+  members.select(1, 1).fill_(1.0);  // members 0 and 1 everywhere
+  ScoreAccumulator scores({"a", "b"}, 1, {"model", "persistence"}, weights);
+  torch::Tensor truth = torch::full({1, 2, 1, 2}, 0.5);
+  truth.select(1, 0).fill_(2.0);
+  scores.add_ensemble(0, 0, members, truth, clim);
+  scores.add(1, 0, clim, truth, clim);
+  truth.select(1, 0).fill_(-1.0);
+  // The second sample's mask leaves channel 1's second point out.
+  torch::Tensor mask = torch::ones({1, 2, 1, 2});
+  mask[0][1][0][1] = 0;
+  scores.add_ensemble(0, 0, members, truth, clim, mask);
+  const LeadScores s = scores.result(7, 0);
+  EXPECT_EQ(s.ranks[0][0][0], (std::vector<double>{2, 0, 2}));
+  EXPECT_EQ(s.ranks[0][0][1], (std::vector<double>{0, 3, 0}));
+  EXPECT_TRUE(s.ranks[1][0][0].empty());  // persistence is no ensemble
+  // The sums carry the bins: another rank's share (the same) summed in doubles every count.
+  ScoreAccumulator other({"a", "b"}, 1, {"model", "persistence"}, weights);
+  other.expect_ensemble(0, 2);  // a rank with no sample still has the columns
+  ASSERT_EQ(other.sums().sizes(), scores.sums().sizes());
+  other.set_sums(scores.sums() * 2);
+  EXPECT_EQ(other.result(7, 0).ranks[0][0][1], (std::vector<double>{0, 6, 0}));
+  // Another ensemble size in the same validation has no histogram to join.
+  EXPECT_THROW(scores.add_ensemble(0, 0, torch::zeros({1, 3, 2, 1, 2}), truth, clim), Error);
+  // validation.csv: rank_0..rank_2 after spread_skill, the counts on the model's rows.
+  const std::string path = ::testing::TempDir() + "/rank_scores.csv";
+  std::remove(path.c_str());
+  write_scores_csv(path, s, false);
+  std::ifstream in(path);
+  std::string header, row, text;
+  std::getline(in, header);
+  EXPECT_EQ(header, "step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill,rank_0,rank_1,rank_2");
+  while (std::getline(in, row)) text += row + "\n";
+  EXPECT_NE(text.find(",a,model,"), std::string::npos) << text;
+  EXPECT_NE(text.find(",2,0,2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(",0,3,0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(",b,persistence,"), std::string::npos) << text;
+  for (size_t at = text.find(",persistence,"); at != std::string::npos; at = text.find(",persistence,", at + 1))
+    EXPECT_EQ(text.substr(text.find('\n', at) - 5, 5), ",,,,,") << text;  // spread, spread/skill, 3 bins
+}
+
+TEST(EnsembleScores, SvgDrawsTheCrpsAndTheSpreadBesideTheRmse) {
+  const torch::Tensor weights = torch::ones({2, 3});
+  ScoreAccumulator scores({"t", "z"}, 3, {"model", "persistence", "climatology"}, weights, {"K", "m2 s-2"});
+  const torch::Tensor clim = torch::zeros({1, 2, 2, 3});
+  torch::manual_seed(5);
+  for (int64_t l = 0; l < 3; ++l) {
+    const torch::Tensor truth = torch::randn({1, 2, 2, 3});
+    scores.add_ensemble(0, l, torch::randn({1, 4, 2, 2, 3}), truth, clim);
+    scores.add(1, l, truth * 2, truth, clim);
+    scores.add(2, l, clim, truth, clim);
+  }
+  const std::string svg = scores_svg(scores.result(5, 6 * 3600), "ensemble");
+  for (const char* title : {">t CRPS [K]<", ">z CRPS [m2 s-2]<", ">t spread and RMSE [K]<", ">z spread and RMSE [m2 s-2]<",
+                            ">model spread<"})
+    EXPECT_NE(svg.find(title), std::string::npos) << title;
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+    return n;
+  };
+  // 2 channels x (RMSE, ACC, CRPS of 3 forecasters + the model's RMSE and spread).
+  EXPECT_EQ(count("<polyline"), 2u * (3 * 3 + 2));
+  EXPECT_EQ(count("<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" stroke-dasharray"), 2u);
+  // A deterministic validation's figure has neither.
+  ScoreAccumulator plain({"t"}, 1, {"model"}, weights);
+  plain.add(0, 0, torch::ones({1, 1, 2, 3}), torch::zeros({1, 1, 2, 3}), torch::zeros({1, 1, 2, 3}));
+  const std::string plain_svg = scores_svg(plain.result(1, 0), "deterministic");
+  EXPECT_EQ(plain_svg.find("CRPS"), std::string::npos);
+  EXPECT_EQ(plain_svg.find("spread"), std::string::npos);
 }

@@ -109,7 +109,8 @@ TEST(Trainer, ResumedEnsembleRunContinuesTheNoiseStreamBitForBit) {
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   };
   const std::string scores = text(straight + "/validation.csv");
-  EXPECT_EQ(scores.rfind("step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill\n", 0), 0u);
+  EXPECT_EQ(scores.rfind("step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill,"
+                         "rank_0,rank_1,rank_2,rank_3,rank_4\n", 0), 0u);
   EXPECT_EQ(scores, text(split + "/validation.csv"));
 }
 
