@@ -209,7 +209,10 @@ void Dataset::open_source(size_t index, const DataSource& config) {
   for (const auto& other : sources_) {
     if (other->config.file == config.file) reader = other->reader;
   }
-  if (!reader) reader = open_reader(config.file);
+  if (!reader) {
+    reader = open_reader(config.file);
+    for (const std::string& note : reader->notes()) reader_notes_.push_back(config.file + ": " + note);
+  }
   auto source = std::make_unique<Source>();
   Source& s = *source;
   s.config = config;

@@ -130,6 +130,9 @@ class Dataset {
   const std::vector<double>& lon() const { return lon_; }
   bool has_coordinates() const { return has_coordinates_; }
   const std::string& no_coordinates() const { return no_coordinates_; }
+  // What the sources' readers read on an assumption (Reader::notes), `train` prints them under
+  // the data's summary (data::describe_samples).
+  const std::vector<std::string>& reader_notes() const { return reader_notes_; }
   // data.region: the rows and columns of the sources' full grid (full_lat() x full_lon()) it
   // keeps; empty without a region.
   const std::vector<int64_t>& region_rows() const { return region_rows_; }
@@ -170,6 +173,7 @@ class Dataset {
   std::vector<double> lat_, lon_;
   bool has_coordinates_ = true;
   std::string no_coordinates_;  // why has_coordinates_ is false
+  std::vector<std::string> reader_notes_;
   // data.region: the rows and columns of the sources' full grid (full_lat x full_lon) it keeps;
   // empty without a region.
   std::vector<int64_t> region_rows_, region_cols_;

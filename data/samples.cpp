@@ -159,6 +159,7 @@ std::string describe_samples(const Dataset& dataset, const TimeSplit& split, con
   if (const int64_t skipped = split.skipped(Split::kTrain)) out << " (" << skipped << " skipped: states missing at that spacing)";
   out << ", " << validation.sample_times(Split::kValidation).size() << " validation";
   if (const int64_t skipped = validation.skipped(Split::kValidation)) out << " (" << skipped << " skipped)";
+  for (const std::string& note : dataset.reader_notes()) out << "\nnote: " << note;
   return out.str();
 }
 

@@ -66,6 +66,10 @@ class Reader {
 
   // A whole (small) variable as double: coordinates (time as stored, levels, lat, lon).
   virtual std::vector<double> read_doubles(const std::string& name) const = 0;
+
+  // What the reader read on an assumption the user should hear of, a sentence each naming the
+  // variable (a Zarr v3 array with an empty codecs list); empty for a file read as written.
+  virtual std::vector<std::string> notes() const { return {}; }
 };
 
 // What every read() checks first: `start` and `count` have the variable's rank and stay inside

@@ -149,7 +149,18 @@ TEST(ZarrReader, EveryArrayEqualsWhatNumpyReads) {
       ++arrays;
     }
   }
-  EXPECT_EQ(arrays, 46u);  // every array the fixture script writes
+  EXPECT_EQ(arrays, 47u);  // every array the fixture script writes
+}
+
+// Read as the bytes codec (its values are in EveryArrayEqualsWhatNumpyReads), and said once.
+TEST(ZarrReader, EmptyCodecListIsReadAsPlainBytesWithANote) {
+  auto reader = open_zarr(store("v3_no_codecs.zarr"), ZarrOptions{});
+  const std::vector<std::string> notes = reader->notes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("array 'v3_no_codecs'"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("empty codecs list"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("little-endian bytes"), std::string::npos) << notes[0];
+  EXPECT_TRUE(open_zarr(store("v3_single.zarr"), ZarrOptions{})->notes().empty()) << "a store read as written has none";
 }
 
 TEST(ZarrReader, XarrayStoreDimensionsAttributesAndTime) {

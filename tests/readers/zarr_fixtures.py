@@ -322,6 +322,11 @@ write_v3_group("v3_listed.zarr", {k: v3_arrays[k] for k in ("plain", "sharded", 
 write_v3_array(os.path.join(OUT, "v3_single.zarr"), data=np.arange(10.0), chunks=(4,), data_type="float64",
                codecs=[bytes_codec()], store="v3_single.zarr", name="v3_single")
 
+# zarrita.js writes an array created without codecs with "codecs": [] (stores users get): the chunks
+# are the raw little-endian elements, which the reader takes as the bytes codec, with a note.
+write_v3_array(os.path.join(OUT, "v3_no_codecs.zarr"), data=np.arange(12.0).reshape(3, 4) - 5.5, chunks=(2, 4),
+               data_type="float32", codecs=[], store="v3_no_codecs.zarr", name="v3_no_codecs")
+
 # --- stores that must fail, each with what the message has to name -------------------------------
 errors = os.path.join(OUT, "errors")
 write_v3_array(os.path.join(errors, "unknown_codec.zarr", "temperature"), data=np.zeros((2, 2)), chunks=(2, 2),

@@ -644,7 +644,17 @@ ArrayMeta v3_array_from_json(const nlohmann::json& metadata, const std::string& 
       if (size == 0) fail(name, "chunk_grid.configuration.chunk_shape", "chunk sizes must be positive, got " + shape_text(meta.chunk_shape));
     }
     checked_byte_count(meta.chunk_shape, meta.dtype.size, "array '" + name + "' chunk_grid.configuration.chunk_shape");
-    meta.codecs = parse_v3_codecs(member(metadata, "codecs"), meta, meta.dtype, meta.chunk_shape, "codecs", 0);
+    const json* codecs = member(metadata, "codecs");
+    // zarrita.js writes an array created without codecs with `"codecs": []`, which the spec does not
+    // allow (one array->bytes codec is required) and which users get stores from: its chunks are
+    // the elements as they were in memory, little-endian. Read as the plain bytes codec, and said.
+    const json plain_bytes = json::array({json{{"name", "bytes"}, {"configuration", {{"endian", "little"}}}}});
+    if (codecs && codecs->is_array() && codecs->empty()) {
+      meta.notes.push_back("array '" + meta.name + "': zarr.json has an empty codecs list (as zarrita.js writes an "
+                           "array created without codecs); read as the plain little-endian bytes codec");
+      codecs = &plain_bytes;
+    }
+    meta.codecs = parse_v3_codecs(codecs, meta, meta.dtype, meta.chunk_shape, "codecs", 0);
     check_decoded_unit(meta, "chunk_grid.configuration.chunk_shape");
     const json* encoding = member(metadata, "chunk_key_encoding");
     const json* encoding_name = encoding ? member(*encoding, "name") : nullptr;

@@ -77,6 +77,8 @@ struct ArrayMeta {
   char separator = '.';
   std::vector<std::string> dimension_names;
   std::map<std::string, Attribute> attributes;
+  // What was read on an assumption the user should hear of (a sentence each, naming the array).
+  std::vector<std::string> notes;
 
   std::string chunk_key(const std::vector<size_t>& chunk_index) const;
 };

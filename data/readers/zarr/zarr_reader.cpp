@@ -47,6 +47,7 @@ class ZarrReader final : public Reader {
       for (size_t d = 0; d < meta.shape.size(); ++d) variable.dims.push_back({meta.dimension_names[d], meta.shape[d]});
       variable.attributes = meta.attributes;
       variable.dtype = meta.dtype_name;
+      notes_.insert(notes_.end(), meta.notes.begin(), meta.notes.end());
       OpenArray array;
       array.read_chunk_shape = meta.chunk_shape;
       if (meta.codecs.size() == 1 && meta.codecs[0].kind == zarr::Codec::Kind::kSharding) {
@@ -71,6 +72,7 @@ class ZarrReader final : public Reader {
   const std::string& path() const override { return path_; }
   std::string format() const override { return format_; }
   std::vector<std::string> variable_names() const override { return names_; }
+  std::vector<std::string> notes() const override { return notes_; }
 
   const VariableMeta& variable(const std::string& name) const override {
     auto it = variables_.find(name);
@@ -251,6 +253,7 @@ class ZarrReader final : public Reader {
   std::string path_;
   std::string format_;
   std::vector<std::string> names_;
+  std::vector<std::string> notes_;  // the arrays' notes (Reader::notes)
   std::map<std::string, VariableMeta> variables_;
   std::map<std::string, OpenArray> arrays_;
   std::map<std::string, std::string> unreadable_;  // string arrays and the like: named in errors
