@@ -33,5 +33,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "running the tests ($(( $(date +%s) - start )) s so far)"
 # Two at a time on two cores: much of a test is starting a process and loading LibTorch, which
 # overlaps well. Tests that need both cores say so (PROCESSORS 2, RUN_SERIAL) and run alone.
+# ctest starts the longest tests first when it knows their times (CTestCostData.txt, which it
+# writes after each run); a clean checkout has none, and the tests would start in the order they are
+# declared, the longest (the zoo's training runs, the fuzz build) among the last, with one core
+# idle at the end. tests/ctest_costs.txt holds the times of a full run (regenerated with
+# `cp build/Testing/Temporary/CTestCostData.txt tests/ctest_costs.txt`).
+if [ ! -f build/Testing/Temporary/CTestCostData.txt ]; then
+  mkdir -p build/Testing/Temporary
+  cp tests/ctest_costs.txt build/Testing/Temporary/CTestCostData.txt
+fi
 ctest --test-dir build --output-on-failure --timeout 900 -j "$(nproc)"
 echo "install + build + tests: $(( $(date +%s) - start )) s"
