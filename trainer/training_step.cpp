@@ -37,6 +37,43 @@ torch::Tensor checkpointed_forward(models::WeatherModelImpl& model, const std::v
       parts, model.parameters())[0];
 }
 
+// The group of a rank of an ensemble group in a process of its own (estimate, tune-batch, profile):
+// the all-gather repeats this rank's members G times, so the step holds what a rank of a real
+// group holds (M/G members rolled out, all M in the loss) and its memory is traced as such.
+class RepeatingGroup final : public distributed::Communicator {
+ public:
+  explicit RepeatingGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "ensemble group stand-in"; }
+  distributed::WorkHandle allgather_async(torch::Tensor input, torch::Tensor output,
+                                          std::vector<int64_t> counts) override {
+    check_tensor(input, "allgather");
+    check_tensor(output, "allgather");
+    resolve_counts(std::move(counts), output.numel(), input.numel(), "allgather");
+    output.view({size_, -1}).copy_(input.reshape({1, -1}).expand({size_, input.numel()}));
+    return distributed::completed_work();
+  }
+  distributed::WorkHandle allreduce_async(torch::Tensor) override { return unsupported("allreduce"); }
+  distributed::WorkHandle reduce_scatter_async(torch::Tensor, torch::Tensor, std::vector<int64_t>) override {
+    return unsupported("reduce_scatter");
+  }
+  distributed::WorkHandle broadcast_async(torch::Tensor, int) override { return unsupported("broadcast"); }
+  void barrier() override {}
+  double max(double value) override { return value; }
+  double sum(double value) override { return value * size_; }
+  std::shared_ptr<distributed::Communicator> split(int, int) override {
+    unsupported("split");
+    return nullptr;
+  }
+
+ private:
+  static distributed::WorkHandle unsupported(const char* op) {
+    throw Error(std::string(op) + ": the one-process stand-in of an ensemble group only gathers members");
+  }
+  int size_;
+};
+
 }  // namespace
 
 AutocastState autocast_for(Precision precision, const torch::Device& device) {
@@ -214,10 +251,16 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   state->ensemble.members = t.ensemble_members;
   state->ensemble.crps_alpha = t.crps_alpha;
   const int rank = state->comm ? state->comm->rank() : 0, world = state->comm ? state->comm->size() : 1;
-  const EnsembleLayout layout_of_groups = ensemble_layout(rank, world, config.distributed.ensemble_group);
-  state->ensemble.group = config.distributed.ensemble_group;
+  const int64_t G = config.distributed.ensemble_group;
+  // A world of one with a group (estimate, tune-batch and profile in one process; train refuses
+  // that world before it gets here) runs the step of one rank of a group, as group rank 0.
+  const bool stand_in = world == 1 && G > 1;
+  const EnsembleLayout layout_of_groups = stand_in ? EnsembleLayout{} : ensemble_layout(rank, world, G);
+  state->ensemble.group = G;
   state->ensemble.group_rank = layout_of_groups.group_rank;
-  if (state->ensemble.group > 1) {
+  if (stand_in) {
+    state->group_comm = std::make_shared<RepeatingGroup>(static_cast<int>(G));
+  } else if (G > 1) {
     // Collective: every rank of the world calls it (build_training_state is).
     state->group_comm = state->comm->split(layout_of_groups.group, layout_of_groups.group_rank);
   }
