@@ -77,7 +77,7 @@ std::string run_file() {
     const std::string p = base_dir() + "/run.toml";
     std::ofstream(p) << testing_support::storm_run_text(
         base_dir() + "/unused",
-        "precision = \"fp32\"\noptimizer = \"sgd\"\nlr = 2e-2\ngrad_clip = 0\nensemble_members = 4\n"
+        "precision = \"fp32\"\noptimizer = \"sgd\"\ngrad_clip = 0\nensemble_members = 4\n"
         "noise_channels = 2\nval_every = 4\n");
     return p;
   }();
@@ -86,7 +86,7 @@ std::string run_file() {
 
 std::string train_command(const std::string& out_dir, const std::string& extra = "") {
   return kWxtrain + " train -q -c " + run_file() +
-         " --set train.steps=4 --set train.batch_size=2 --set data.rollout_steps=2 --set train.out_dir=" + out_dir +
+         " --set train.steps=4 --set train.lr=2e-2 --set train.batch_size=2 --set data.rollout_steps=2 --set train.out_dir=" + out_dir +
          " " + extra;
 }
 
