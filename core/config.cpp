@@ -565,8 +565,14 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
     r.get("world_size", d.world_size, 0, 1 << 20);
     r.get("bucket_mb", d.bucket_mb, 0.001, 1e5);
     r.get_choice("backend", d.backend, {"auto", "mpi", "nccl"});
+    r.get("ensemble_group", d.ensemble_group, 1, 1024);
     point_to_owning_section(r, root.get_as<toml::table>("distributed"));
     r.finish();
+    if (c.train.ensemble_members % d.ensemble_group != 0)
+      r.fail("ensemble_group", "= " + std::to_string(d.ensemble_group) + " does not divide train.ensemble_members = " +
+                                   std::to_string(c.train.ensemble_members) +
+                                   ": each rank of an ensemble group holds ensemble_members / ensemble_group members "
+                                   "(ensemble_members is the members per sample over the whole group)");
   }
 
   {  // [tracking]: checked here with every other key; the trainer reads it with tracking_config().

@@ -201,6 +201,9 @@ struct DistributedConfig {
   int64_t world_size = 0;     // distributed.world_size: for estimate; 0 = from MPI
   double bucket_mb = 25.0;    // distributed.bucket_mb: DDP gradient bucket size
   std::string backend = "auto";  // distributed.backend: auto | mpi | nccl
+  // distributed.ensemble_group: consecutive ranks sharing one ensemble (the same samples, each
+  // holding train.ensemble_members / ensemble_group of the members); 1 = every rank its own.
+  int64_t ensemble_group = 1;
 };
 
 // The channels of a run by role, in the order the model sees them. Model input: `history`

@@ -104,6 +104,9 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"distributed.world_size", {"", "ranks for estimate (0 = from MPI)"}},
       {"distributed.bucket_mb", {"", "gradient bucket size in MB"}},
       {"distributed.backend", {"", "collectives: auto, mpi or nccl"}},
+      {"distributed.ensemble_group", {"", "consecutive ranks sharing one ensemble: they read the same samples and each "
+                                          "holds train.ensemble_members / ensemble_group members (must divide both the "
+                                          "members and the world size)"}},
       {"tracking.mlflow_uri", {"", "MLflow tracking server, http(s)://host:port (\"\" = off); what it cannot take waits "
                                    "in <out_dir>/mlflow/ for `wxtrain sync`"}},
       {"tracking.experiment", {"", "MLflow experiment of the run (created if missing)"}},

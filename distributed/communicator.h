@@ -62,6 +62,10 @@ class Communicator {
   // Host scalars agreed by all ranks (flags such as a SIGTERM stop or an inf in the gradients).
   virtual double max(double value) = 0;
   virtual double sum(double value) = 0;
+  // A communicator over the ranks that pass the same `color`, ordered by `key` (then by rank), as
+  // MPI_Comm_split does. Collective: every rank of this communicator calls it. An ensemble group
+  // (distributed.ensemble_group) gathers its members over the communicator this returns.
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
   // Blocking forms and helpers, the same for every backend.
   void allreduce(const torch::Tensor& tensor) { allreduce_async(tensor)->wait(); }
@@ -107,6 +111,7 @@ class LocalCommunicator final : public Communicator {
   void barrier() override {}
   double max(double value) override { return value; }
   double sum(double value) override { return value; }
+  std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<LocalCommunicator>(); }
 };
 
 // The communicator for `device` in `world`: a world of one gets LocalCommunicator; otherwise

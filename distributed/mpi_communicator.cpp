@@ -326,6 +326,18 @@ double MpiCommunicator::scalar_allreduce(double value, MPI_Op op) {
   return result;
 }
 
+std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  MPI_Comm comm = comm_;
+  MPI_Comm part = MPI_COMM_NULL;
+  detail::run_on_progress_thread([comm, color, key, &part] {
+    check_mpi(MPI_Comm_split(comm, color, key, &part), "Comm_split");
+  })->wait();
+  // The new communicator duplicates `part`, which is freed once that is done.
+  auto sub = std::make_shared<MpiCommunicator>(part);
+  detail::run_on_progress_thread([&part] { MPI_Comm_free(&part); })->wait();
+  return sub;
+}
+
 double MpiCommunicator::max(double value) { return scalar_allreduce(value, MPI_MAX); }
 double MpiCommunicator::sum(double value) { return scalar_allreduce(value, MPI_SUM); }
 

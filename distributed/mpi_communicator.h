@@ -38,6 +38,7 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   double max(double value) override;
   double sum(double value) override;
+  std::shared_ptr<Communicator> split(int color, int key) override;
 
   // Raw bytes broadcast from root (the NCCL bootstrap sends its ncclUniqueId this way).
   void broadcast_bytes(void* data, int bytes, int root);

@@ -78,6 +78,11 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   archive.write("model_name", c10::IValue(c.model_name));
   archive.write("world_size", c10::IValue(c.world_size));
   archive.write("channels", c10::IValue(c.channels));
+  archive.write("ensemble_members", c10::IValue(c.ensemble_members));
+  archive.write("ensemble_group", c10::IValue(c.ensemble_group));
+  archive.write("crps_alpha", c10::IValue(c.crps_alpha));
+  archive.write("noise_channels", c10::IValue(c.noise_channels));
+  archive.write("noise_std", c10::IValue(c.noise_std));
   if (c.rng_state.defined()) archive.write("rng_state", c.rng_state);
   if (c.noise_rng_state.defined()) archive.write("noise_rng_state", c.noise_rng_state);
   write_map(archive, "model", c.model);
@@ -337,6 +342,12 @@ Checkpoint read_checkpoint(const std::string& path) {
   c.model_name = text("model_name");
   c.world_size = integer("world_size");
   if (archive.try_read("channels", v) && v.isString()) c.channels = v.toStringRef();
+  // The ensemble record (absent from older checkpoints: members 0, "unknown").
+  if (archive.try_read("ensemble_members", v) && v.isInt()) c.ensemble_members = v.toInt();
+  if (archive.try_read("ensemble_group", v) && v.isInt()) c.ensemble_group = std::max<int64_t>(1, v.toInt());
+  if (archive.try_read("crps_alpha", v) && v.isDouble()) c.crps_alpha = v.toDouble();
+  if (archive.try_read("noise_channels", v) && v.isInt()) c.noise_channels = v.toInt();
+  if (archive.try_read("noise_std", v) && v.isDouble()) c.noise_std = v.toDouble();
   torch::Tensor rng;
   if (archive.try_read("rng_state", rng)) {
     check_tensor(path, "rng_state", rng);

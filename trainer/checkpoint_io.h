@@ -31,6 +31,14 @@ struct Checkpoint {
   std::vector<std::string> overrides;  // and the --set values applied to it
   std::string model_name;
   int64_t world_size = 1;          // ranks that wrote it (for messages)
+  // The ensemble it was trained as (train.ensemble_members, distributed.ensemble_group,
+  // train.crps_alpha, train.noise_channels, train.noise_std); members 0 in a checkpoint written
+  // before they were recorded (its noise rows are then one per rank, as with group 1).
+  int64_t ensemble_members = 0;
+  int64_t ensemble_group = 1;
+  double crps_alpha = 0;
+  int64_t noise_channels = 0;
+  double noise_std = 0;
   // JSON: the model's input and output channel names and every channel's role, level, units,
   // source and statistics ("" in checkpoints written before channels were recorded).
   std::string channels;

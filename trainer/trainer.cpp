@@ -230,8 +230,10 @@ Validation validate(Run& run, int64_t step) {
   opts.shuffle = false;
   opts.drop_last = false;
   opts.prefetch = 0;
-  opts.rank = run.world.rank;
-  opts.world_size = run.world.size;
+  // By data-parallel group: the ranks of an ensemble group validate the same samples.
+  const EnsembleLayout groups = ensemble_layout(run.world.rank, run.world.size, c.distributed.ensemble_group);
+  opts.rank = groups.group;
+  opts.world_size = groups.groups;
   opts.device = run.device;
   data::Loader loader(run.dataset, run.normalization, run.val_split->sample_times(data::Split::kValidation), opts);
 
@@ -248,12 +250,16 @@ Validation validate(Run& run, int64_t step) {
   if (run.state->interior.defined()) weights = weights * run.state->interior.cpu();
   ScoreAccumulator scores(names, L, {"model", "persistence", "climatology"}, weights.contiguous(), units);
   // An ensemble's members are rolled out together, each with its own noise from a validation
-  // stream of its own (seeded by the step), so validating leaves the training noise untouched.
-  const int64_t M = run.state->ensemble.members;
+  // stream of its own (seeded by the step), so validating leaves the training noise untouched. In
+  // an ensemble group each rank rolls out its M / G members (the group's shared validation stream,
+  // its slice, as in training), the members are gathered, and the group's first rank scores all M;
+  // the others score nothing, so the sums over the world count each sample once.
+  const int64_t M = run.state->ensemble.members, local = run.state->ensemble.local_members();
+  const bool scoring = groups.group_rank == 0;
   scores.expect_ensemble(0, M);
   RolloutSetup setup = run.state->rollout;
   if (setup.noise_channels > 0)
-    setup.noise = make_noise_generator(c.train.seed + 0x76616cULL + static_cast<uint64_t>(step), run.world.rank);
+    setup.noise = make_noise_generator(c.train.seed + 0x76616cULL + static_cast<uint64_t>(step), groups.group);
 
   auto& model = *run.state->model;
   model.eval();
@@ -266,9 +272,11 @@ Validation validate(Run& run, int64_t step) {
       torch::Tensor prediction;
       {
         AutocastGuard guard(autocast);
-        prediction = rollout(model, tile_members(batch->input.to(dtype), M), tile_members(batch->forcings, M), L,
-                             setup, setup.boundary.defined() ? tile_members(batch->target, M) : batch->target);
+        prediction = rollout(model, tile_members(batch->input.to(dtype), local), tile_members(batch->forcings, local),
+                             L, setup, setup.boundary.defined() ? tile_members(batch->target, local) : batch->target);
+        prediction = gather_members(*run.state, prediction);  // collective over the group
       }
+      if (!scoring) continue;
       prediction = output_norm.denormalize(prediction.cpu());  // [B * M, L, V, lat, lon], sample-major
       torch::Tensor members;  // [B, M, L, V, lat, lon]
       if (M > 1) {
@@ -388,24 +396,33 @@ torch::Tensor gather_noise_states(Run& run) {
   return table.to(torch::kUInt8);
 }
 
-// The noise streams a resumed run continues: this rank's row of the checkpoint's table. A
-// checkpoint written on another number of ranks has no row that is this rank's stream: each rank
-// then starts a stream of its own from train.seed and the step, and rank 0 says so.
+// The noise streams a resumed run continues. There is one stream per data-parallel group (the
+// ranks of an ensemble group share theirs, so their rows of the table are equal): group d
+// continues the checkpoint's group d, the row of its first rank. The number of groups must be the
+// checkpoint's (the loader shards the samples by group, so it is also what continues the data);
+// the group size may differ, since every rank draws its group's noise for all M members and keeps
+// its slice: 2 ranks x 2 members resume as 1 process x 4 members and continue the same noise. With
+// another number of groups there is no stream for each: each group then starts a stream of its own
+// from train.seed and the step, and rank 0 says so.
 void restore_noise_state(Run& run, const Checkpoint& from) {
   at::Generator& generator = run.state->rollout.noise;
   if (!generator.defined()) return;
   const torch::Tensor& table = from.noise_rng_state;
-  const int world = run.state->comm->size(), rank = run.state->comm->rank();
-  if (table.defined() && table.dim() == 2 && table.size(0) == world &&
-      table.size(1) == generator.get_state().numel()) {
-    generator.set_state(table[rank].contiguous());
+  const EnsembleLayout groups =
+      ensemble_layout(run.state->comm->rank(), run.state->comm->size(), run.config.distributed.ensemble_group);
+  const int64_t written_group = std::max<int64_t>(1, from.ensemble_group);
+  const bool rows_fit = table.defined() && table.dim() == 2 && table.size(0) % written_group == 0 &&
+                        table.size(1) == generator.get_state().numel();
+  if (rows_fit && table.size(0) / written_group == groups.groups) {
+    generator.set_state(table[groups.group * written_group].contiguous());
     return;
   }
-  generator = make_noise_generator(run.config.train.seed + static_cast<uint64_t>(from.step), rank);
+  generator = make_noise_generator(run.config.train.seed + static_cast<uint64_t>(from.step), groups.group);
   if (run.is_root())
-    std::cerr << "note: the checkpoint holds " << (table.defined() ? std::to_string(table.size(0)) : std::string("no"))
-              << " ensemble noise stream(s) for " << world
-              << " rank(s): the noise continues from streams seeded by train.seed and the step\n";
+    std::cerr << "note: the checkpoint holds "
+              << (rows_fit ? std::to_string(table.size(0) / written_group) : std::string("no"))
+              << " ensemble noise stream(s) for " << groups.groups
+              << " data-parallel group(s): the noise continues from streams seeded by train.seed and the step\n";
 }
 
 Checkpoint make_checkpoint(Run& run, int64_t step) {
@@ -423,6 +440,12 @@ Checkpoint make_checkpoint(Run& run, int64_t step) {
   c.overrides = run.source.overrides;
   c.model_name = run.config.model.name;
   c.world_size = run.world.size;
+  const TrainConfig& t = run.config.train;
+  c.ensemble_members = t.ensemble_members;
+  c.ensemble_group = run.config.distributed.ensemble_group;
+  c.crps_alpha = t.crps_alpha;
+  c.noise_channels = t.input_noise_channels();
+  c.noise_std = t.noise_std;
   return c;
 }
 
@@ -519,6 +542,29 @@ struct StartingPoint {
   std::optional<Checkpoint> resume_from, init_from;
 };
 
+// A resumed run continues the ensemble it was: another number of members per sample would train
+// another loss (and the noise streams would no longer line up), so it is refused. The ensemble
+// group may change (restore_noise_state says what continues); a changed alpha or noise std is
+// said, not refused.
+void check_resumed_ensemble(const Run& run, const Checkpoint& c, const std::string& path) {
+  if (c.ensemble_members <= 0) return;  // written before the ensemble was recorded
+  const TrainConfig& t = run.config.train;
+  if (c.ensemble_members != t.ensemble_members)
+    throw ConfigError("--resume: " + path + " was trained with train.ensemble_members = " +
+                      std::to_string(c.ensemble_members) + " (members per sample over the ensemble group), this run " +
+                      "has " + std::to_string(t.ensemble_members) + ": a resumed run continues the same ensemble; set " +
+                      "train.ensemble_members = " + std::to_string(c.ensemble_members) +
+                      ", or start a new run from it with train.init_from");
+  if (!run.is_root()) return;
+  if (c.ensemble_group != run.config.distributed.ensemble_group)
+    std::cerr << "note: " << path << " was written with distributed.ensemble_group = " << c.ensemble_group
+              << ", this run has " << run.config.distributed.ensemble_group
+              << ": the members are spread over the ranks anew\n";
+  if (t.ensemble() && (c.crps_alpha != t.crps_alpha || c.noise_std != t.noise_std))
+    std::cerr << "note: " << path << " was trained with train.crps_alpha = " << c.crps_alpha << " and noise_std = "
+              << c.noise_std << "; this run continues with " << t.crps_alpha << " and " << t.noise_std << "\n";
+}
+
 StartingPoint load_starting_point(const Run& run) {
   StartingPoint from;
   const TrainConfig& t = run.config.train;
@@ -526,6 +572,7 @@ StartingPoint load_starting_point(const Run& run) {
   if (run.options.resume) {
     if (!fs::exists(path)) throw Error("--resume: no checkpoint at " + path + " (train.out_dir = \"" + t.out_dir + "\")");
     from.resume_from = load_checkpoint(path);
+    check_resumed_ensemble(run, *from.resume_from, path);
   } else if (!t.init_from.empty()) {
     if (is_reference_checkpoint(t.init_from)) {
       // A PhysicsNeMo .mdlus or a state_dict: translated at the boundary into a checkpoint of ours.
@@ -637,8 +684,10 @@ void build_state(Run& run, const StartingPoint& from) {
 void open_loader(Run& run, const StartingPoint& from) {
   const TrainConfig& t = run.config.train;
   data::LoaderOptions options = data::LoaderOptions::from_config(run.config, t.batch_size, t.seed);
-  options.rank = run.world.rank;
-  options.world_size = run.world.size;
+  // Sharded by data-parallel group: the ranks of an ensemble group read the same samples.
+  const EnsembleLayout groups = ensemble_layout(run.world.rank, run.world.size, run.config.distributed.ensemble_group);
+  options.rank = groups.group;
+  options.world_size = groups.groups;
   options.device = run.device;
   run.loader = std::make_unique<data::Loader>(run.dataset, run.normalization,
                                               run.split->sample_times(data::Split::kTrain), options);
@@ -650,18 +699,26 @@ void open_loader(Run& run, const StartingPoint& from) {
 void print_header(const Run& run) {
   const RunConfig& config = run.config;
   const TrainConfig& t = config.train;
+  const int64_t group = config.distributed.ensemble_group, data_parallel = run.world.size / group;
   std::cerr << "wxtrain train: " << config.model.name << " on " << run.dataset->num_variables() << " channels, grid "
             << run.dataset->num_lat() << " x " << run.dataset->num_lon() << ", " << run.loader->batches_per_epoch()
             << " batches/epoch/rank\n"
-            << "effective batch " << t.batch_size * t.accumulation * run.world.size << " = micro-batch "
-            << t.batch_size << " x accumulation " << t.accumulation << " x " << run.world.size
-            << " rank(s); precision " << to_string(t.precision) << ", checkpointing " << describe_checkpointing(t)
+            << "effective batch " << t.batch_size * t.accumulation * data_parallel << " = micro-batch "
+            << t.batch_size << " x accumulation " << t.accumulation << " x "
+            << (group > 1 ? std::to_string(data_parallel) + " ensemble group(s) of " + std::to_string(group) + " ranks"
+                          : std::to_string(run.world.size) + " rank(s)")
+            << "; precision " << to_string(t.precision) << ", checkpointing " << describe_checkpointing(t)
             << ", ZeRO-" << config.distributed.zero_stage
             << (run.options.resume ? ", resuming at step " + std::to_string(run.first_step) : "") << "\n"
             << describe_loss_weights(config) << "\n";
   if (t.ensemble())
     std::cerr << "ensemble: " << t.ensemble_members << " members per sample (the model runs "
-              << t.batch_size * t.ensemble_members << " rows per micro-batch), afCRPS loss with alpha " << t.crps_alpha
+              << t.batch_size * t.ensemble_members / group << " rows per micro-batch"
+              << (group > 1 ? " on each rank, " + std::to_string(t.ensemble_members / group) +
+                                  " members per sample on each of the group's " + std::to_string(group) +
+                                  " ranks, gathered for the loss"
+                            : std::string())
+              << "), afCRPS loss with alpha " << t.crps_alpha
               << ", " << t.noise_channels << " noise channel(s) of std " << t.noise_std
               << " appended to the input, redrawn every rollout step\n";
   if (!t.rollout_schedule.empty()) {
@@ -687,6 +744,8 @@ void print_header(const Run& run) {
 // The setup, in the order its lines print: samples and validation, init_from's transfer, header.
 void start_run(Run& run) {
   run.world = distributed::current_world();
+  // A world that distributed.ensemble_group does not divide is refused before anything is written.
+  ensemble_layout(run.world.rank, run.world.size, run.config.distributed.ensemble_group);
   run.device = resolve_device(run.config.train.device, run.world.local_rank);
   run.layout = run.config.channels();
   make_directories(run.config.train.out_dir);

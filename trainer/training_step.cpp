@@ -10,6 +10,7 @@
 
 #include "core/autocast.h"
 #include "core/error.h"
+#include "distributed/autograd_gather.h"
 #include "ops/checkpoint.h"
 
 namespace wxtrain::trainer {
@@ -35,6 +36,43 @@ torch::Tensor checkpointed_forward(models::WeatherModelImpl& model, const std::v
       [m](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{m->forward(torch::cat(in, 1))}; },
       parts, model.parameters())[0];
 }
+
+// The group of a rank of an ensemble group in a process of its own (estimate, tune-batch, profile):
+// the all-gather repeats this rank's members G times, so the step holds what a rank of a real
+// group holds (M/G members rolled out, all M in the loss) and its memory is traced as such.
+class RepeatingGroup final : public distributed::Communicator {
+ public:
+  explicit RepeatingGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "ensemble group stand-in"; }
+  distributed::WorkHandle allgather_async(torch::Tensor input, torch::Tensor output,
+                                          std::vector<int64_t> counts) override {
+    check_tensor(input, "allgather");
+    check_tensor(output, "allgather");
+    resolve_counts(std::move(counts), output.numel(), input.numel(), "allgather");
+    output.view({size_, -1}).copy_(input.reshape({1, -1}).expand({size_, input.numel()}));
+    return distributed::completed_work();
+  }
+  distributed::WorkHandle allreduce_async(torch::Tensor) override { return unsupported("allreduce"); }
+  distributed::WorkHandle reduce_scatter_async(torch::Tensor, torch::Tensor, std::vector<int64_t>) override {
+    return unsupported("reduce_scatter");
+  }
+  distributed::WorkHandle broadcast_async(torch::Tensor, int) override { return unsupported("broadcast"); }
+  void barrier() override {}
+  double max(double value) override { return value; }
+  double sum(double value) override { return value * size_; }
+  std::shared_ptr<distributed::Communicator> split(int, int) override {
+    unsupported("split");
+    return nullptr;
+  }
+
+ private:
+  static distributed::WorkHandle unsupported(const char* op) {
+    throw Error(std::string(op) + ": the one-process stand-in of an ensemble group only gathers members");
+  }
+  int size_;
+};
 
 }  // namespace
 
@@ -212,10 +250,26 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   }
   state->ensemble.members = t.ensemble_members;
   state->ensemble.crps_alpha = t.crps_alpha;
+  const int rank = state->comm ? state->comm->rank() : 0, world = state->comm ? state->comm->size() : 1;
+  const int64_t G = config.distributed.ensemble_group;
+  // A world of one with a group (estimate, tune-batch and profile in one process; train refuses
+  // that world before it gets here) runs the step of one rank of a group, as group rank 0.
+  const bool stand_in = world == 1 && G > 1;
+  const EnsembleLayout layout_of_groups = stand_in ? EnsembleLayout{} : ensemble_layout(rank, world, G);
+  state->ensemble.group = G;
+  state->ensemble.group_rank = layout_of_groups.group_rank;
+  if (stand_in) {
+    state->group_comm = std::make_shared<RepeatingGroup>(static_cast<int>(G));
+  } else if (G > 1) {
+    // Collective: every rank of the world calls it (build_training_state is).
+    state->group_comm = state->comm->split(layout_of_groups.group, layout_of_groups.group_rank);
+  }
   state->rollout.noise_channels = t.input_noise_channels();
   state->rollout.noise_std = t.noise_std;
-  if (state->rollout.noise_channels > 0)
-    state->rollout.noise = make_noise_generator(t.seed, state->comm ? state->comm->rank() : 0);
+  state->rollout.noise_group = state->ensemble.group;
+  state->rollout.noise_group_rank = state->ensemble.group_rank;
+  state->rollout.noise_members = state->ensemble.local_members();
+  if (state->rollout.noise_channels > 0) state->rollout.noise = make_noise_generator(t.seed, layout_of_groups.group);
   return state;
 }
 
@@ -281,10 +335,38 @@ torch::Tensor training_loss(const TrainingState& state, const torch::Tensor& pre
                        mask, state.channel_weights, state.interior);
 }
 
-at::Generator make_noise_generator(uint64_t seed, int rank) {
-  // A stream of its own, apart from the global generator's (model init, dropout) and per rank.
-  const uint64_t mixed = (seed + 0x6e6f697365ULL) * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(rank);
+at::Generator make_noise_generator(uint64_t seed, int group) {
+  // A stream of its own, apart from the global generator's (model init, dropout) and per group
+  // (per rank without ensemble groups: the group is then the rank).
+  const uint64_t mixed = (seed + 0x6e6f697365ULL) * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(group);
   return at::make_generator<at::CPUGeneratorImpl>(mixed);
+}
+
+EnsembleLayout ensemble_layout(int rank, int world, int64_t group_size) {
+  if (group_size < 1 || world % group_size != 0)
+    throw ConfigError("distributed.ensemble_group = " + std::to_string(group_size) + " does not divide the world of " +
+                      std::to_string(world) + " rank(s): an ensemble group is ensemble_group consecutive ranks, so "
+                      "launch a multiple of it (mpirun -np), or set distributed.ensemble_group to a divisor of " +
+                      std::to_string(world) + " that divides train.ensemble_members");
+  const int g = static_cast<int>(group_size);
+  return EnsembleLayout{rank / g, world / g, rank % g};
+}
+
+torch::Tensor gather_members(const TrainingState& state, const torch::Tensor& prediction) {
+  if (!state.group_comm || state.ensemble.group <= 1) return prediction;
+  const int64_t G = state.ensemble.group, m = state.ensemble.local_members();
+  TORCH_CHECK(prediction.size(0) % m == 0, "gather_members: ", prediction.size(0), " rows are not samples of ", m,
+              " members");
+  const int64_t B = prediction.size(0) / m;
+  // [G * B * m, ...] in rank order -> [G, B, m, ...] -> [B, G, m, ...] -> [B * M, ...] sample-major,
+  // member g * m + j of sample b being rank g's row b * m + j.
+  const torch::Tensor gathered = distributed::allgather_rows(state.group_comm, prediction);
+  std::vector<int64_t> split = prediction.sizes().vec();
+  split[0] = m;
+  split.insert(split.begin(), {G, B});
+  std::vector<int64_t> merged = prediction.sizes().vec();
+  merged[0] = B * G * m;
+  return gathered.view(split).transpose(0, 1).reshape(merged);
 }
 
 torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, const torch::Tensor& forcings,
@@ -307,8 +389,19 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
       // Each row (an ensemble member) its own noise, every step: drawn on the CPU from the run's
       // noise generator, so the stream does not depend on the device.
       TORCH_CHECK(setup.noise.defined(), "rollout: noise_channels without a noise generator");
-      const torch::Tensor noise = at::randn({input.size(0), setup.noise_channels, input.size(2), input.size(3)},
-                                            setup.noise, torch::TensorOptions().dtype(torch::kFloat32));
+      // In an ensemble group the rows are this rank's members of each sample: the noise of all
+      // the group's members is drawn, as one process holding them all draws it, and this rank's
+      // slice kept, so a member's noise does not depend on which rank holds it.
+      const int64_t G = setup.noise_group, rows = input.size(0);
+      torch::Tensor noise = at::randn({rows * G, setup.noise_channels, input.size(2), input.size(3)}, setup.noise,
+                                      torch::TensorOptions().dtype(torch::kFloat32));
+      if (G > 1) {
+        const int64_t m = setup.noise_members;
+        TORCH_CHECK(m >= 1 && rows % m == 0, "rollout: ", rows, " rows are not samples of ", m, " members");
+        noise = noise.view({rows / m, G, m, setup.noise_channels, input.size(2), input.size(3)})
+                    .select(1, setup.noise_group_rank)
+                    .reshape({rows, setup.noise_channels, input.size(2), input.size(3)});
+      }
       parts.push_back(noise.mul_(setup.noise_std).to(input.device(), dtype));
     }
     const bool checkpoint_step = setup.checkpoint_steps && torch::GradMode::is_enabled();
@@ -388,11 +481,13 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
     {
       AutocastGuard guard(autocast);
       const torch::Tensor target = mb.target.narrow(1, 0, rollout_steps);
-      // An ensemble rolls out every sample's members together: M rows per sample, sample-major.
-      const int64_t M = state_.ensemble.members;
+      // An ensemble rolls out every sample's members together: M rows per sample, sample-major (in
+      // an ensemble group this rank's M / G of them, gathered into all M before the loss).
+      const int64_t M = state_.ensemble.local_members();
       torch::Tensor prediction =
           rollout(model, tile_members(mb.input.to(input_dtype), M), tile_members(mb.forcings, M), rollout_steps,
                   state_.rollout, state_.rollout.boundary.defined() ? tile_members(target, M) : target);
+      prediction = gather_members(state_, prediction);
       loss = training_loss(state_, prediction, target,
                            mb.target_mask.defined() ? mb.target_mask.narrow(1, 0, rollout_steps) : torch::Tensor());
     }
@@ -400,7 +495,15 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
     loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
     (loss * (scale * weights[m] / static_cast<double>(n))).backward();
   }
-  const bool finite = parallel.finish_backward(1.0 / scale);
+  // The gradient reduction averages over the world's W ranks. In an ensemble group of G ranks every
+  // rank computes the same loss of the gathered members, but its parameters' gradient comes through
+  // its own members only (gather_members' backward), so the gradient of one process holding all M
+  // members is the SUM of the group's G gradients, and data parallelism then averages over the
+  // W / G groups (each its own samples). Sum within, mean across = (G / W) x the sum over the
+  // world: the reducer's 1 / W times G. (Masked weights above are unchanged by this: the ranks of a
+  // group hold the same samples, so the world's sum of valid points is G times the groups'.)
+  const double group = static_cast<double>(state_.ensemble.group);
+  const bool finite = parallel.finish_backward(group / scale);
   result.loss = loss_sum.item<double>() / static_cast<double>(n);
   if (meter_) {
     result.peak_forward_backward = meter_->snapshot().peak;

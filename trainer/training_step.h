@@ -52,13 +52,26 @@ struct RolloutSetup {
   int64_t noise_channels = 0;
   double noise_std = 1.0;
   at::Generator noise;
+  // An ensemble group (distributed.ensemble_group = G > 1): the rows are this rank's
+  // `noise_members` members of each sample (M / G), the members noise_group_rank * M/G onwards. The
+  // noise is drawn for all M members of every sample from the group's shared stream and this
+  // rank's slice kept, so member j of sample b gets the same noise whatever the layout (and G = 1
+  // draws exactly what it always did).
+  int64_t noise_group = 1;
+  int64_t noise_group_rank = 0;
+  int64_t noise_members = 1;
 };
 
 // What an ensemble needs besides the rollout: members per sample and the afCRPS alpha; members = 1
 // is the deterministic model and its MSE.
 struct EnsembleSetup {
-  int64_t members = 1;
+  int64_t members = 1;  // members per sample, over the whole ensemble group
   double crps_alpha = 0.95;
+  // distributed.ensemble_group: G consecutive ranks share the samples of one ensemble, each
+  // holding members / G of its members (group_rank = rank % G holds members group_rank * M/G ..).
+  int64_t group = 1;
+  int64_t group_rank = 0;
+  int64_t local_members() const { return members / group; }
 };
 
 struct StepResult {
@@ -77,6 +90,9 @@ struct TrainingState {
   torch::Device device{torch::kCPU};
   models::WeatherModel model;
   std::shared_ptr<distributed::Communicator> comm;
+  // The ensemble group's ranks (distributed.ensemble_group > 1; null otherwise): the members are
+  // gathered over it before the loss.
+  std::shared_ptr<distributed::Communicator> group_comm;
   std::unique_ptr<distributed::ZeroDataParallel> parallel;
   LossScaler scaler{LossScaler::Options{}};
   torch::Tensor lat_weights;  // [lat] cos(latitude) normalised to mean 1, on the device
@@ -90,9 +106,28 @@ struct TrainingState {
   std::vector<std::string> frozen;  // names of parameters frozen by train.freeze
 };
 
-// The noise generator of a run: a CPU generator seeded from train.seed and the rank, so ranks draw
-// different noise for their different samples.
-at::Generator make_noise_generator(uint64_t seed, int rank);
+// The noise generator of a run: a CPU generator seeded from train.seed and the data-parallel group
+// (the rank, without ensemble groups), so groups draw different noise for their different samples
+// and the ranks of one ensemble group share one stream.
+at::Generator make_noise_generator(uint64_t seed, int group);
+
+// The data-parallel group of `rank` and the number of groups when `group_size` consecutive ranks
+// share one ensemble (distributed.ensemble_group); throws ConfigError when group_size does not
+// divide the world.
+struct EnsembleLayout {
+  int group = 0;       // data-parallel group: rank / group_size (the loader's shard and noise stream)
+  int groups = 1;      // world / group_size
+  int group_rank = 0;  // rank % group_size
+};
+EnsembleLayout ensemble_layout(int rank, int world, int64_t group_size);
+
+// An ensemble group's predictions gathered along the member dimension: `prediction` [B * m, ...]
+// holds this rank's m members of each sample (sample-major), the result [B * m * G, ...] all M
+// members of each sample, sample-major, member g * m + j being rank g's member j. Differentiable:
+// its backward hands this rank the gradient of its own members only (every rank of the group
+// computes the same loss of the gathered members). Without a group (null group_comm) it returns
+// `prediction` as is.
+torch::Tensor gather_members(const TrainingState& state, const torch::Tensor& prediction);
 
 // Sets the weights of a freshly built model (fine-tuning's init_from, or a resumed checkpoint)
 // before the optimizer takes its fp32 copies.

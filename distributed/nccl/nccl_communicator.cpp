@@ -64,10 +64,15 @@ class NcclWork final : public Work {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const World& world, const torch::Device& device)
-      : mpi_(std::make_shared<MpiCommunicator>()),
-        rank_(world.rank),
-        size_(world.size),
-        device_(device.has_index() ? device.index() : static_cast<c10::DeviceIndex>(world.local_rank)),
+      : NcclCommunicator(std::make_shared<MpiCommunicator>(),
+                         device.has_index() ? device.index() : static_cast<c10::DeviceIndex>(world.local_rank)) {}
+  // Bootstrapped over `mpi` (its rank 0's ncclUniqueId broadcast to its ranks): the NCCL
+  // communicator spans the same ranks, in the same order.
+  NcclCommunicator(std::shared_ptr<MpiCommunicator> mpi, c10::DeviceIndex device)
+      : mpi_(std::move(mpi)),
+        rank_(mpi_->rank()),
+        size_(mpi_->size()),
+        device_(device),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_)) {
     at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     c10::cuda::CUDAGuard guard(device_);
@@ -162,6 +167,13 @@ class NcclCommunicator final : public Communicator {
   void barrier() override { mpi_->barrier(); }
   double max(double value) override { return mpi_->max(value); }
   double sum(double value) override { return mpi_->sum(value); }
+  // The MPI communicator is split first; the sub-communicator's NCCL is bootstrapped over it (a
+  // unique id per group), so no NCCL version's ncclCommSplit is needed.
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    auto sub = std::dynamic_pointer_cast<MpiCommunicator>(mpi_->split(color, key));
+    if (!sub) throw Error("split: the MPI communicator's split is not an MPI communicator");
+    return std::make_shared<NcclCommunicator>(std::move(sub), device_);
+  }
 
  private:
   void check(const torch::Tensor& tensor, const char* op) const {
