@@ -65,6 +65,11 @@ Estimate Estimate::with_members(int64_t members) const {
   return e;
 }
 
+double Estimate::member_bytes_per_sample() const {
+  const double from = static_cast<double>(std::max<int64_t>(1, config.train.ensemble_members));
+  return std::max(0.0, activations.per_sample() - sample_bytes) / from;
+}
+
 namespace {
 
 // Largest members per sample in [2, kMaxMembers] with total(members) <= cap (0: not even 2).

@@ -92,6 +92,9 @@ struct Estimate {
   // a trace, the trace at the configured members extrapolated along the rows as it is along the
   // batch). No new trace.
   Estimate with_members(int64_t members) const;
+  // Activation bytes one more member costs per sample (the steepest line's slope less sample_bytes,
+  // over the members).
+  double member_bytes_per_sample() const;
   // Largest members per sample (2..kMaxMembers) whose total at `batch` fits `capacity_bytes` (0:
   // not even 2): GPU with its overhead, or the CPU (gpu empty) with `cpu` outside the allocator
   // (the with_members estimate's own CPU overhead when `cpu_overhead` is set).
