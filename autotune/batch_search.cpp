@@ -216,13 +216,6 @@ TuneReport tune_members(const RunConfig& config, torch::Device device,
                         const estimator::Estimate& e, const std::optional<estimator::GpuSpec>& gpu, int64_t room,
                         TuneReport report, std::chrono::steady_clock::time_point t0) {
   report.search = SearchDimension::kMembers;
-  if (!config.train.ensemble())
-    throw ConfigError(config.path + ": tune-batch --search members needs an ensemble run: train.ensemble_members = " +
-                      std::to_string(config.train.ensemble_members) +
-                      " is the deterministic model (set it to 2 or more; its noise channels are part of the model)");
-  if (config.train.batch_auto)
-    throw ConfigError(config.path + ": tune-batch --search members keeps the micro-batch fixed: train.batch_size = "
-                                    "\"auto\" gives none (set a number, or search the batch first)");
   const int64_t batch = config.train.batch_size;
   const bool cpu_overhead = device.is_cpu() && options.cpu_overhead;
   report.estimated_members =
@@ -279,6 +272,16 @@ TuneReport tune_members(const RunConfig& config, torch::Device device,
 TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
                              std::shared_ptr<distributed::Communicator> comm, const TuneOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (options.search == SearchDimension::kMembers) {
+    // Before any estimate or probe: what --search members cannot search.
+    if (!config.train.ensemble())
+      throw ConfigError(config.path + ": tune-batch --search members needs an ensemble run: train.ensemble_members = " +
+                        std::to_string(config.train.ensemble_members) +
+                        " is the deterministic model (set it to 2 or more; its noise channels are part of the model)");
+    if (config.train.batch_auto)
+      throw ConfigError(config.path + ": tune-batch --search members keeps the micro-batch fixed: train.batch_size = "
+                                      "\"auto\" gives none (set a number, or search the batch first)");
+  }
   if (!comm) comm = distributed::make_communicator(distributed::current_world(), config.distributed, device);
   MemoryMeter& meter = memory_meter(device);
   const models::ModelShape shape = models::model_shape(config);
