@@ -173,12 +173,15 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
     else if (first_keeps_input)
       ensemble_inputs = kept_steps * members * in_elems * input_width;
   }
+  // While the loss runs the forward keeps what the model saved, or with rollout checkpointing only
+  // the steps' parts: no step's activations are held then.
+  auto loss_base = [&](double kept) { return steps_checkpointed ? step_inputs + ensemble_inputs : kept; };
   double flowing = m.output * 4;  // the gradient of the last predicted state
   double peak = 0;
   if (config.train.checkpointing) {
     // Forward keeps each block's inputs (every kept rollout step); backward replays one block at a time.
     double below = step_inputs + ensemble_inputs + kept_steps * inputs + loss_saved;
-    peak = std::max(peak, below - loss_saved + loss_peak);
+    peak = std::max(peak, loss_base(below - loss_saved) + loss_peak);
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->inputs;
       // The replay's outputs and the gradients that arrived for them are held until it is done.
@@ -191,7 +194,7 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   } else {
     // Forward keeps everything (every kept rollout step); backward frees block by block.
     double below = step_inputs + ensemble_inputs + kept_steps * saved + loss_saved;
-    peak = std::max(peak, below - loss_saved + loss_peak);
+    peak = std::max(peak, loss_base(below - loss_saved) + loss_peak);
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->saved();
       peak = std::max(peak, backward_peak(*b, below, flowing));
