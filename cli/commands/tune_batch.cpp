@@ -126,18 +126,21 @@ int run_tune(const TuneArgs& args) {
     apply_flags(args, config);
     const torch::Device device = resolve_device(config.train.device, world.local_rank);
     const bool lead = world.rank == 0;
+    if (args.search != "batch" && args.search != "members")
+      throw ConfigError("--search " + args.search + ": expected batch or members");
+    const bool members = args.search == "members";
     if (lead && !args.json)
       std::cout << "wxtrain tune-batch: " << config.path << " (" << config.model.name << ", "
                 << to_string(config.train.precision) << ", checkpointing "
                 << describe_checkpointing(config.train) << ", accumulation " << config.train.accumulation
                 << ", rollout " << config.max_rollout() << ", ZeRO-" << config.distributed.zero_stage << ") on "
-                << device.str() << (world.size > 1 ? " x " + std::to_string(world.size) + " ranks" : "") << "\n"
+                << device.str() << (world.size > 1 ? " x " + std::to_string(world.size) + " ranks" : "")
+                << (members ? ": searching members per sample at micro-batch " + std::to_string(config.train.batch_size)
+                            : std::string())
+                << "\n"
                 << std::flush;
 
     autotune::TuneOptions options;
-    if (args.search != "batch" && args.search != "members")
-      throw ConfigError("--search " + args.search + ": expected batch or members");
-    const bool members = args.search == "members";
     if (members) options.search = autotune::SearchDimension::kMembers;
     options.cpu_overhead = !args.tensors_only;
     options.samples_per_rank = setup.samples_per_rank;
