@@ -129,15 +129,14 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
 
   // The residual prediction and loss: the fp32 states, their stack, and the difference square() saves.
   // An ensemble's afCRPS (trainer::afcrps) keeps, per member and point, the difference to the truth
-  // that abs() saves (fp32) and the sort's int64 indices, 12 bytes; while it runs, the stack of the
-  // members' predictions, the sorted values and their product with the rank coefficients are alive
-  // beside them, 24 bytes in all, which is more than its backward holds (the indices, the
-  // difference, two member-sized gradients: 20). `m.output` is per sample here: members x one state.
-  // Those are freed by the loss's backward, before the model's runs: for an ensemble the loss is a
-  // peak of its own, not a term under the model's (measured: tests/estimator/test_members.cpp,
-  // AfcrpsMemory: 12 bytes kept, 21 at its forward's peak, 20.5 in its backward, per member and
-  // point, above the stack's 4). The MSE's difference stays counted under the model's backward, as
-  // the deterministic formulas were fitted with it.
+  // that abs() saves (fp32, 4 bytes) and the sort's int64 indices (8): 12 bytes. While it runs, the
+  // abs() output, the sorted values and their product with the rank coefficients are alive beside
+  // them (21 bytes at its forward's peak; its backward holds 20.5: the indices and the difference
+  // with two member-sized gradients), above the stack of the members' predictions (4): 25 in all
+  // (measured: tests/estimator/test_members.cpp, AfcrpsMemory). Its backward frees them before the
+  // model's runs: for an ensemble the loss is a peak of its own, not a term under the model's.
+  // `m.output` is per sample here: members x one state. The MSE's difference stays counted under the
+  // model's backward, as the deterministic formulas were fitted with it.
   const bool ensemble = members > 1;
   const double loss_saved = ensemble ? 0 : rollout * m.output * 4;
   const double loss_peak = ensemble ? rollout * m.output * 25 : 0;
