@@ -149,7 +149,11 @@ BatchProber::BatchProber(RunConfig config, models::ModelShape shape, torch::Devi
     : config_(std::move(config)), shape_(shape), device_(device), comm_(std::move(comm)), budget_(budget),
       target_(target) {}
 
-Probe BatchProber::operator()(int64_t batch) {
+Probe BatchProber::operator()(int64_t batch) { return probe(batch, config_.train.ensemble_members); }
+
+Probe BatchProber::probe(int64_t batch, int64_t members) {
+  RunConfig config = config_;
+  config.train.ensemble_members = members;
   MemoryMeter& meter = memory_meter(device_);
   meter.release_cached();
   const int64_t before = meter.snapshot().allocated;
@@ -157,6 +161,7 @@ Probe BatchProber::operator()(int64_t batch) {
   const auto t0 = std::chrono::steady_clock::now();
   Probe p;
   p.batch = batch;
+  p.members = members;
   // With several ranks an out-of-memory error on one rank mid-step would leave the others inside a
   // collective it never joins. On the CPU the budget is emulated, so under MPI it is not enforced
   // by throwing: every rank runs the probe to the end and the agreed peak decides.
@@ -168,12 +173,12 @@ Probe BatchProber::operator()(int64_t batch) {
   meter.reset_peak();
   try {
     // Everything the probe allocates lives in this scope and is gone when it ends (or unwinds).
-    auto state = trainer::build_training_state(config_, shape_, comm_, device_);
-    auto micro = trainer::synthetic_micro_batches(config_, shape_, batch, config_.train.accumulation, device_);
+    auto state = trainer::build_training_state(config, shape_, comm_, device_);
+    auto micro = trainer::synthetic_micro_batches(config, shape_, batch, config.train.accumulation, device_);
     p.peak = meter.snapshot().peak;
     trainer::TrainingStep step(*state, &meter);
-    for (int64_t i = 0; i < config_.memory.probe_steps; ++i) {
-      const trainer::StepResult r = step.run(micro, config_.train.lr);
+    for (int64_t i = 0; i < config.memory.probe_steps; ++i) {
+      const trainer::StepResult r = step.run(micro, config.train.lr);
       p.peak = std::max({p.peak, r.peak_forward_backward, r.peak_optimizer});
     }
   } catch (const c10::OutOfMemoryError&) {
@@ -202,11 +207,81 @@ double slope_at(const estimator::ActivationFit& fit, double batch) {
                                                                     : fit.optimizer.per_sample;
 }
 
+// --search members: the batch is the run's, the members per sample are searched. The grid index k
+// of secant_search is members - 1 (k = 1: 2 members, the fewest an afCRPS takes), memory is as
+// linear in the members as in the batch (the model runs batch x members rows), so the estimate's
+// start and per-member slope guide it as they guide the batch search.
+TuneReport tune_members(const RunConfig& config, torch::Device device,
+                        const std::shared_ptr<distributed::Communicator>& comm, const TuneOptions& options,
+                        const estimator::Estimate& e, const std::optional<estimator::GpuSpec>& gpu, int64_t room,
+                        TuneReport report, std::chrono::steady_clock::time_point t0) {
+  report.search = SearchDimension::kMembers;
+  const int64_t batch = config.train.batch_size;
+  const bool cpu_overhead = device.is_cpu() && options.cpu_overhead;
+  report.estimated_members =
+      device.is_cpu() ? e.cpu_max_members(room, batch, cpu_overhead) : e.max_members(room, gpu, batch);
+  report.sure_members = device.is_cpu() ? report.estimated_members : e.sure_max_members(room, gpu, batch);
+  report.estimated_batch = device.is_cpu() ? e.cpu_max_batch(room, cpu_overhead ? e.cpu_overhead() : estimator::CpuOverhead{})
+                                           : e.max_batch(room, gpu);
+  report.sure_batch = device.is_cpu() ? report.estimated_batch : e.sure_max_batch(room, gpu);
+  // Bytes per member at this batch (the CPU overhead's share of them included).
+  report.estimated_slope = e.member_bytes_per_sample() * static_cast<double>(batch) *
+                           (1.0 + (cpu_overhead ? estimator::kUnseenPerSampleShare : 0.0));
+  report.max_batch = batch;
+
+  SearchOptions so;
+  so.target = report.target;
+  so.budget = report.budget;
+  so.multiple_of = 1;
+  so.max_batch = estimator::kMaxMembers - 1;
+  so.start = report.sure_members >= 2 ? report.sure_members - 1 : 0;
+  so.slope = report.estimated_slope;
+  const models::ModelShape shape = models::model_shape(config);
+  BatchProber prober(config, shape, device, comm, report.budget, report.target);
+  std::vector<Probe> probes;
+  ProbeFn probe = [&](int64_t k) {
+    const int64_t members = k + 1;
+    if (cpu_overhead) prober.set_overhead(e.with_members(members).cpu_overhead());
+    Probe p = prober.probe(batch, members);
+    probes.push_back(p);
+    if (options.on_probe) options.on_probe(p);
+    p.batch = k;  // the search's grid
+    return p;
+  };
+  const SearchResult found = secant_search(so, probe);
+  report.probes = probes;
+  report.members = found.batch > 0 ? found.batch + 1 : 0;
+  report.batch = batch;
+  report.effective_batch = report.batch * report.accumulation * report.world_size;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (report.members == 0) {
+    const Probe& first = probes.front().members == 2 ? probes.front()
+                                                     : *std::find_if(probes.begin(), probes.end(),
+                                                                     [](const Probe& p) { return p.members == 2; });
+    throw Error("even 2 members per sample do not fit at micro-batch " + std::to_string(batch) + ": " +
+                (first.oom ? std::string("they ran out of the ") + format_bytes(static_cast<double>(report.budget)) + " budget"
+                           : "the peak " + format_bytes(static_cast<double>(first.need())) + " is above the target " +
+                                 format_bytes(static_cast<double>(report.target))) +
+                "; try a smaller train.batch_size, or " + estimator::ways_to_save_memory(config, batch));
+  }
+  return report;
+}
+
 }  // namespace
 
 TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
                              std::shared_ptr<distributed::Communicator> comm, const TuneOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (options.search == SearchDimension::kMembers) {
+    // Before any estimate or probe: what --search members cannot search.
+    if (!config.train.ensemble())
+      throw ConfigError(config.path + ": tune-batch --search members needs an ensemble run: train.ensemble_members = " +
+                        std::to_string(config.train.ensemble_members) +
+                        " is the deterministic model (set it to 2 or more; its noise channels are part of the model)");
+    if (config.train.batch_auto)
+      throw ConfigError(config.path + ": tune-batch --search members keeps the micro-batch fixed: train.batch_size = "
+                                      "\"auto\" gives none (set a number, or search the batch first)");
+  }
   if (!comm) comm = distributed::make_communicator(distributed::current_world(), config.distributed, device);
   MemoryMeter& meter = memory_meter(device);
   const models::ModelShape shape = models::model_shape(config);
@@ -265,6 +340,8 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   report.sure_batch = device.is_cpu() ? report.estimated_batch : e.sure_max_batch(room, gpu);
   report.estimated_slope = slope_at(e.activations, static_cast<double>(std::max<int64_t>(report.estimated_batch, 1))) +
                            report.cpu_overhead.per_sample;
+
+  if (options.search == SearchDimension::kMembers) return tune_members(config, device, comm, options, e, gpu, room, report, t0);
 
   // A batch larger than the training split could never be filled: the data caps the search.
   if (options.samples_per_rank > 0 && options.samples_per_rank < mem.max_batch) {

@@ -38,6 +38,7 @@ struct Probe {
   double seconds = 0;    // wall time of the probe (build + steps + release)
   int64_t leaked = 0;    // allocated bytes after the probe minus before it (0 when everything was released)
   int64_t overhead = 0;  // modelled bytes outside the meter at this batch (CPU); peak + overhead is what counts
+  int64_t members = 1;   // ensemble members per sample the probe ran (train.ensemble_members; 1: deterministic)
   int64_t need() const { return peak + overhead; }
 };
 
@@ -76,6 +77,9 @@ class BatchProber {
   BatchProber(RunConfig config, models::ModelShape shape, torch::Device device,
               std::shared_ptr<distributed::Communicator> comm, int64_t budget, int64_t target);
   Probe operator()(int64_t batch);
+  // A probe at `batch` with `members` ensemble members per sample (2 or more; the run file's other
+  // settings as they are): what `tune-batch --search members` probes.
+  Probe probe(int64_t batch, int64_t members);
   // What the process holds outside the meter (CPU): a probe's allowance is the budget less it.
   void set_overhead(const estimator::CpuOverhead& overhead) { overhead_ = overhead; }
 
@@ -95,7 +99,17 @@ struct Suggestion {
   int64_t max_batch = 0;  // estimated largest micro-batch within the target with that change
 };
 
+// What tune-batch searches: the micro-batch (members fixed, the default), or for an ensemble
+// (train.ensemble_members > 1) the members per sample at the configured micro-batch.
+enum class SearchDimension { kBatch, kMembers };
+
 struct TuneReport {
+  SearchDimension search = SearchDimension::kBatch;
+  // --search members: the answer, the most members per sample (per rank) that fit at `batch`; the
+  // estimate's, and the one it is sure of (the error band, as sure_batch), where the search starts.
+  int64_t members = 0;
+  int64_t estimated_members = 0;
+  int64_t sure_members = 0;
   std::string device;           // "cpu", "cuda:0"
   std::string meter;            // the meter's name
   int world_size = 1;
@@ -136,6 +150,10 @@ struct TuneOptions {
   // The training samples each rank holds (0: unknown, a run file without data): a micro-batch is
   // never searched above it, since the loader could not fill one batch per rank.
   int64_t samples_per_rank = 0;
+  // kMembers: search the members per sample of an ensemble at the run's micro-batch
+  // (train.batch_size, which must be a number), 2 to estimator::kMaxMembers, exactly as the batch
+  // is searched (secant_search, started where the estimate is sure). Suggestions are not made.
+  SearchDimension search = SearchDimension::kBatch;
 };
 
 // Tunes `config` (memory.limit, margin, multiple_of, max_batch and probe_steps as configured) on

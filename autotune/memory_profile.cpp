@@ -197,6 +197,7 @@ ProfileReport profile_memory(const RunConfig& config, torch::Device device,
   report.device = device.str();
   report.meter = meter.name();
   report.batch = config.train.batch_auto ? tune_batch(config, device, comm) : config.train.batch_size;
+  report.members = std::max<int64_t>(1, config.train.ensemble_members);
   report.accumulation = config.train.accumulation;
   const int64_t timeline_step =
       options.timeline_step > 0 ? std::min(options.timeline_step, options.steps) : options.steps;
@@ -291,14 +292,35 @@ int64_t parse_size_argument(const std::string& flag, const std::string& text) {
   return *bytes;
 }
 
-std::string steps_csv(const ProfileReport& report) {
+std::string steps_csv(const ProfileReport& report, int64_t threshold) {
   std::ostringstream out;
-  out << "timestamp,step,allocated_GB,reserved_GB,peak_GB\n";
+  const bool ensemble = report.members > 1;
+  out << "timestamp,step,allocated_GB,reserved_GB,peak_GB";
+  if (ensemble) out << ",members,peak_per_member_GB,activations_per_member_GB";
+  if (threshold > 0) out << ",judged_peak_GB,threshold_GB,result";
+  out << "\n";
   char line[160];
+  const double members = static_cast<double>(report.members);
   for (const auto& s : report.steps) {
-    std::snprintf(line, sizeof line, "%.3f,%lld,%.6f,%.6f,%.6f\n", s.timestamp, static_cast<long long>(s.step),
+    std::snprintf(line, sizeof line, "%.3f,%lld,%.6f,%.6f,%.6f", s.timestamp, static_cast<long long>(s.step),
                   s.allocated / kGB, s.reserved / kGB, s.peak() / kGB);
     out << line;
+    if (ensemble) {
+      // What each member costs of the step: its share of the peak, and of the activations (the peak
+      // above what stays allocated between steps: states and micro-batches).
+      std::snprintf(line, sizeof line, ",%lld,%.6f,%.6f", static_cast<long long>(report.members),
+                    static_cast<double>(s.peak()) / members / kGB,
+                    static_cast<double>(std::max<int64_t>(0, s.peak() - s.allocated)) / members / kGB);
+      out << line;
+    }
+    if (threshold > 0) {
+      // The step judged as --threshold judges the run (the CPU's overhead at the batch included).
+      const int64_t judged = s.peak() + report.overhead_at_batch();
+      std::snprintf(line, sizeof line, ",%.6f,%.6f,%s", static_cast<double>(judged) / kGB,
+                    static_cast<double>(threshold) / kGB, judged <= threshold ? "PASS" : "FAIL");
+      out << line;
+    }
+    out << "\n";
   }
   return out.str();
 }

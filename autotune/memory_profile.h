@@ -56,6 +56,7 @@ struct ProfileOptions {
 struct ProfileReport {
   std::string device, meter;
   int64_t batch = 0;               // micro-batch (train.batch_size, or tuned when "auto")
+  int64_t members = 1;             // ensemble members per sample (train.ensemble_members): rows = batch x members
   int64_t accumulation = 1;
   int64_t baseline = 0;            // allocated before the model was built
   int64_t states = 0;              // allocated after building model, optimizer and inputs
@@ -100,7 +101,11 @@ ThresholdVerdict check_threshold(const ProfileReport& report, int64_t threshold)
 // Parses a size for `flag` ("22GiB"); throws ConfigError naming the flag and the text otherwise.
 int64_t parse_size_argument(const std::string& flag, const std::string& text);
 
-// The per-step log: timestamp,step,allocated_GB,reserved_GB,peak_GB (GB = 1e9 bytes).
-std::string steps_csv(const ProfileReport& report);
+// The per-step log: timestamp,step,allocated_GB,reserved_GB,peak_GB (GB = 1e9 bytes). An ensemble
+// (members > 1) adds members,peak_per_member_GB,activations_per_member_GB: the step's peak, and its
+// activations (peak less what stays allocated after the step), over the members per sample. With a
+// threshold (> 0, --threshold) every run adds judged_peak_GB,threshold_GB,result: the step's peak as
+// check_threshold judges it (with the CPU overhead at the batch) and PASS or FAIL for that step.
+std::string steps_csv(const ProfileReport& report, int64_t threshold = 0);
 
 }  // namespace wxtrain::autotune

@@ -41,7 +41,43 @@ double replay_peak(const Block& b, double below) {
   return peak;
 }
 
+// An ensemble's blocks: every per-row term times the rows each sample becomes (its members); the
+// batch-independent terms (fixed, weights) stay.
+ModelMemory rows_per_sample(ModelMemory m, double rows) {
+  if (rows == 1) return m;
+  for (Block& b : m.blocks) {
+    for (Layer& l : b.layers) {
+      l.saved *= rows;
+      l.temp *= rows;
+      if (l.grad >= 0) l.grad *= rows;
+    }
+    for (double* v : {&b.inputs, &b.carry, &b.forward_temp, &b.output, &b.output_grad, &b.replay_grads}) *v *= rows;
+  }
+  m.output *= rows;
+  return m;
+}
+
 }  // namespace
+
+// The rows per sample one rank's model runs: its share of the members, when distributed.ensemble_group
+// ranks share one ensemble (M / G; the step gathers the other ranks' members before the loss).
+int64_t members_per_sample(const RunConfig& config) {
+  return std::max<int64_t>(1, config.train.ensemble_members / std::max<int64_t>(1, config.distributed.ensemble_group));
+}
+
+double batch_tensor_bytes(const RunConfig& config, const models::ModelShape& shape) {
+  const double rollout = static_cast<double>(std::max<int64_t>(1, config.max_rollout()));
+  const double accumulation = static_cast<double>(std::max<int64_t>(1, config.train.accumulation));
+  const double grid = static_cast<double>(shape.lat * shape.lon);
+  const ChannelLayout layout = config.channels();
+  // The step's micro-batches (fp32 input, forcings for every rollout step, target), all alive for
+  // the whole step; the input's channels count one step's forcings already. An ensemble's noise
+  // channels are drawn by the rollout, never held by the batch (trainer::synthetic_micro_batches).
+  const double noise = layout.in_channels() == shape.in_channels ? static_cast<double>(layout.noise) : 0.0;
+  const double in_elems = (static_cast<double>(shape.in_channels) - noise) * grid;
+  const double forcing_elems = static_cast<double>(layout.forcing.size() + layout.statics.size()) * grid;
+  return accumulation * 4 * (in_elems + (rollout - 1) * forcing_elems + rollout * shape.out_channels * grid);
+}
 
 int64_t analytic_param_count(const ModelConfig& config, const models::ModelShape& shape) {
   return models::find_model(config.name).parameter_count(config, shape);
@@ -50,8 +86,11 @@ int64_t analytic_param_count(const ModelConfig& config, const models::ModelShape
 ActivationFit analytic_activations(const RunConfig& config, const models::ModelShape& shape, Mode mode) {
   const models::ModelEntry& model = models::find_model(config.model.name);
   const Widths w = models::widths(config.train.precision);
-  const ModelMemory m =
-      model.activation_memory(config.model, shape, {w, config.train.checkpointing, mode == Mode::kInference});
+  // An ensemble's model runs batch x members rows (trainer::tile_members): every per-sample term of
+  // its blocks is per row, times the members; its batch-independent terms are not.
+  const double members = mode == Mode::kTrain ? static_cast<double>(members_per_sample(config)) : 1.0;
+  const ModelMemory m = rows_per_sample(
+      model.activation_memory(config.model, shape, {w, config.train.checkpointing, mode == Mode::kInference}), members);
   ActivationFit fit;
   fit.num_params = model.parameter_count(config.model, shape);
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
@@ -67,14 +106,11 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   fit.traced_states = static_cast<int64_t>(static_cast<double>(fit.num_params) * per_param + buffers);
 
   const double rollout = static_cast<double>(std::max<int64_t>(1, config.max_rollout()));
-  const double accumulation = static_cast<double>(std::max<int64_t>(1, config.train.accumulation));
   const double in_elems = static_cast<double>(shape.in_channels) * shape.lat * shape.lon;
-  // The step's micro-batches (fp32 input, forcings for every rollout step, target), all alive for
-  // the whole step. in_elems counts one step's forcings already.
   const ChannelLayout layout_channels = config.channels();
   const double forcing_elems =
       static_cast<double>(layout_channels.forcing.size() + layout_channels.statics.size()) * shape.lat * shape.lon;
-  const double batch_tensors = accumulation * 4 * (in_elems + (rollout - 1) * forcing_elems + rollout * m.output);
+  const double batch_tensors = batch_tensor_bytes(config, shape);
 
   double saved = 0, inputs = 0, fixed_saved = 0, fixed_kept = 0, weights = 0, worst_weights = 0;
   for (const Block& b : m.blocks) {
@@ -96,7 +132,21 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   }
 
   // The residual prediction and loss: the fp32 states, their stack, and the difference square() saves.
-  const double loss_saved = rollout * m.output * 4;
+  // An ensemble's afCRPS (trainer::afcrps) keeps, per member and point, the difference to the truth
+  // that abs() saves (fp32, 4 bytes) and the sort's int64 indices (8): 12 bytes. While it runs, the
+  // abs() output, the sorted values and their product with the rank coefficients are alive beside
+  // them (21 bytes at its forward's peak; its backward holds 20.5: the indices and the difference
+  // with two member-sized gradients), above the stack of the members' predictions (4): 25 in all
+  // (measured: tests/estimator/test_members.cpp, AfcrpsMemory). Its backward frees them before the
+  // model's runs: for an ensemble the loss is a peak of its own, not a term under the model's.
+  // `m.output` is per sample here: members x one state. The MSE's difference stays counted under the
+  // model's backward, as the deterministic formulas were fitted with it.
+  // In an ensemble group the loss runs over all M members, the other ranks' gathered (trainer::
+  // gather_members): M / (members per rank) times this rank's output.
+  const bool ensemble = config.train.ensemble();
+  const double gathered = static_cast<double>(std::max<int64_t>(1, config.train.ensemble_members)) / members;
+  const double loss_saved = ensemble ? 0 : rollout * m.output * 4;
+  const double loss_peak = ensemble ? rollout * m.output * gathered * 25 : 0;
   // How many rollout steps' model activations the forward keeps: all of them, or with
   // train.rollout_checkpointing only each step's input parts and one step's activations at a time,
   // rebuilt by the replay of the step whose backward is running (last step first). The parts are
@@ -109,13 +159,35 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
       static_cast<double>(shape.state_channels > 0 ? shape.state_channels : shape.out_channels) * shape.lat * shape.lon;
   const double step_inputs =
       !steps_checkpointed ? 0
-      : config.train.precision == Precision::kBf16 ? (rollout - 1) * (state_elems + forcing_elems) * 2
+      : config.train.precision == Precision::kBf16 ? members * (rollout - 1) * (state_elems + forcing_elems) * 2
                                                    : (rollout - 1) * m.output * 4;
+  // (m.output counts every member's state, and so does the bf16 term: the fed-back predictions are tiled.)
+  // An ensemble's model input is not a view of the micro-batch but a fresh tensor of members x rows:
+  // the tiled input cat the step's noise (and forcings). A checkpointed first block (one whose
+  // `inputs` are the model input's, counted as a batch tensor for one member) keeps it, every kept
+  // rollout step; with rollout checkpointing the steps' checkpoints keep their parts instead: the
+  // tiled input and forcings and each step's noise (fp32 before any cast), and the replayed step's
+  // first block its input.
+  double ensemble_inputs = 0;
+  if (ensemble) {
+    const double noise_elems = static_cast<double>(layout_channels.noise) * shape.lat * shape.lon;
+    const double input_width = config.train.precision == Precision::kBf16 ? 2 : 4;
+    const bool first_keeps_input = config.train.checkpointing && !m.blocks.empty() && m.blocks.front().inputs == 0;
+    if (steps_checkpointed)
+      ensemble_inputs = members * 4 * (in_elems - noise_elems - forcing_elems + rollout * (forcing_elems + noise_elems)) +
+                        (first_keeps_input ? members * in_elems * input_width : 0);
+    else if (first_keeps_input)
+      ensemble_inputs = kept_steps * members * in_elems * input_width;
+  }
+  // While the loss runs the forward keeps what the model saved, or with rollout checkpointing only
+  // the steps' parts: no step's activations are held then.
+  auto loss_base = [&](double kept) { return steps_checkpointed ? step_inputs + ensemble_inputs : kept; };
   double flowing = m.output * 4;  // the gradient of the last predicted state
   double peak = 0;
   if (config.train.checkpointing) {
     // Forward keeps each block's inputs (every kept rollout step); backward replays one block at a time.
-    double below = step_inputs + kept_steps * inputs + loss_saved;
+    double below = step_inputs + ensemble_inputs + kept_steps * inputs + loss_saved;
+    peak = std::max(peak, loss_base(below - loss_saved) + loss_peak);
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->inputs;
       // The replay's outputs and the gradients that arrived for them are held until it is done.
@@ -127,7 +199,8 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
     }
   } else {
     // Forward keeps everything (every kept rollout step); backward frees block by block.
-    double below = step_inputs + kept_steps * saved + loss_saved;
+    double below = step_inputs + ensemble_inputs + kept_steps * saved + loss_saved;
+    peak = std::max(peak, loss_base(below - loss_saved) + loss_peak);
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->saved();
       peak = std::max(peak, backward_peak(*b, below, flowing));
@@ -136,7 +209,7 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   // A replayed rollout step hands back the gradient of its whole input (fp32, on its way to the
   // step before) and, in one piece, its parameters' gradients, before they are accumulated: one
   // more set of gradients at the peak (measured on the trace, tests/estimator).
-  const double step_replay_grads = steps_checkpointed ? in_elems * 4 : 0;
+  const double step_replay_grads = steps_checkpointed ? members * in_elems * 4 : 0;
   fit.forward_backward.per_sample = batch_tensors + peak + step_replay_grads;
   // Autocast's bf16 weight copies: cached and saved for the whole step, or (checkpointed, cache
   // off) one block's at a time during its replay.

@@ -13,7 +13,17 @@ namespace wxtrain::estimator {
 // Parameters of the zoo model `config.model` for `shape`, by formula (no tensors allocated).
 int64_t analytic_param_count(const ModelConfig& config, const models::ModelShape& shape);
 
-// Activation lines by formula, in the same form the trace produces.
+// The rows of the model's batch per sample: train.ensemble_members (1 for a deterministic run).
+int64_t members_per_sample(const RunConfig& config);
+
+// Bytes per sample of the step's micro-batch tensors (fp32 input less an ensemble's noise channels,
+// forcings of every rollout step, target), all micro-batches of the step: not tiled by the members.
+double batch_tensor_bytes(const RunConfig& config, const models::ModelShape& shape);
+
+// Activation lines by formula, in the same form the trace produces. An ensemble (ensemble_members M
+// > 1) runs the model on batch x M rows: its per-sample terms are the model's per-row terms x M,
+// plus the afCRPS's (the members' differences and sort indices), plus the batch tensors (per sample).
+// Inference forecasts one member.
 ActivationFit analytic_activations(const RunConfig& config, const models::ModelShape& shape, Mode mode);
 
 }  // namespace wxtrain::estimator

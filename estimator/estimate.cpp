@@ -51,6 +51,69 @@ int64_t Estimate::sure_max_batch(int64_t capacity_bytes, const std::optional<Gpu
   return largest_batch(static_cast<double>(capacity_bytes), [&](int64_t b) { return raise * breakdown(b, gpu).total(); });
 }
 
+Estimate Estimate::with_members(int64_t members) const {
+  Estimate e = *this;
+  const double from = static_cast<double>(std::max<int64_t>(1, config.train.ensemble_members));
+  const double ratio = static_cast<double>(members) / from;
+  e.config.train.ensemble_members = members;
+  auto scale = [&](Line& l) {
+    if (l.per_sample > sample_bytes) l.per_sample = sample_bytes + (l.per_sample - sample_bytes) * ratio;
+  };
+  scale(e.activations.forward_backward);
+  scale(e.activations.optimizer);
+  for (Line& l : e.activations.small_batch) scale(l);
+  return e;
+}
+
+double Estimate::member_bytes_per_sample() const {
+  const double from = static_cast<double>(std::max<int64_t>(1, config.train.ensemble_members));
+  return std::max(0.0, activations.per_sample() - sample_bytes) / from;
+}
+
+namespace {
+
+// Largest members per sample in [2, kMaxMembers] with total(members) <= cap (0: not even 2).
+template <typename Total>
+int64_t largest_members(double cap, const Total& total) {
+  if (total(2) > cap) return 0;
+  int64_t lo = 2, hi = 4;
+  while (hi <= kMaxMembers && total(hi) <= cap) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > kMaxMembers) {
+    if (total(kMaxMembers) <= cap) return kMaxMembers;
+    hi = kMaxMembers;
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (total(mid) <= cap ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace
+
+int64_t Estimate::max_members(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu, int64_t batch) const {
+  return largest_members(static_cast<double>(capacity_bytes),
+                         [&](int64_t m) { return with_members(m).breakdown(batch, gpu).total(); });
+}
+
+int64_t Estimate::sure_max_members(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu, int64_t batch) const {
+  if (!gpu) return max_members(capacity_bytes, gpu, batch);
+  const double raise = 1.0 + band.under;
+  return largest_members(static_cast<double>(capacity_bytes),
+                         [&](int64_t m) { return raise * with_members(m).breakdown(batch, gpu).total(); });
+}
+
+int64_t Estimate::cpu_max_members(int64_t capacity_bytes, int64_t batch, bool with_cpu_overhead) const {
+  return largest_members(static_cast<double>(capacity_bytes), [&](int64_t m) {
+    const Estimate e = with_members(m);
+    return e.breakdown(batch, std::nullopt).total() +
+           (with_cpu_overhead ? e.cpu_overhead().at(static_cast<double>(batch)) : 0.0);
+  });
+}
+
 CpuOverhead Estimate::cpu_overhead() const {
   return estimator::cpu_overhead(process_resident, activations.per_sample());
 }
@@ -74,6 +137,10 @@ GpuFit Estimate::fit(const GpuSpec& gpu) const {
   f.fits = f.at_batch.total() <= static_cast<double>(gpu.memory_bytes);
   f.max_batch = max_batch(gpu.memory_bytes, gpu);
   f.sure_max_batch = sure_max_batch(gpu.memory_bytes, gpu);
+  if (config.train.ensemble() && options.mode == Mode::kTrain) {
+    f.max_members = max_members(gpu.memory_bytes, gpu, batch());
+    f.sure_max_members = sure_max_members(gpu.memory_bytes, gpu, batch());
+  }
   return f;
 }
 
@@ -91,6 +158,9 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   e.libraries = library_use(config.model.name);
   e.band = error_band(e.libraries);
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
+  // What does not grow with an ensemble's members: the micro-batch tensors, as the formulas or the
+  // trace (at most 2 micro-batches, below) hold them.
+  e.sample_bytes = batch_tensor_bytes(config, shape);
   if (options.analytic) {
     e.activations = analytic_activations(config, shape, options.mode);
     e.method = "analytic formulas";
@@ -102,6 +172,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
       e.method = "analytic formulas (tracing would need ~" + format_gib(trace_bytes, 1) + " GiB here; --trace forces it)";
     } else {
       e.activations = trace_activations(config, shape, options.mode);
+      e.sample_bytes = batch_tensor_bytes(trace_config(config), shape);
       e.method = "training step traced on the CPU (counting allocator)";
     }
   }
@@ -113,6 +184,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
         static_cast<double>(shape.in_channels + 2 * config.max_rollout() * shape.out_channels);  // input, target, mask
     for (Line* l : {&e.activations.forward_backward, &e.activations.optimizer}) l->per_sample += extra * sample_bytes;
     for (Line& l : e.activations.small_batch) l.per_sample += extra * sample_bytes;
+    e.sample_bytes += extra * sample_bytes;
   }
   // After the trace (which ran the step's kernels in this process): what the libraries hold.
   e.process_resident = process_resident_outside_allocator();

@@ -49,7 +49,16 @@ struct GpuFit {
   // Largest micro-batch that fits with the measured error band added (error_band.h): the one the
   // estimate is sure of. At most max_batch.
   int64_t sure_max_batch = 0;
+  // An ensemble (train.ensemble_members > 1): the most members per sample (per rank, every rank
+  // holding all members of its samples) that fit at the configured batch, and with the error band
+  // added; 0 when not even 2 fit. 0 for a deterministic run (not asked).
+  int64_t max_members = 0;
+  int64_t sure_max_members = 0;
 };
+
+// The most members per sample `wxtrain estimate` and `tune-batch --search members` consider: the
+// range of train.ensemble_members.
+inline constexpr int64_t kMaxMembers = 1024;
 
 struct Estimate {
   RunConfig config;
@@ -74,6 +83,24 @@ struct Estimate {
   Breakdown cpu_breakdown(int64_t batch) const;
   // Largest micro-batch whose counted bytes plus `overhead` fit `capacity_bytes` (0: none).
   int64_t cpu_max_batch(int64_t capacity_bytes, const CpuOverhead& overhead) const;
+  // Activation bytes per sample that do not grow with an ensemble's members: the micro-batch tensors
+  // (input, forcings, target; analytic.h batch_tensor_bytes), as the trace or the formulas hold them.
+  double sample_bytes = 0;
+  // The same run with `members` per sample (2 or more, for an estimate of an ensemble): the model's
+  // rows are batch x members, so each activation line's per-sample slope less sample_bytes scales
+  // with members / train.ensemble_members (exact for the formulas, which are linear in the rows; for
+  // a trace, the trace at the configured members extrapolated along the rows as it is along the
+  // batch). No new trace.
+  Estimate with_members(int64_t members) const;
+  // Activation bytes one more member costs per sample (the steepest line's slope less sample_bytes,
+  // over the members).
+  double member_bytes_per_sample() const;
+  // Largest members per sample (2..kMaxMembers) whose total at `batch` fits `capacity_bytes` (0:
+  // not even 2): GPU with its overhead, or the CPU (gpu empty) with `cpu` outside the allocator
+  // (the with_members estimate's own CPU overhead when `cpu_overhead` is set).
+  int64_t max_members(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu, int64_t batch) const;
+  int64_t sure_max_members(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu, int64_t batch) const;
+  int64_t cpu_max_members(int64_t capacity_bytes, int64_t batch, bool cpu_overhead) const;
   GpuFit fit(const GpuSpec& gpu) const;
   std::vector<GpuFit> fits() const;  // the whole catalog
   int64_t batch() const;              // the batch reported (options.batch or train.batch_size)

@@ -79,8 +79,18 @@ void print_sure_batches(const estimator::Estimate& e, const std::vector<estimato
   std::snprintf(band, sizeof band, "+%.1f%% / -%.1f%%", 100 * e.band.under, 100 * e.band.over);
   std::cout << "\nerror band " << band << " (a GPU measured up to that far above / below this estimate): "
             << e.band.family << ", " << e.band.basis << "\n";
-  Table s({"GPU", "max batch", "sure of"}, {false, true, true});
-  for (const auto& f : fits) s.add({f.gpu.label, std::to_string(f.max_batch), std::to_string(f.sure_max_batch)});
+  // An ensemble also asks how many members per sample the estimate is sure of at the batch.
+  const bool members = e.config.train.ensemble() && e.options.mode == estimator::Mode::kTrain;
+  std::vector<std::string> header{"GPU", "max batch", "sure of"};
+  if (members) header.insert(header.end(), {"max members", "sure of"});
+  std::vector<bool> right(header.size(), true);
+  right[0] = false;
+  Table s(header, right);
+  for (const auto& f : fits) {
+    std::vector<std::string> row{f.gpu.label, std::to_string(f.max_batch), std::to_string(f.sure_max_batch)};
+    if (members) row.insert(row.end(), {std::to_string(f.max_members), std::to_string(f.sure_max_members)});
+    s.add(row);
+  }
   std::cout << s.str();
 }
 
@@ -127,6 +137,7 @@ int run_estimate(const EstimateArgs& args) {
   for (const auto& f : fits) any_fits = any_fits || f.fits;
 
   const int64_t batch = e.batch();
+  const bool ensemble = config.train.ensemble() && options.mode == estimator::Mode::kTrain;
   const auto cpu = e.cpu_breakdown(batch);
   const estimator::CpuOverhead cpu_overhead = e.cpu_overhead();
   // The table's GPU column prices the overhead of one GPU: the first asked about, else the catalog's
@@ -174,6 +185,15 @@ int run_estimate(const EstimateArgs& args) {
     j["error_band"] = {{"family", e.band.family}, {"under", e.band.under}, {"over", e.band.over},
                        {"measured", e.band.measured}, {"basis", e.band.basis}};
     for (size_t i = 0; i < fits.size(); ++i) j["gpus"][i]["sure_max_batch"] = fits[i].sure_max_batch;
+    if (ensemble) {
+      // How many members per sample (per rank) fit at the batch, beside the batch the members allow.
+      j["ensemble_members"] = config.train.ensemble_members;
+      j["activation_bytes_per_member"] = e.member_bytes_per_sample();
+      for (size_t i = 0; i < fits.size(); ++i) {
+        j["gpus"][i]["max_members"] = fits[i].max_members;
+        j["gpus"][i]["sure_max_members"] = fits[i].sure_max_members;
+      }
+    }
     j["seconds"] = seconds;
     std::cout << j.dump(2) << "\n";
   } else {
@@ -184,7 +204,11 @@ int run_estimate(const EstimateArgs& args) {
               << "run        " << args.mode << ", " << to_string(config.train.precision) << ", checkpointing "
               << describe_checkpointing(config.train) << ", micro-batch " << batch << " x accumulation "
               << config.train.accumulation << ", rollout " << config.max_rollout() << ", ZeRO-"
-              << config.distributed.zero_stage << " over " << options.world_size << " rank(s)\n"
+              << config.distributed.zero_stage << " over " << options.world_size << " rank(s)"
+              << (ensemble ? ", " + std::to_string(config.train.ensemble_members) + " ensemble members per sample (" +
+                                 std::to_string(batch * config.train.ensemble_members) + " rows per micro-batch)"
+                           : std::string())
+              << "\n"
               << "method     " << e.method << ", " << std::fixed;
     std::printf("%.2f s\n\n", seconds);
     std::cout.flush();
@@ -198,11 +222,22 @@ int run_estimate(const EstimateArgs& args) {
     t.add({"GPU overhead", "-", format_bytes(gpu.overhead)});
     t.add({"total", format_bytes(cpu.total()), format_bytes(gpu.total())});
     std::cout << t.str() << "\n";
-    Table g({"GPU", "memory GiB", "at batch " + std::to_string(batch), "fits", "max batch"},
-            {false, true, true, false, true});
-    for (const auto& f : fits)
-      g.add({f.gpu.label, format_gib(f.gpu.memory_bytes, 2), format_gib(f.at_batch.total(), 2), f.fits ? "yes" : "no",
-             std::to_string(f.max_batch)});
+    std::vector<std::string> header{"GPU", "memory GiB", "at batch " + std::to_string(batch), "fits", "max batch"};
+    // An ensemble: the batch the configured members allow, and the members the configured batch allows.
+    if (ensemble) {
+      header[2] = "at batch " + std::to_string(batch) + " x " + std::to_string(config.train.ensemble_members) + " members";
+      header[4] = "max batch (" + std::to_string(config.train.ensemble_members) + " members)";
+      header.push_back("max members (batch " + std::to_string(batch) + ")");
+    }
+    std::vector<bool> right{false, true, true, false, true};
+    if (ensemble) right.push_back(true);
+    Table g(header, right);
+    for (const auto& f : fits) {
+      std::vector<std::string> row{f.gpu.label, format_gib(f.gpu.memory_bytes, 2), format_gib(f.at_batch.total(), 2),
+                                   f.fits ? "yes" : "no", std::to_string(f.max_batch)};
+      if (ensemble) row.push_back(std::to_string(f.max_members));
+      g.add(row);
+    }
     std::cout << g.str();
     print_sure_batches(e, fits);
     if (!args.svg.empty()) std::cout << "\nplot: " << args.svg << "\n";

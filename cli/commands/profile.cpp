@@ -123,7 +123,7 @@ int run_profile(const ProfileArgs& args) {
     if (snapshot) write_file_atomically(snapshot_path(args.snapshot, world.rank), r.snapshot);
     if (world.rank != 0) return 0;
 
-    if (!args.csv.empty()) write_file_atomically(args.csv, autotune::steps_csv(r));
+    if (!args.csv.empty()) write_file_atomically(args.csv, autotune::steps_csv(r, threshold));
     if (!args.svg.empty()) write_timeline(r, config.model.name, threshold, args.svg);
     std::optional<autotune::ThresholdVerdict> verdict;
     if (threshold > 0) verdict = autotune::check_threshold(r, threshold);
@@ -134,6 +134,7 @@ int run_profile(const ProfileArgs& args) {
       j["model"] = config.model.name;
       j["device"] = r.device;
       j["batch"] = r.batch;
+      if (r.members > 1) j["ensemble_members"] = r.members;
       j["accumulation"] = r.accumulation;
       j["steps"] = nlohmann::json::array();
       for (const auto& s : r.steps)
@@ -220,7 +221,10 @@ Action add_profile_command(CLI::App& app) {
   cmd->add_flag("--tensors-only", args->tensors_only,
                 "on the CPU, judge the counted tensors alone (an emulated device), not the process's resident "
                 "set with what it holds outside the allocator");
-  cmd->add_option("--csv", args->csv, "per-step log: timestamp,step,allocated_GB,reserved_GB,peak_GB (GB = 1e9 bytes)");
+  cmd->add_option("--csv", args->csv,
+                  "per-step log: timestamp,step,allocated_GB,reserved_GB,peak_GB (GB = 1e9 bytes); an ensemble adds "
+                  "members,peak_per_member_GB,activations_per_member_GB, --threshold adds "
+                  "judged_peak_GB,threshold_GB,result (PASS/FAIL per step)");
   cmd->add_option("--svg", args->svg, "timeline of the last step's allocated memory with its phases");
   args->snapshot_option =
       cmd->add_option("--snapshot", args->snapshot,

@@ -33,6 +33,7 @@ struct TuneArgs {
   int64_t multiple_of = kNotGiven;
   int64_t max_batch = kNotGiven;
   int64_t probe_steps = kNotGiven;
+  std::string search = "batch";
   bool write = false;
   bool tensors_only = false;
   bool json = false;
@@ -90,11 +91,22 @@ nlohmann::json report_json(const RunConfig& config, const autotune::TuneReport& 
   // CPU: modelled resident bytes outside the counting allocator, counted against the budget.
   j["cpu_overhead"] = {{"process_bytes", r.cpu_overhead.process}, {"per_sample_bytes", r.cpu_overhead.per_sample}};
   j["probes"] = nlohmann::json::array();
-  for (const auto& p : r.probes)
+  const bool members = r.search == autotune::SearchDimension::kMembers;
+  for (const auto& p : r.probes) {
     // peak_bytes on OOM: what was in use when it failed.
     j["probes"].push_back({{"batch", p.batch}, {"peak_bytes", p.peak}, {"budget_bytes", r.budget},
                            {"result", p.passed ? "pass" : p.oom ? "oom" : "over margin"}, {"seconds", p.seconds},
                            {"leaked_bytes", p.leaked}, {"overhead_bytes", p.overhead}});
+    if (members) j["probes"].back()["members"] = p.members;
+  }
+  j["search"] = members ? "members" : "batch";
+  if (members) {
+    // The members per sample at the run's micro-batch: the answer, the estimate's and the one it is
+    // sure of (where the search started); estimated_bytes_per_sample is then per member at the batch.
+    j["members"] = r.members;
+    j["estimated_members"] = r.estimated_members;
+    j["sure_members"] = r.sure_members;
+  }
   j["batch"] = r.batch;
   j["accumulation"] = r.accumulation;
   j["effective_batch"] = r.effective_batch;
@@ -114,20 +126,28 @@ int run_tune(const TuneArgs& args) {
     apply_flags(args, config);
     const torch::Device device = resolve_device(config.train.device, world.local_rank);
     const bool lead = world.rank == 0;
+    if (args.search != "batch" && args.search != "members")
+      throw ConfigError("--search " + args.search + ": expected batch or members");
+    const bool members = args.search == "members";
     if (lead && !args.json)
       std::cout << "wxtrain tune-batch: " << config.path << " (" << config.model.name << ", "
                 << to_string(config.train.precision) << ", checkpointing "
                 << describe_checkpointing(config.train) << ", accumulation " << config.train.accumulation
                 << ", rollout " << config.max_rollout() << ", ZeRO-" << config.distributed.zero_stage << ") on "
-                << device.str() << (world.size > 1 ? " x " + std::to_string(world.size) + " ranks" : "") << "\n"
+                << device.str() << (world.size > 1 ? " x " + std::to_string(world.size) + " ranks" : "")
+                << (members ? ": searching members per sample at micro-batch " + std::to_string(config.train.batch_size)
+                            : std::string())
+                << "\n"
                 << std::flush;
 
     autotune::TuneOptions options;
+    if (members) options.search = autotune::SearchDimension::kMembers;
     options.cpu_overhead = !args.tensors_only;
     options.samples_per_rank = setup.samples_per_rank;
     if (lead && !args.json)
-      options.on_probe = [](const autotune::Probe& p) {
-        std::cout << "  probe batch " << p.batch << ": "
+      options.on_probe = [members](const autotune::Probe& p) {
+        std::cout << "  probe " << (members ? "members " + std::to_string(p.members) : "batch " + std::to_string(p.batch))
+                  << ": "
                   << (p.oom ? std::string("out of memory")
                             : "peak " + format_gib(static_cast<double>(p.peak), 3) + " GiB" +
                                   (p.overhead > 0
@@ -139,7 +159,10 @@ int run_tune(const TuneArgs& args) {
       };
     const autotune::TuneReport r = autotune::tune_batch_report(config, device, nullptr, options);
 
-    if (args.write && lead) write_config_value(config.path, "train", "batch_size", std::to_string(r.batch));
+    if (args.write && lead) {
+      if (members) write_config_value(config.path, "train", "ensemble_members", std::to_string(r.members));
+      else write_config_value(config.path, "train", "batch_size", std::to_string(r.batch));
+    }
     if (!lead) return 0;
     if (args.json) {
       nlohmann::json j = report_json(config, r);
@@ -151,23 +174,31 @@ int run_tune(const TuneArgs& args) {
     std::snprintf(margin, sizeof margin, "%.0f%%", r.margin * 100);
     std::cout << "budget     " << format_gib(static_cast<double>(r.budget), 3) << " GiB (" << r.meter << "), margin " << margin
               << " -> target peak " << format_gib(static_cast<double>(r.target), 3) << " GiB\n"
-              << "estimate   largest batch " << r.estimated_batch << ", sure of " << r.sure_batch
-              << " (search starts there)\n";
+              << (members ? "estimate   most members per sample at micro-batch " + std::to_string(r.batch) + ": " +
+                                std::to_string(r.estimated_members) + ", sure of " + std::to_string(r.sure_members) +
+                                " (search starts there)\n"
+                          : "estimate   largest batch " + std::to_string(r.estimated_batch) + ", sure of " +
+                                std::to_string(r.sure_batch) + " (search starts there)\n");
     if (r.cpu_overhead.process > 0 || r.cpu_overhead.per_sample > 0)
       std::cout << "overhead   " << format_gib(r.cpu_overhead.process, 3) << " GiB + " << format_gib(r.cpu_overhead.per_sample * 1024, 3)
                 << " GiB per 1024 samples held outside the allocator (estimator/cpu_overhead.h)\n";
     std::cout << "\n";
-    Table t({"probe", "batch", "peak GiB", "budget GiB", "result", "seconds"}, {true, true, true, true, false, true});
+    Table t({"probe", members ? "members" : "batch", "peak GiB", "budget GiB", "result", "seconds"},
+            {true, true, true, true, false, true});
     for (size_t i = 0; i < r.probes.size(); ++i) {
       const auto& p = r.probes[i];
-      t.add({std::to_string(i + 1), std::to_string(p.batch),
+      t.add({std::to_string(i + 1), std::to_string(members ? p.members : p.batch),
              p.oom ? "> " + format_gib(static_cast<double>(r.budget), 3) : format_gib(static_cast<double>(p.peak), 3),
              format_gib(static_cast<double>(r.budget), 3), p.passed ? "pass" : p.oom ? "OOM" : "over margin", secs(p.seconds)});
     }
     std::cout << t.str() << "\n";
-    std::cout << "micro-batch " << r.batch << " (" << r.probes.size() << " probes, " << secs(r.seconds)
-              << " s); effective batch " << r.batch << " x accumulation " << r.accumulation << " x " << r.world_size
-              << " rank(s) = " << r.effective_batch << "\n";
+    if (members)
+      std::cout << r.members << " members per sample at micro-batch " << r.batch << " (" << r.probes.size()
+                << " probes, " << secs(r.seconds) << " s): " << r.batch * r.members << " rows per micro-batch\n";
+    else
+      std::cout << "micro-batch " << r.batch << " (" << r.probes.size() << " probes, " << secs(r.seconds)
+                << " s); effective batch " << r.batch << " x accumulation " << r.accumulation << " x "
+                << r.world_size << " rank(s) = " << r.effective_batch << "\n";
     if (r.capped_by_data()) std::cout << autotune::describe_data_cap(r) << "\n";
     if (!r.suggestions.empty()) {
       std::cout << "\nwhat would allow more (estimated, not probed):\n";
@@ -176,7 +207,10 @@ int run_tune(const TuneArgs& args) {
       for (const auto& g : r.suggestions) s.add({g.change, std::to_string(g.max_batch)});
       std::cout << s.str();
     }
-    if (args.write) std::cout << "\nwrote train.batch_size = " << r.batch << " to " << config.path << "\n";
+    if (args.write)
+      std::cout << "\nwrote " << (members ? "train.ensemble_members = " + std::to_string(r.members)
+                                         : "train.batch_size = " + std::to_string(r.batch))
+                << " to " << config.path << "\n";
     return 0;
   });
 }
@@ -195,7 +229,13 @@ Action add_tune_batch_command(CLI::App& app) {
   cmd->add_flag("--tensors-only", args->tensors_only,
                 "on the CPU, the budget is for the counted tensors alone (an emulated device), not the "
                 "process's resident set with what it holds outside the allocator");
-  cmd->add_flag("--write", args->write, "record the result as train.batch_size in the run file (comments kept)");
+  cmd->add_option("--search", args->search,
+                  "what to search: batch (default: the largest micro-batch, members fixed) or members (an ensemble, "
+                  "train.ensemble_members > 1: the most members per sample at the run's train.batch_size, exact, "
+                  "started where the estimate is sure; --write then records train.ensemble_members)");
+  cmd->add_flag("--write", args->write,
+                "record the result as train.batch_size (--search members: train.ensemble_members) in the run file "
+                "(comments kept)");
   cmd->add_flag("--json", args->json, "machine-readable output");
   return [args]() { return run_tune(*args); };
 }

@@ -1,0 +1,56 @@
+# cmake -DWXTRAIN=<wxtrain> -DCONFIG=<run file> -P estimate_members.cmake
+# `wxtrain estimate --json` of an ensemble answers, per GPU, the most members per sample that fit at
+# the batch (gpus[].max_members): the run with that many members fits the GPU, one more does not,
+# and the members the estimate is sure of are at most that. A deterministic run's JSON has no members.
+set(common estimate -c ${CONFIG} --json --analytic --gpu T4 --batch 64)
+function(estimate_json members out_var rc_var)
+  execute_process(COMMAND ${WXTRAIN} ${common} --set train.ensemble_members=${members}
+                  OUTPUT_VARIABLE json ERROR_VARIABLE err RESULT_VARIABLE rc)
+  # 0: fits; 3: fits no target (an answer, still JSON)
+  if(NOT rc EQUAL 0 AND NOT rc EQUAL 3)
+    message(FATAL_ERROR "estimate with ${members} members failed (${rc}):\n${json}\n${err}")
+  endif()
+  set(${out_var} "${json}" PARENT_SCOPE)
+  set(${rc_var} ${rc} PARENT_SCOPE)
+endfunction()
+
+estimate_json(4 json rc)
+string(JSON configured GET "${json}" ensemble_members)
+string(JSON members GET "${json}" gpus 0 max_members)
+string(JSON sure GET "${json}" gpus 0 sure_max_members)
+string(JSON per_member GET "${json}" activation_bytes_per_member)
+message(STATUS "4 members configured: the T4 holds ${members} members per sample at batch 64 (sure of ${sure}); ${per_member} bytes per member and sample")
+if(NOT configured EQUAL 4)
+  message(FATAL_ERROR "ensemble_members: ${configured}, expected 4")
+endif()
+if(members LESS 2 OR members GREATER_EQUAL 1024)
+  message(FATAL_ERROR "max_members ${members}: expected an answer between 2 and 1023 for this run")
+endif()
+if(sure GREATER members)
+  message(FATAL_ERROR "sure_max_members ${sure} above max_members ${members}")
+endif()
+
+estimate_json(${members} at rc_at)
+string(JSON fits_at GET "${at}" gpus 0 fits)
+math(EXPR one_more "${members} + 1")
+estimate_json(${one_more} above rc_above)
+string(JSON fits_above GET "${above}" gpus 0 fits)
+string(JSON max_batch_at GET "${at}" gpus 0 max_batch)
+if(NOT fits_at OR NOT rc_at EQUAL 0)
+  message(FATAL_ERROR "${members} members at batch 64 should fit the T4 (fits ${fits_at}, exit ${rc_at})")
+endif()
+if(fits_above OR NOT rc_above EQUAL 3)
+  message(FATAL_ERROR "${one_more} members at batch 64 should not fit the T4 (fits ${fits_above}, exit ${rc_above})")
+endif()
+# The same question turned round: at that many members the largest batch is the configured one.
+if(NOT max_batch_at EQUAL 64)
+  message(FATAL_ERROR "at ${members} members the T4's largest batch is ${max_batch_at}, expected 64")
+endif()
+
+# A deterministic run is not asked.
+execute_process(COMMAND ${WXTRAIN} ${common} OUTPUT_VARIABLE det RESULT_VARIABLE rc_det)
+string(JSON absent ERROR_VARIABLE missing GET "${det}" gpus 0 max_members)
+if(NOT missing OR NOT rc_det EQUAL 0)
+  message(FATAL_ERROR "a deterministic run's JSON should have no max_members (exit ${rc_det}): ${absent}")
+endif()
+message(STATUS "PASS: the members the estimate answers fit, one more does not")

@@ -1,0 +1,175 @@
+// Ensembles (train.ensemble_members, docs/ensembles.md) in the estimate: the formulas follow the
+// trace of the tiled step (batch x members rows, the noise channels in the input, the afCRPS's
+// differences and sort indices) for 1, 4 and 8 members per sample, and the estimate answers how
+// many members fit beside the batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/memory_meter.h"
+#include "estimator/activation_trace.h"
+#include "estimator/analytic.h"
+#include "estimator/estimate.h"
+#include "models/unet/unet.h"
+#include "models/vit/vit.h"
+#include "models/weather_model.h"
+#include "trainer/training_step.h"
+
+namespace wxtrain::estimator {
+namespace {
+
+const bool kMeterInstalled = (memory_meter(c10::Device(c10::DeviceType::CPU)), true);
+
+// The storm grid (33 x 36) with 6 named variables and history 2, as the analytic tests use it; an
+// ensemble adds train.noise_channels input channels.
+RunConfig ensemble_config(const std::string& model, int64_t members, Precision precision, bool checkpointing) {
+  RunConfig r;
+  r.model.name = model;
+  if (model == "unet") {
+    auto& o = r.model.options.as<models::UNetOptions>();
+    o.channels = {8, 16, 24};
+    o.groups = 4;
+  } else if (model == "vit") {
+    auto& o = r.model.options.as<models::ViTOptions>();
+    o.patch_size = 3;
+    o.embed_dim = 48;
+    o.depth = 2;
+    o.heads = 4;
+    o.mlp_ratio = 4.0;
+  }
+  r.data.variables = {"a", "b", "c", "d", "e", "f"};
+  r.data.history = 2;
+  r.data.lat = 33;
+  r.data.lon = 36;
+  r.train.ensemble_members = members;
+  r.train.noise_channels = 4;
+  r.train.precision = precision;
+  r.train.checkpointing = checkpointing;
+  r.train.device = "cuda";  // the formulas follow the unfused path a GPU runs; the trace turns fusion off
+  return r;
+}
+
+// What the afCRPS keeps for backward, measured: per member and point, the difference to the truth
+// that abs() saves (fp32, 4 bytes) and the sort's int64 indices (8); while it runs, the sorted values
+// and their product with the rank coefficients beside them (24 with those, above the members
+// themselves); its backward holds the indices and the difference with two member-sized gradients.
+// The formulas (estimator/analytic.cpp) count 12 kept and 24 at the loss's peak.
+TEST(AfcrpsMemory, KeepsTheDifferencesAndTheSortIndices) {
+  MemoryMeter& meter = memory_meter(c10::Device(c10::DeviceType::CPU));
+  const int64_t B = 2, M = 8, C = 6, H = 33, W = 36;
+  const double elems = static_cast<double>(B * M * C * H * W);
+  torch::Tensor members = torch::randn({B, M, 1, C, H, W}).requires_grad_(true);
+  const torch::Tensor target = torch::randn({B, 1, C, H, W});
+  const int64_t before = meter.snapshot().allocated;
+  meter.reset_peak();
+  torch::Tensor loss = trainer::afcrps(members, target, 0.95, 1).mean();
+  const double kept = static_cast<double>(meter.snapshot().allocated - before);
+  const double forward_peak = static_cast<double>(meter.snapshot().peak - before);
+  meter.reset_peak();
+  loss.backward();
+  const double backward_peak = static_cast<double>(meter.snapshot().peak - before);
+  std::printf("[ afcrps ] per member-element: kept %.2f bytes, forward peak %.2f, backward peak %.2f (gradient 4 kept)\n",
+              kept / elems, forward_peak / elems, backward_peak / elems);
+  EXPECT_NEAR(kept / elems, 12.0, 0.5);
+  EXPECT_LE(forward_peak / elems, 24.5);
+  EXPECT_LE(backward_peak / elems, 24.5);
+}
+
+struct MembersCase {
+  std::string model;
+  Precision precision;
+  bool checkpointing;
+  int64_t members;
+};
+
+class MembersVsTrace : public ::testing::TestWithParam<MembersCase> {};
+
+// The trace runs the trainer's own step with the members tiled (and the afCRPS); the formulas
+// scale the model's per-row terms by the members and add the loss's. At 1, 4 and 8 members per
+// sample, traced at batch 1 and 2 (up to 16 rows), within 8% at batch 2 (batch 1 is printed: the
+// deterministic formulas' small-batch error is the AnalyticVsTrace tests' business).
+TEST_P(MembersVsTrace, WithinEightPercent) {
+  const MembersCase& k = GetParam();
+  const RunConfig r = ensemble_config(k.model, k.members, k.precision, k.checkpointing);
+  const models::ModelShape shape = models::model_shape(r);
+  EXPECT_EQ(shape.in_channels, 12 + (k.members > 1 ? 4 : 0));
+  const ActivationFit traced = trace_activations(r, shape, Mode::kTrain, {1, 2});
+  const ActivationFit analytic = analytic_activations(r, shape, Mode::kTrain);
+  EXPECT_EQ(analytic.traced_states, traced.traced_states);
+  for (double batch : {1.0, 2.0}) {
+    const double t = traced.at(batch), a = analytic.at(batch);
+    const double error = a / t - 1;
+    std::printf("[ members ] %-4s %-10s ckpt=%d members %lld batch %.0f: traced %9.0f analytic %9.0f error %+.1f%%\n",
+                k.model.c_str(), to_string(k.precision).c_str(), k.checkpointing, static_cast<long long>(k.members),
+                batch, t, a, 100 * error);
+    if (batch == 2.0)
+      EXPECT_LT(std::abs(error), 0.08) << k.model << " members " << k.members << ": traced " << t << " analytic " << a;
+  }
+  // The optimizer phase holds the micro-batches alone, which are not tiled: exact.
+  EXPECT_NEAR(analytic.optimizer.per_sample, traced.optimizer.per_sample, 1.0);
+  EXPECT_NEAR(analytic.optimizer.per_sample, batch_tensor_bytes(r, shape), 1.0);
+}
+
+std::string members_case_name(const ::testing::TestParamInfo<MembersCase>& info) {
+  return info.param.model + "_" + (info.param.precision == Precision::kFp32 ? "fp32" : "bf16mixed") +
+         (info.param.checkpointing ? "_ckpt" : "") + "_" + std::to_string(info.param.members) + "members";
+}
+
+std::vector<MembersCase> members_cases() {
+  std::vector<MembersCase> cases;
+  for (int64_t m : {1, 4, 8}) {
+    cases.push_back({"unet", Precision::kFp32, false, m});
+    cases.push_back({"unet", Precision::kFp32, true, m});
+    cases.push_back({"unet", Precision::kBf16Mixed, false, m});
+    cases.push_back({"vit", Precision::kFp32, false, m});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, MembersVsTrace, ::testing::ValuesIn(members_cases()), members_case_name);
+
+// The estimate at 4 members, asked about 8 (with_members), equals the formulas at 8 members: the
+// per-row terms scale, the micro-batch tensors do not.
+TEST(EstimateMembers, WithMembersIsTheEstimateOfThatManyMembers) {
+  RunConfig four = ensemble_config("unet", 4, Precision::kFp32, false);
+  RunConfig eight = ensemble_config("unet", 8, Precision::kFp32, false);
+  const models::ModelShape shape = models::model_shape(four);
+  EstimateOptions o;
+  o.analytic = true;
+  const Estimate e4 = estimate(four, shape, o), e8 = estimate(eight, shape, o);
+  const Estimate scaled = e4.with_members(8);
+  EXPECT_EQ(scaled.config.train.ensemble_members, 8);
+  for (double b : {1.0, 3.0, 16.0})
+    EXPECT_NEAR(scaled.activations.at(b), e8.activations.at(b), 1e-6 * e8.activations.at(b)) << "batch " << b;
+  EXPECT_DOUBLE_EQ(e4.sample_bytes, batch_tensor_bytes(four, shape));
+}
+
+// How many members fit at the configured batch: the largest M whose total fits, and M + 1 does not.
+TEST(EstimateMembers, MaxMembersIsTheLargestThatFitsAtTheBatch) {
+  RunConfig r = ensemble_config("unet", 4, Precision::kFp32, false);
+  r.train.batch_size = 2;
+  const models::ModelShape shape = models::model_shape(r);
+  EstimateOptions o;
+  o.analytic = true;
+  const Estimate e = estimate(r, shape, o);
+  // A device between 10 and 11 members at batch 2, overhead included (a catalog GPU's architecture).
+  const GpuSpec h100 = *find_gpu("H100");
+  const double at10 = e.with_members(10).breakdown(2, h100).total(), at11 = e.with_members(11).breakdown(2, h100).total();
+  ASSERT_LT(at10, at11);
+  GpuSpec device = h100;
+  device.memory_bytes = static_cast<int64_t>((at10 + at11) / 2);
+  const GpuFit f = e.fit(device);
+  EXPECT_EQ(f.max_members, 10);
+  EXPECT_LE(f.sure_max_members, f.max_members);
+  // The members the batch allows and the batch the members allow are the same question turned round.
+  EXPECT_GE(f.max_batch, 2);
+  // A deterministic run is not asked.
+  RunConfig deterministic = ensemble_config("unet", 1, Precision::kFp32, false);
+  EXPECT_EQ(estimate(deterministic, models::model_shape(deterministic), o).fit(device).max_members, 0);
+}
+
+}  // namespace
+}  // namespace wxtrain::estimator
