@@ -461,17 +461,26 @@ void write_scores_csv(const std::string& path, const LeadScores& s, bool append)
   for (const auto& by_lead : s.ranks)
     for (const auto& by_channel : by_lead)
       for (const auto& counts : by_channel) bins = std::max(bins, counts.size());
+  // A deterministic file ends with the MAE of every forecaster (an ensemble's file has it as the
+  // deterministic forecasters' crps). A file written before that column existed (header ending at
+  // acc) is appended to in its own columns, so a resumed run keeps one table.
+  const std::string legacy = "step,lead,lead_hours,variable,forecaster,rmse,acc\n";
   std::string header = std::string("step,lead,lead_hours,variable,forecaster,rmse,acc") +
-                       (s.ensemble() ? ",crps,spread,spread_skill" : "");
+                       (s.ensemble() ? ",crps,spread,spread_skill" : ",mae");
   if (s.ensemble())
     for (size_t r = 0; r < bins; ++r) header += ",rank_" + std::to_string(r);
   header += "\n";
+  bool mae = !s.ensemble();
   std::string text;
   if (append && std::filesystem::exists(path)) {
     std::ifstream in(path, std::ios::binary);
     std::ostringstream old;
     old << in.rdbuf();
     text = old.str();
+    if (mae && text.compare(0, legacy.size(), legacy) == 0) {
+      header = legacy;
+      mae = false;
+    }
     if (!text.empty() && text.compare(0, header.size(), header) != 0) {
       throw Error(path + " starts with '" + text.substr(0, text.find('\n')) + "', not the scores header '" +
                   header.substr(0, header.size() - 1) + "': not appending scores to another table");
@@ -487,6 +496,7 @@ void write_scores_csv(const std::string& path, const LeadScores& s, bool append)
       for (size_t f = 0; f < s.forecasters.size(); ++f) {
         rows << s.step << "," << s.lead_steps[li] << "," << hours << "," << s.names[v] << "," << s.forecasters[f]
              << "," << format_number(s.rmse[f][li][v]) << "," << format_number(s.acc[f][li][v]);
+        if (mae) rows << "," << format_number(f < s.crps.size() ? s.crps[f][li][v] : kNaN);
         if (s.ensemble()) {
           // Spread is the ensemble's alone: empty for the deterministic forecasters.
           const bool spread = s.is_ensemble(f);

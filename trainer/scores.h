@@ -193,7 +193,10 @@ torch::Tensor rank_histogram(const torch::Tensor& members, const torch::Tensor& 
 std::string scores_table(const LeadScores& scores);
 
 // One row per (lead, channel, forecaster): "step,lead,lead_hours,variable,forecaster,rmse,acc"
-// (lead_hours empty without dates); an ensemble's file adds ",crps,spread,spread_skill" (spread
+// (lead_hours empty without dates), then ",mae" for a deterministic file (every forecaster's mean
+// absolute error, latitude-weighted as the CRPS: a deterministic forecast's CRPS; a file whose header
+// ends at acc, written before this column, is appended to without it); an ensemble's file adds
+// ",crps,spread,spread_skill" instead (spread
 // and spread_skill empty for the deterministic forecasters) and then the rank histogram of the M
 // members as M + 1 columns ",rank_0,...,rank_M" (the counts of rank_histogram, over the verified
 // points of every validation sample; empty for the deterministic forecasters): each row stays one

@@ -288,7 +288,7 @@ TEST(EnsembleScores, CsvAndTableCarryTheEnsembleColumns) {
   EXPECT_NE(table.find("ensemble of 4 members"), std::string::npos) << table;
   EXPECT_NE(table.find("model CRPS"), std::string::npos) << table;
   EXPECT_NE(table.find("spread/skill"), std::string::npos) << table;
-  // A deterministic validation keeps its columns.
+  // A deterministic validation keeps its columns (plus the MAE, its CRPS), without the ensemble's.
   ScoreAccumulator plain({"t"}, 1, {"model"}, weights);
   plain.add(0, 0, truth, truth, clim);
   const std::string plain_path = ::testing::TempDir() + "/plain_scores.csv";
@@ -296,7 +296,7 @@ TEST(EnsembleScores, CsvAndTableCarryTheEnsembleColumns) {
   write_scores_csv(plain_path, plain.result(1, 0), false);
   std::ifstream plain_in(plain_path);
   std::getline(plain_in, header);
-  EXPECT_EQ(header, "step,lead,lead_hours,variable,forecaster,rmse,acc");
+  EXPECT_EQ(header, "step,lead,lead_hours,variable,forecaster,rmse,acc,mae");
   EXPECT_EQ(scores_table(plain.result(1, 0)).find("CRPS"), std::string::npos);
 }
 

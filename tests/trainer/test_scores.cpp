@@ -302,7 +302,7 @@ TEST(ScoresOutput, CsvHasOneHeaderAndARowPerLeadChannelForecaster) {
   const LeadScores s = example_scores(4, 6 * 3600);
   write_scores_csv(path, s, false);
   std::string text = read_text(path);
-  EXPECT_EQ(text.rfind("step,lead,lead_hours,variable,forecaster,rmse,acc\n", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("step,lead,lead_hours,variable,forecaster,rmse,acc,mae\n", 0), 0u) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1 + 4 * 2 * 3);
   EXPECT_NE(text.find("\n100,2,12,t_850,persistence,"), std::string::npos) << text;
   write_scores_csv(path, s, true);
@@ -314,6 +314,47 @@ TEST(ScoresOutput, CsvHasOneHeaderAndARowPerLeadChannelForecaster) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1 + 4 * 2 * 3);
   std::ofstream(dir + "/other.csv") << "step,loss\n1,2\n";
   EXPECT_THROW(write_scores_csv(dir + "/other.csv", s, true), Error);
+}
+
+// A deterministic file's mae column: every forecaster's mean absolute error, per sample with the
+// latitude weights and the mask, then the mean over samples (as an ensemble's CRPS), so an MSE
+// model's CRPS (its MAE) compares with an ensemble's. A file from before the column (header ending
+// at acc) is appended to in its own columns.
+TEST(ScoresOutput, DeterministicCsvHasTheLatitudeWeightedMae) {
+  ScoreAccumulator scores({"x"}, 1, kForecasters, weights_3x4());
+  const torch::Tensor truth = torch::zeros({2, 1, 3, 4});
+  torch::Tensor forecast = torch::zeros({2, 1, 3, 4});
+  forecast[0][0] = torch::tensor({-1.0f, 2.0f, -3.0f}).view({3, 1}).expand({3, 4});
+  forecast[1][0] = torch::ones({3, 4});
+  torch::Tensor mask = torch::ones({2, 1, 3, 4});
+  mask[1][0][0] = 0;
+  mask[1][0][2] = 0;
+  scores.add(0, 0, forecast, truth, torch::zeros_like(truth), mask);
+  scores.add(1, 0, forecast * 2, truth, torch::zeros_like(truth), mask);
+  scores.add(2, 0, torch::zeros_like(truth), truth, torch::zeros_like(truth), mask);
+  const LeadScores s = scores.result(7, 0);
+  // Sample 0: (0.5 * 1 + 1 * 2 + 0.5 * 3) / 2 = 2; sample 1 (middle row only): 1; mean 1.5.
+  EXPECT_NEAR(s.crps[0][0][0], 1.5, 1e-12);
+  EXPECT_NEAR(s.crps[1][0][0], 3.0, 1e-12);
+  const std::string dir = fresh_dir("mae");
+  const std::string path = dir + "/scores.csv";
+  write_scores_csv(path, s, false);
+  std::string text = read_text(path);
+  EXPECT_EQ(text.rfind("step,lead,lead_hours,variable,forecaster,rmse,acc,mae\n", 0), 0u) << text;
+  EXPECT_NE(text.find("\n7,1,,x,model,"), std::string::npos) << text;
+  EXPECT_NE(text.find(",1.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n7,1,,x,persistence,"), std::string::npos) << text;
+  EXPECT_NE(text.find(",3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n7,1,,x,climatology,0,0,0\n"), std::string::npos) << text;
+  // An older file (no mae column): the resumed run appends rows of its columns, one header.
+  const std::string old_path = dir + "/old.csv";
+  std::ofstream(old_path) << "step,lead,lead_hours,variable,forecaster,rmse,acc\n1,1,,x,model,2,0.5\n";
+  write_scores_csv(old_path, s, true);
+  text = read_text(old_path);
+  EXPECT_EQ(text.rfind("step,lead,lead_hours,variable,forecaster,rmse,acc\n1,1,,x,model,2,0.5\n", 0), 0u) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2 + 3);
+  EXPECT_NE(text.find("\n7,1,,x,climatology,0,0\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find(",1.5\n"), std::string::npos) << text;
 }
 
 TEST(ScoresOutput, TableShowsEveryLeadOrASampleOfLongLists) {
