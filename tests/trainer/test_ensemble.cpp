@@ -169,9 +169,16 @@ TEST(Ensemble, MembersGetNoiseChannelsAndTheLossIsTheWeightedAfcrps) {
   auto state = make_state(config);
   EXPECT_EQ(state->ensemble.members, 4);
   ASSERT_TRUE(state->rollout.noise.defined());
-  // The U-Net's first layer takes the noise channels.
-  const auto first = state->model->named_parameters().find("conv1.weight");
-  if (first) EXPECT_EQ(first->size(1), config.in_channels());
+  // The U-Net's first layer takes the noise channels: its first convolution weight (parameters in
+  // registration order) reads every input channel.
+  torch::Tensor first_conv;
+  for (const auto& p : state->model->parameters())
+    if (p.dim() == 4) {
+      first_conv = p;
+      break;
+    }
+  ASSERT_TRUE(first_conv.defined());
+  EXPECT_EQ(first_conv.size(1), config.in_channels());
 
   // Four members of one sample: the same input, different noise, different forecasts.
   const models::ModelShape shape = models::model_shape(config);
