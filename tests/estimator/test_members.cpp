@@ -131,6 +131,30 @@ std::vector<MembersCase> members_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, MembersVsTrace, ::testing::ValuesIn(members_cases()), members_case_name);
 
+// An ensemble group (distributed.ensemble_group = 2, docs/ensembles.md): a rank runs M / 2 rows per
+// sample and the afCRPS over all M members, the other rank's gathered. In one process the trace runs
+// the stand-in group (its gather repeats the rank's members), which holds what one rank of the
+// group holds; the formulas (estimator::members_per_sample and the gathered loss) stay within 8% of
+// it, and it lies between one rank holding M / 2 members alone and one holding all M.
+TEST(EnsembleGroupVsTrace, EightMembersOverTwoRanksWithinEightPercent) {
+  RunConfig grouped = ensemble_config("unet", 8, Precision::kFp32, false);
+  grouped.distributed.ensemble_group = 2;
+  const models::ModelShape shape = models::model_shape(grouped);
+  EXPECT_EQ(members_per_sample(grouped), 4);
+  const ActivationFit traced = trace_activations(grouped, shape, Mode::kTrain, {1, 2});
+  const ActivationFit analytic = analytic_activations(grouped, shape, Mode::kTrain);
+  const double t = traced.at(2.0), a = analytic.at(2.0);
+  std::printf("[ group ] unet fp32 8 members over 2 ranks, batch 2: traced %9.0f analytic %9.0f error %+.1f%%\n", t, a,
+              100 * (a / t - 1));
+  EXPECT_LT(std::abs(a / t - 1), 0.08) << "traced " << t << " analytic " << a;
+  const RunConfig four = ensemble_config("unet", 4, Precision::kFp32, false);
+  const RunConfig eight = ensemble_config("unet", 8, Precision::kFp32, false);
+  EXPECT_GT(a, analytic_activations(four, shape, Mode::kTrain).at(2.0)) << "the loss holds 8 members, not 4";
+  EXPECT_LT(a, analytic_activations(eight, shape, Mode::kTrain).at(2.0)) << "the model runs 4 rows per sample, not 8";
+  EXPECT_GT(t, trace_activations(four, shape, Mode::kTrain, {1, 2}).at(2.0)) << "traced: the gathered loss";
+  EXPECT_LT(t, trace_activations(eight, shape, Mode::kTrain, {1, 2}).at(2.0)) << "traced: 4 rows per sample";
+}
+
 // The estimate at 4 members, asked about 8 (with_members), equals the formulas at 8 members: the
 // per-row terms scale, the micro-batch tensors do not.
 TEST(EstimateMembers, WithMembersIsTheEstimateOfThatManyMembers) {
