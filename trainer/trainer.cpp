@@ -357,6 +357,10 @@ tracking::Scalars validation_scalars(const Validation& v) {
         add("val/acc/" + at, s.acc[model][k][c]);
       }
       if (persistence < s.forecasters.size()) add("val/persistence_rmse/" + at, s.rmse[persistence][k][c]);
+      // A deterministic model's CRPS is its mean absolute error (validation.csv's `mae`), which a
+      // tracked ensemble run's val/crps is compared with.
+      if (!s.ensemble() && model < s.forecasters.size() && model < s.crps.size())
+        add("val/mae/" + at, s.crps[model][k][c]);
       if (s.ensemble() && model < s.forecasters.size()) {
         add("val/crps/" + at, s.crps[model][k][c]);
         add("val/spread/" + at, s.spread[model][k][c]);

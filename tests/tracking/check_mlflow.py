@@ -89,6 +89,24 @@ csv_steps = sorted({int(r["step"]) for r in csv.DictReader(open(run_dir + "/vali
 if val_steps != csv_steps:
     fail(f"{val_keys[0]} at steps {val_steps}, validation.csv at {csv_steps}")
 
+# A deterministic model's MAE (its CRPS) per variable and lead: val/mae/<variable>/<lead> equals
+# validation.csv's `mae` of the model at the last validation.
+rows_csv = list(csv.DictReader(open(run_dir + "/validation.csv")))
+last = max(int(r["step"]) for r in rows_csv)
+checked = 0
+for r in rows_csv:
+    if int(r["step"]) != last or r["forecaster"] != "model":
+        continue
+    lead = f"{float(r['lead_hours']):g}h" if r["lead_hours"] else f"step{r['lead']}"
+    key = f"val/mae/{r['variable']}/{lead}"
+    if key not in metrics:
+        fail(f"{key} missing: the run's val/mae keys are {sorted(k for k in metrics if k.startswith('val/mae/'))}")
+    if abs(metrics[key] - float(r["mae"])) > 1e-4 * max(1.0, abs(float(r["mae"]))):
+        fail(f"{key} = {metrics[key]}, validation.csv's mae {r['mae']}")
+    checked += 1
+if not checked:
+    fail("no model rows at the last validation in validation.csv")
+
 artifacts = {a.path for a in client.list_artifacts(run_id)}
 for name in ["validation.svg", "run.toml", "metrics.csv", "command.txt"]:
     if name not in artifacts:
