@@ -121,7 +121,9 @@ TEST_F(Archives, EveryFormatReadsWhatXarrayReadsWithLevelsAndA6HourStep) {
         const double worst = (torch::nan_to_num(state, 0) - torch::nan_to_num(want, 0)).abs().max().item<double>();
         EXPECT_LE(worst, store == "era5.nc" ? 1e-4 : 0.0) << "at " << dates[t];
       }
-      if (!grib) EXPECT_TRUE(dataset.has_fill_values());  // sst is NaN over land
+      if (!grib) {
+        EXPECT_TRUE(dataset.has_fill_values());  // sst is NaN over land
+      }
     }
   }
 }

@@ -105,8 +105,9 @@ TEST_P(MembersVsTrace, WithinEightPercent) {
     std::printf("[ members ] %-4s %-10s ckpt=%d members %lld batch %.0f: traced %9.0f analytic %9.0f error %+.1f%%\n",
                 k.model.c_str(), to_string(k.precision).c_str(), k.checkpointing, static_cast<long long>(k.members),
                 batch, t, a, 100 * error);
-    if (batch == 2.0)
+    if (batch == 2.0) {
       EXPECT_LT(std::abs(error), 0.08) << k.model << " members " << k.members << ": traced " << t << " analytic " << a;
+    }
   }
   // The optimizer phase holds the micro-batches alone, which are not tiled: exact.
   EXPECT_NEAR(analytic.optimizer.per_sample, traced.optimizer.per_sample, 1.0);

@@ -40,7 +40,9 @@ inline std::vector<torch::Tensor> expect_checkpointed_equals_plain(WeatherModelI
   EXPECT_EQ(plain.size(), recomputed.size());
   for (size_t i = 0; i < plain.size() && i < recomputed.size(); ++i) {
     const std::string what = output_and_gradients_name(model, i);
-    if (require_nonzero) EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << what;
+    if (require_nonzero) {
+      EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << what;
+    }
     EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], rtol, atol))
         << what << ": max difference " << (plain[i] - recomputed[i]).abs().max().item<double>();
   }

@@ -114,8 +114,11 @@ TEST_P(ZooTest, ChannelAxesAreExactlyTheParametersThatDependOnTheChannels) {
     ASSERT_LT(axis.dim, static_cast<int64_t>(sa.size())) << item.key();
     EXPECT_EQ(sa[axis.dim], (axis.input ? a.in_channels : a.out_channels) * axis.per_channel) << item.key();
     EXPECT_EQ(sb[axis.dim], (axis.input ? b.in_channels : b.out_channels) * axis.per_channel) << item.key();
-    for (size_t d = 0; d < sa.size(); ++d)
-      if (static_cast<int64_t>(d) != axis.dim) EXPECT_EQ(sa[d], sb[d]) << item.key() << " dim " << d;
+    for (size_t d = 0; d < sa.size(); ++d) {
+      if (static_cast<int64_t>(d) != axis.dim) {
+        EXPECT_EQ(sa[d], sb[d]) << item.key() << " dim " << d;
+      }
+    }
   }
   EXPECT_GT(inputs, 0);
   EXPECT_GT(outputs, 0);
