@@ -29,11 +29,15 @@
 #include <string>
 #include <vector>
 
+#include "run_outputs.h"
 #include "storm_run.h"
 #include "trainer/checkpoint_io.h"
 
 using namespace wxtrain;
 using namespace wxtrain::trainer;
+using testing_support::losses;
+using testing_support::max_difference;
+using testing_support::read_file;
 namespace fs = std::filesystem;
 
 namespace {
@@ -50,13 +54,6 @@ std::string base_dir() {
     return d;
   }();
   return dir;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 struct Result {
@@ -100,38 +97,6 @@ std::string trained(const std::string& name, bool mpi, const std::string& extra 
 }
 
 const char* const kGroupOf2 = "--set distributed.ensemble_group=2";
-
-double max_difference(const TensorMap& a, const TensorMap& b, std::string* worst) {
-  EXPECT_EQ(a.size(), b.size());
-  double most = 0;
-  for (const auto& [name, t] : a) {
-    auto it = b.find(name);
-    if (it == b.end()) {
-      ADD_FAILURE() << "tensor " << name << " missing";
-      continue;
-    }
-    EXPECT_EQ(t.sizes(), it->second.sizes()) << name;
-    const double d = (t.to(torch::kDouble) - it->second.to(torch::kDouble)).abs().max().item<double>();
-    if (d > most) most = d, *worst = name;
-  }
-  return most;
-}
-
-// The losses of metrics.csv (third column).
-std::vector<double> losses(const std::string& dir) {
-  std::ifstream csv(dir + "/metrics.csv");
-  std::string line;
-  std::getline(csv, line);
-  std::vector<double> out;
-  while (std::getline(csv, line)) {
-    std::stringstream s(line);
-    std::string cell;
-    std::vector<std::string> cells;
-    while (std::getline(s, cell, ',')) cells.push_back(cell);
-    out.push_back(std::stod(cells.at(2)));
-  }
-  return out;
-}
 
 // validation.csv's numeric cells by (row key, column): "step,lead,variable,forecaster" -> values.
 std::map<std::string, std::vector<double>> validation_rows(const std::string& dir) {
