@@ -71,4 +71,36 @@ torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
   return run_block(block, ops::BlockFn(wrapped), {input})[0];
 }
 
+CellCoordinates cell_coordinates(const ModelShape& shape) {
+  CellCoordinates cells;
+  if (shape.point_set) {
+    if (shape.lat != 1 || static_cast<int64_t>(shape.latitudes.size()) != shape.lon ||
+        shape.longitudes.size() != shape.latitudes.size())
+      throw Error("a point-set grid needs lat = 1 and one latitude and longitude per cell; got lat = " +
+                  std::to_string(shape.lat) + ", " + std::to_string(shape.lon) + " cells, " +
+                  std::to_string(shape.latitudes.size()) + " latitudes and " + std::to_string(shape.longitudes.size()) +
+                  " longitudes");
+    cells.latitudes = shape.latitudes;
+    cells.longitudes = shape.longitudes;
+    return cells;
+  }
+  std::vector<double> rows = shape.latitudes, columns = shape.longitudes;
+  if (rows.empty() && columns.empty()) {
+    for (int64_t i = 0; i < shape.lat; ++i)
+      rows.push_back(shape.lat == 1 ? 0.0 : 90.0 - 180.0 * static_cast<double>(i) / static_cast<double>(shape.lat - 1));
+    for (int64_t j = 0; j < shape.lon; ++j) columns.push_back(360.0 * static_cast<double>(j) / static_cast<double>(shape.lon));
+  }
+  if (static_cast<int64_t>(rows.size()) != shape.lat || static_cast<int64_t>(columns.size()) != shape.lon)
+    throw Error("the grid is " + std::to_string(shape.lat) + " x " + std::to_string(shape.lon) + " but its coordinates are " +
+                std::to_string(rows.size()) + " x " + std::to_string(columns.size()));
+  cells.latitudes.reserve(rows.size() * columns.size());
+  cells.longitudes.reserve(rows.size() * columns.size());
+  for (double lat : rows)
+    for (double lon : columns) {
+      cells.latitudes.push_back(lat);
+      cells.longitudes.push_back(lon);
+    }
+  return cells;
+}
+
 }  // namespace wxtrain::models

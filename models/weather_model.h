@@ -32,9 +32,23 @@ struct ModelShape {
   // needs it reads the input as one state of in_channels.
   int64_t state_channels = 0;
   int64_t history = 1;
+  // A point-set grid (reduced Gaussian, anemoi-datasets' cells, any list of scattered cells)
+  // rather than a rectangle: the tensors keep their four dimensions with lat = 1 and lon = the
+  // number of cells, and latitudes/longitudes hold one value per cell. Models that need a
+  // rectangle (convolutions, patches, windows) refuse it by name; the graph models take it.
+  bool point_set = false;
 };
 
 ModelShape model_shape(const RunConfig& config);  // from [data] (sources or variables/grid)
+
+// One latitude and longitude (degrees) per grid cell, in the order the tensors' last two
+// dimensions flatten: row-major over a rectangle, the cells' own order for a point set. A rectangle
+// without coordinates is the regular global grid graphcast assumes (90 to -90 inclusive, longitudes
+// from 0 in steps of 360 / lon).
+struct CellCoordinates {
+  std::vector<double> latitudes, longitudes;
+};
+CellCoordinates cell_coordinates(const ModelShape& shape);
 
 // A parameter one of whose dimensions runs over the model's input or output channels (the
 // variables x history of the input, the variables of the output). Fine-tuning onto another set of

@@ -441,5 +441,37 @@ TEST(BuildModel, DefaultParameterCounts) {
   }
 }
 
+// Cells flatten row-major over a rectangle, with graphcast's global grid when no coordinates came;
+// a point set is its own list, and a shape that contradicts itself names both counts.
+TEST(CellCoordinates, RectangleFlattensRowMajorAndPointSetIsItsOwnList) {
+  ModelShape rectangle{1, 1, 3, 4};
+  const CellCoordinates global = cell_coordinates(rectangle);
+  ASSERT_EQ(global.latitudes.size(), 12u);
+  EXPECT_EQ(global.latitudes[0], 90.0);
+  EXPECT_EQ(global.latitudes[4], 0.0);
+  EXPECT_EQ(global.latitudes[11], -90.0);
+  EXPECT_EQ(global.longitudes[1], 90.0);
+  EXPECT_EQ(global.longitudes[7], 270.0);
+
+  rectangle.latitudes = {50, 40, 30};
+  rectangle.longitudes = {0, 1, 2, 3};
+  EXPECT_EQ(cell_coordinates(rectangle).latitudes[5], 40.0);
+  EXPECT_EQ(cell_coordinates(rectangle).longitudes[5], 1.0);
+
+  ModelShape cells{1, 1, 1, 3};
+  cells.point_set = true;
+  cells.latitudes = {10, -20, 30};
+  cells.longitudes = {5, 6, 7};
+  EXPECT_EQ(cell_coordinates(cells).latitudes, cells.latitudes);
+  EXPECT_EQ(cell_coordinates(cells).longitudes, cells.longitudes);
+  cells.longitudes.pop_back();
+  try {
+    cell_coordinates(cells);
+    FAIL() << "a point set with 3 cells and 2 longitudes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 longitudes"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace wxtrain::models
