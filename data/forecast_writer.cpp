@@ -82,7 +82,7 @@ struct OutputTime {
 std::string lead_unit(const std::vector<int64_t>& leads, int64_t& seconds_per_unit) {
   for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
            {"days", 86400}, {"hours", 3600}, {"minutes", 60}, {"seconds", 1}}) {
-    if (std::all_of(leads.begin(), leads.end(), [&](int64_t l) { return l % size == 0; })) {
+    if (std::all_of(leads.begin(), leads.end(), [size = size](int64_t l) { return l % size == 0; })) {
       seconds_per_unit = size;
       return name;
     }

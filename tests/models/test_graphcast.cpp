@@ -508,7 +508,10 @@ TEST(GraphCastReferenceArgs, ExportRefusesWhatGraphCastNetCannotExpress) {
 }
 
 TEST(GraphCastReferenceState, RoundTripsAndNamesWhatDoesNotFit) {
-  const auto [config, shape] = graphcast_from_reference_args(small_reference_args());
+  // References, not a structured binding: the lambdas below capture them (C++17 cannot capture bindings).
+  const auto reference_args = graphcast_from_reference_args(small_reference_args());
+  const ModelConfig& config = reference_args.first;
+  const ModelShape& shape = reference_args.second;
   torch::manual_seed(3);
   const WeatherModel model = build_model(config, shape);
   StateDict ours;

@@ -640,7 +640,10 @@ TEST(PanguReferenceMapping, ArgumentsWeCannotHonourAreRefusedByName) {
   refused({{"num_heads", {3, 4, 4, 2}}}, "model.stage_heads");  // 16 wide, 3 heads
 
   // Ours as the reference: anything its code fixes, named by our key.
-  auto [config, shape] = physicsnemo_pangu().from_reference_args(small_reference_args());
+  // References, not a structured binding: the lambdas below capture them (C++17 cannot capture bindings).
+  auto reference_args = physicsnemo_pangu().from_reference_args(small_reference_args());
+  ModelConfig& config = reference_args.first;
+  ModelShape& shape = reference_args.second;
   config.options.as<PanguOptions>().block_norm = "post";
   EXPECT_NE(config_error([&] { physicsnemo_pangu().to_reference_args(config, shape); }).find("model.block_norm"),
             std::string::npos);
@@ -650,7 +653,10 @@ TEST(PanguReferenceMapping, ArgumentsWeCannotHonourAreRefusedByName) {
 }
 
 TEST(PanguReferenceMapping, EveryTensorIsAccountedForBothWays) {
-  const auto [config, shape] = physicsnemo_pangu().from_reference_args(small_reference_args());
+  // References, not a structured binding: the lambdas below capture them (C++17 cannot capture bindings).
+  const auto reference_args = physicsnemo_pangu().from_reference_args(small_reference_args());
+  const ModelConfig& config = reference_args.first;
+  const ModelShape& shape = reference_args.second;
   WeatherModel model = build_model(config, shape);
   StateDict ours;
   for (const auto& item : model->named_parameters()) ours[item.key()] = item.value().detach();
