@@ -64,8 +64,9 @@ inline uint16_t bf16_bits(float value) {
 }  // namespace
 
 WXTRAIN_CLONES
-void group_norm_silu_forward(const float* x, float* y, int64_t channels, int64_t plane, const float* gamma,
-                             const float* beta, float eps, float* mean, float* rstd) {
+static void group_norm_silu_forward_clones(const float* x, float* y, int64_t channels, int64_t plane,
+                                           const float* gamma, const float* beta, float eps, float* mean,
+                                           float* rstd) {
   const int64_t n = channels * plane;
   // Two passes (mean, then the centred sum of squares): no cancellation for large means.
   float sum = 0;
@@ -89,11 +90,15 @@ void group_norm_silu_forward(const float* x, float* y, int64_t channels, int64_t
     }
   }
 }
+void group_norm_silu_forward(const float* x, float* y, int64_t channels, int64_t plane, const float* gamma,
+                             const float* beta, float eps, float* mean, float* rstd) {
+  group_norm_silu_forward_clones(x, y, channels, plane, gamma, beta, eps, mean, rstd);
+}
 
 WXTRAIN_CLONES
-void group_norm_silu_backward(const float* x, const float* dy, float* dx, float* scratch, int64_t channels,
-                              int64_t plane, const float* gamma, const float* beta, float mean, float rstd,
-                              float* dgamma, float* dbeta) {
+static void group_norm_silu_backward_clones(const float* x, const float* dy, float* dx, float* scratch,
+                                            int64_t channels, int64_t plane, const float* gamma, const float* beta,
+                                            float mean, float rstd, float* dgamma, float* dbeta) {
   // With xh = (x - mean) rstd, z = gamma xh + beta, y = z sigmoid(z):
   //   dz = dy sigmoid(z) (1 + z (1 - sigmoid(z)));  dgamma_c = sum dz xh;  dbeta_c = sum dz
   //   dx = rstd (g - mean(g) - xh mean(g xh)) with g = gamma_c dz, means over the slice.
@@ -132,17 +137,28 @@ void group_norm_silu_backward(const float* x, const float* dy, float* dx, float*
     }
   }
 }
-
-WXTRAIN_CLONES
-void bf16_to_float(const uint16_t* in, float* out, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_value(in[i]);
+void group_norm_silu_backward(const float* x, const float* dy, float* dx, float* scratch, int64_t channels,
+                              int64_t plane, const float* gamma, const float* beta, float mean, float rstd,
+                              float* dgamma, float* dbeta) {
+  group_norm_silu_backward_clones(x, dy, dx, scratch, channels, plane, gamma, beta, mean, rstd, dgamma, dbeta);
 }
 
 WXTRAIN_CLONES
-void float_to_bf16(const float* in, uint16_t* out, int64_t n) {
+static void bf16_to_float_clones(const uint16_t* in, float* out, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_value(in[i]);
+}
+void bf16_to_float(const uint16_t* in, float* out, int64_t n) {
+  bf16_to_float_clones(in, out, n);
+}
+
+WXTRAIN_CLONES
+static void float_to_bf16_clones(const float* in, uint16_t* out, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits(in[i]);
+}
+void float_to_bf16(const float* in, uint16_t* out, int64_t n) {
+  float_to_bf16_clones(in, out, n);
 }
 
 namespace {
@@ -151,17 +167,29 @@ namespace {
 // score gives a zero probability as std::exp does.
 inline float softmax_exp(float x) { return x < -87.0f ? 0.0f : exp_approx(x); }
 
+// The largest of y[0..n) (NaNs ignored, as `z > top ? z : top` ignores them), in eight running
+// maxima that stay in one vector register. `#pragma omp simd reduction(max : top)` over that select
+// vectorizes with GCC but not with clang 14, which takes a float select as a reduction only under
+// -ffast-math; the whole loop around it then ran one element at a time.
+inline float max_of(const float* y, int64_t n) {
+  float lanes[8];
+  for (float& lane : lanes) lane = -INFINITY;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) lanes[k] = y[i + k] > lanes[k] ? y[i + k] : lanes[k];
+  float top = -INFINITY;
+  for (const float lane : lanes) top = lane > top ? lane : top;
+  for (; i < n; ++i) top = y[i] > top ? y[i] : top;
+  return top;
+}
+
 }  // namespace
 
 WXTRAIN_CLONES
-void scaled_biased_softmax(const float* scores, const float* bias, float scale, float* y, int64_t n) {
-  float top = -INFINITY;
-#pragma omp simd reduction(max : top)
-  for (int64_t i = 0; i < n; ++i) {
-    const float z = scores[i] * scale + bias[i];
-    y[i] = z;
-    top = z > top ? z : top;
-  }
+static void scaled_biased_softmax_clones(const float* scores, const float* bias, float scale, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = scores[i] * scale + bias[i];
+  const float top = max_of(y, n);
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
@@ -173,17 +201,16 @@ void scaled_biased_softmax(const float* scores, const float* bias, float scale, 
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] *= inverse;
 }
+void scaled_biased_softmax(const float* scores, const float* bias, float scale, float* y, int64_t n) {
+  scaled_biased_softmax_clones(scores, bias, scale, y, n);
+}
 
 WXTRAIN_CLONES
-void scaled_biased_softmax_bf16(const uint16_t* scores, const uint16_t* bias, float scale, uint16_t* y,
-                                float* scratch, int64_t n) {
-  float top = -INFINITY;
-#pragma omp simd reduction(max : top)
-  for (int64_t i = 0; i < n; ++i) {
-    const float z = bf16_value(scores[i]) * scale + bf16_value(bias[i]);
-    scratch[i] = z;
-    top = z > top ? z : top;
-  }
+static void scaled_biased_softmax_bf16_clones(const uint16_t* scores, const uint16_t* bias, float scale, uint16_t* y,
+                                              float* scratch, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) scratch[i] = bf16_value(scores[i]) * scale + bf16_value(bias[i]);
+  const float top = max_of(scratch, n);
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
@@ -195,10 +222,14 @@ void scaled_biased_softmax_bf16(const uint16_t* scores, const uint16_t* bias, fl
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_bits(scratch[i] * inverse);
 }
+void scaled_biased_softmax_bf16(const uint16_t* scores, const uint16_t* bias, float scale, uint16_t* y,
+                                float* scratch, int64_t n) {
+  scaled_biased_softmax_bf16_clones(scores, bias, scale, y, scratch, n);
+}
 
 WXTRAIN_CLONES
-void scaled_biased_softmax_backward(const float* y, const float* dy, float scale, float* dscores, float* dbias,
-                                    int64_t n) {
+static void scaled_biased_softmax_backward_clones(const float* y, const float* dy, float scale, float* dscores,
+                                                  float* dbias, int64_t n) {
   float dot = 0;
 #pragma omp simd reduction(+ : dot)
   for (int64_t i = 0; i < n; ++i) dot += y[i] * dy[i];
@@ -209,10 +240,14 @@ void scaled_biased_softmax_backward(const float* y, const float* dy, float scale
     dscores[i] = g * scale;
   }
 }
+void scaled_biased_softmax_backward(const float* y, const float* dy, float scale, float* dscores, float* dbias,
+                                    int64_t n) {
+  scaled_biased_softmax_backward_clones(y, dy, scale, dscores, dbias, n);
+}
 
 WXTRAIN_CLONES
-void scaled_biased_softmax_backward_bf16(const uint16_t* y, const uint16_t* dy, float scale, uint16_t* dscores,
-                                         float* dbias, float* scratch, int64_t n) {
+static void scaled_biased_softmax_backward_bf16_clones(const uint16_t* y, const uint16_t* dy, float scale,
+                                                       uint16_t* dscores, float* dbias, float* scratch, int64_t n) {
   float dot = 0;
 #pragma omp simd reduction(+ : dot)
   for (int64_t i = 0; i < n; ++i) {
@@ -228,10 +263,14 @@ void scaled_biased_softmax_backward_bf16(const uint16_t* y, const uint16_t* dy, 
     dscores[i] = bf16_bits(g * scale);
   }
 }
+void scaled_biased_softmax_backward_bf16(const uint16_t* y, const uint16_t* dy, float scale, uint16_t* dscores,
+                                         float* dbias, float* scratch, int64_t n) {
+  scaled_biased_softmax_backward_bf16_clones(y, dy, scale, dscores, dbias, scratch, n);
+}
 
 WXTRAIN_CLONES
-void edge_gather_sum(const float* a, const float* b, const float* c, const int64_t* senders,
-                     const int64_t* receivers, float* out, int64_t edges, int64_t width) {
+static void edge_gather_sum_clones(const float* a, const float* b, const float* c, const int64_t* senders,
+                                   const int64_t* receivers, float* out, int64_t edges, int64_t width) {
   for (int64_t k = 0; k < edges; ++k) {
     const float* ar = a + senders[k] * width;
     const float* br = b + receivers[k] * width;
@@ -241,12 +280,17 @@ void edge_gather_sum(const float* a, const float* b, const float* c, const int64
     for (int64_t l = 0; l < width; ++l) o[l] = (ar[l] + br[l]) + cr[l];
   }
 }
+void edge_gather_sum(const float* a, const float* b, const float* c, const int64_t* senders,
+                     const int64_t* receivers, float* out, int64_t edges, int64_t width) {
+  edge_gather_sum_clones(a, b, c, senders, receivers, out, edges, width);
+}
 
 // The bf16 twin of edge_gather_sum. Not one template: GCC 12 does not clone templates with
 // target_clones, and the entry points must stay plain functions for the header.
 WXTRAIN_CLONES
-void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* c, const int64_t* senders,
-                          const int64_t* receivers, uint16_t* out, int64_t edges, int64_t width) {
+static void edge_gather_sum_bf16_clones(const uint16_t* a, const uint16_t* b, const uint16_t* c,
+                                        const int64_t* senders, const int64_t* receivers, uint16_t* out,
+                                        int64_t edges, int64_t width) {
   for (int64_t k = 0; k < edges; ++k) {
     const uint16_t* ar = a + senders[k] * width;
     const uint16_t* br = b + receivers[k] * width;
@@ -255,6 +299,10 @@ void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* 
 #pragma omp simd
     for (int64_t l = 0; l < width; ++l) o[l] = bf16_bits((bf16_value(ar[l]) + bf16_value(br[l])) + bf16_value(cr[l]));
   }
+}
+void edge_gather_sum_bf16(const uint16_t* a, const uint16_t* b, const uint16_t* c, const int64_t* senders,
+                          const int64_t* receivers, uint16_t* out, int64_t edges, int64_t width) {
+  edge_gather_sum_bf16_clones(a, b, c, senders, receivers, out, edges, width);
 }
 
 // ---- 2x resampling (ops/resample.h) ----
