@@ -8,12 +8,13 @@
 # set, overrides PYTHON.
 set -u
 module="${4:-physicsnemo}"
-if [ "$module" = physicsnemo ]; then python="${WXTRAIN_REFERENCE_PYTHON:-$1}"; else python="${WXTRAIN_ANEMOI_PYTHON:-$1}"; fi
+if [ "$module" = physicsnemo ]; then variable=WXTRAIN_REFERENCE_PYTHON; else variable=WXTRAIN_ANEMOI_PYTHON; fi
+python="${!variable:-$1}"
 script="$2"
 out="$3"
 rm -rf "$out"
 if [ ! -x "$python" ]; then
-  echo "SKIPPED: no reference environment at $python (install it, or point WXTRAIN_REFERENCE_PYTHON at its python)"
+  echo "SKIPPED: no reference environment at $python (install it, or point $variable at its python)"
   exit 77
 fi
 if ! "$python" -c "import $module" 2>/dev/null; then
