@@ -80,6 +80,8 @@ Block mapper_chunk(const std::string& name, const Widths& w, const ChunkSizes& c
   b.layers.push_back(softmax(E * H, 4));
   b.layers.push_back({"normalise", E * H * 4, E * H * 4, E * H * 4});
   b.layers.push_back({"alpha v", (E * C + E * H) * w.low, E * C * w.low, E * C * w.low});
+  // The messages summed into the receivers (index_add): its backward hands an edge-sized gradient on.
+  b.layers.push_back(gather(E * C, w.high));
   b.layers.push_back(conv_or_linear(w, Nr * C, Nr * C));  // projection
   b.layers.push_back(norm(w, Nr * C, Nr));
   b.layers.push_back(conv_or_linear(w, Nr * C, Nr * M));
@@ -90,6 +92,10 @@ Block mapper_chunk(const std::string& name, const Widths& w, const ChunkSizes& c
     b.layers.push_back(conv_or_linear(w, Nr * C, Nr * out));
   }
   b.fixed_saved = E * edge_dim * w.high;  // lin_edge's input
+  // Measured (tests/models/test_aifs.cpp, AifsChunks): a replayed chunk's backward holds one more
+  // edge-sized tensor than its layers' table says (the broadcast edge term's gradient, summed over
+  // the batch before it reaches lin_edge).
+  b.replay_grads = E * C * w.high;
   b.output = Nr * (out > 0 ? out : C) * w.high;
   return b;
 }
