@@ -146,8 +146,11 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
   // and log-sum-exp per head), the projection's input, LayerNorm, MLP.
   const double window = o.window_size > 0 ? std::min<double>(Nh, 2.0 * static_cast<double>(o.window_size) + 1) : Nh;
   (void)window;
-  const int64_t per_chunk = o.processor_layers / o.processor_chunks;
-  for (int64_t c = 0; c < o.processor_chunks; ++c) {
+  // Inference keeps nothing between layers: a block per layer, so that only one layer's tensors are
+  // counted at a time (the chunks matter for checkpointed training only).
+  const int64_t groups = f.inference ? o.processor_layers : o.processor_chunks;
+  const int64_t per_chunk = o.processor_layers / groups;
+  for (int64_t c = 0; c < groups; ++c) {
     Block b;
     b.name = "processor" + std::to_string(c);
     for (int64_t l = 0; l < per_chunk; ++l) {

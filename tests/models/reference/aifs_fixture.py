@@ -30,29 +30,15 @@ torch.set_num_threads(1)
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 
-from anemoi.graphs.create import GraphCreator  # noqa: E402
 from anemoi.graphs.edges.attributes import EdgeDirection  # noqa: E402
 from anemoi.graphs.edges.attributes import EdgeLength  # noqa: E402
-from anemoi.models.data_indices.collection import IndexCollection  # noqa: E402
-from anemoi.models.models import AnemoiModelEncProcDec  # noqa: E402
-from anemoi.utils.config import DotDict  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from aifs_fixture_lib import build_graph, build_model, octahedral  # noqa: E402
 
 N_HIDDEN = 4  # O4: 4 * 4 * 13 = 208 hidden nodes
 CHANNELS, HEADS, LAYERS, WINDOW = 32, 4, 2, 24
 TRAINABLE = {"data": 3, "hidden": 2, "edges": 2}
-
-
-def octahedral(n):
-    x, _ = np.polynomial.legendre.leggauss(2 * n)  # ascending roots of P_2n
-    north = np.degrees(np.arcsin(x[::-1][:n]))
-    lats, lons = [], []
-    rows = [(north[i - 1], i) for i in range(1, n + 1)] + [(-north[i - 1], i) for i in range(n, 0, -1)]
-    for lat, i in rows:
-        count = 4 * i + 16
-        lats += [lat] * count
-        lons += [360.0 * j / count for j in range(count)]
-    return np.array(lats), np.array(lons)
 
 
 # A global data grid without the poles (its cells are distinct), placed off the symmetries of the
@@ -64,45 +50,7 @@ data_lat = np.repeat(data_rows, len(data_cols))
 data_lon = np.tile(data_cols, len(data_rows))
 hid_lat, hid_lon = octahedral(N_HIDDEN)
 
-attributes = {
-    "edge_length": {"_target_": "anemoi.graphs.edges.attributes.EdgeLength", "norm": "unit-max"},
-    "edge_dirs": {"_target_": "anemoi.graphs.edges.attributes.EdgeDirection", "norm": "unit-std"},
-}
-graph_config = DotDict(
-    {
-        "nodes": {
-            "data": {
-                "node_builder": {
-                    "_target_": "anemoi.graphs.nodes.LatLonNodes",
-                    "latitudes": data_lat.tolist(),
-                    "longitudes": data_lon.tolist(),
-                }
-            },
-            "hidden": {
-                "node_builder": {
-                    "_target_": "anemoi.graphs.nodes.LatLonNodes",
-                    "latitudes": hid_lat.tolist(),
-                    "longitudes": hid_lon.tolist(),
-                }
-            },
-        },
-        "edges": [
-            {
-                "source_name": "data",
-                "target_name": "hidden",
-                "edge_builders": [{"_target_": "anemoi.graphs.edges.CutOffEdges", "cutoff_factor": 0.6}],
-                "attributes": attributes,
-            },
-            {
-                "source_name": "hidden",
-                "target_name": "data",
-                "edge_builders": [{"_target_": "anemoi.graphs.edges.KNNEdges", "num_nearest_neighbours": 3}],
-                "attributes": attributes,
-            },
-        ],
-    }
-)
-graph = GraphCreator(config=graph_config).create(save_path=None)
+graph = build_graph(data_lat, data_lon, hid_lat, hid_lon)
 
 graph_out = {}
 for key, name in ((("data", "to", "hidden"), "encoder"), (("hidden", "to", "data"), "decoder")):
@@ -126,77 +74,9 @@ for key, name in ((("data", "to", "hidden"), "encoder"), (("hidden", "to", "data
 torch.save(graph_out, os.path.join(out, "graph.pt"))
 
 # Variables: 3 prognostic, 1 forcing (input only), 1 diagnostic (output only); 2 input steps.
-variables = ["t", "u", "v", "cos_lat", "tp"]
-name_to_index = {v: i for i, v in enumerate(variables)}
-data_config = OmegaConf.create({"forcing": ["cos_lat"], "diagnostic": ["tp"]})
-data_indices = {"data": IndexCollection(data_config, name_to_index)}
 N_STEP_INPUT = 2
-
-mapper_common = {
-    "trainable_size": TRAINABLE["edges"],
-    "sub_graph_edge_attributes": ["edge_length", "edge_dirs"],
-    "num_chunks": 1,
-    "mlp_hidden_ratio": 4,
-    "num_heads": HEADS,
-    "qk_norm": False,
-    "cpu_offload": False,
-    "graph_attention_backend": "pyg",
-    "layer_kernels": None,
-}
-model_config = (
-    {
-        "model": {
-            "model": {"_target_": "anemoi.models.models.AnemoiModelEncProcDec", "hidden_nodes_name": "hidden",
-                      "latent_skip": True},
-            "node_trainable_parameters": {"data": TRAINABLE["data"], "hidden": TRAINABLE["hidden"]},
-            "latent_skip": True,
-            "latent_aggregator": {"_target_": "anemoi.models.layers.aggregator.SumAggregator"},
-            "processor": {
-                "_target_": "anemoi.models.layers.processor.TransformerProcessor",
-                "num_layers": LAYERS,
-                "num_channels": CHANNELS,
-                "num_chunks": 1,
-                "num_heads": HEADS,
-                "mlp_hidden_ratio": 4,
-                "window_size": WINDOW,
-                "dropout_p": 0.0,
-                "attention_implementation": "scaled_dot_product_attention",
-                "qk_norm": False,
-                "softcap": None,
-                "use_alibi_slopes": False,
-                "cpu_offload": False,
-                "layer_kernels": None,
-            },
-            "encoders": {
-                "data": {
-                    "source_datasets": ["data"],
-                    "dataset_fusing_strategy": "not_supported",
-                    "mapper": {"_target_": "anemoi.models.layers.mapper.GraphTransformerForwardMapper",
-                               "num_channels": CHANNELS, **mapper_common},
-                }
-            },
-            "decoders": {
-                "data": {
-                    "target_datasets": ["data"],
-                    "target_node_features": ["encoded_data"],
-                    "mapper": {"_target_": "anemoi.models.layers.mapper.GraphTransformerBackwardMapper",
-                               "num_channels": CHANNELS, "initialise_data_extractor_zero": False, **mapper_common},
-                }
-            },
-            "residual": {"_target_": "anemoi.models.layers.residual.SkipConnection"},
-            "bounding": [],
-        }
-    }
-)
-model_config = OmegaConf.create(model_config)
-model = AnemoiModelEncProcDec(
-    model_config=model_config,
-    data_indices=data_indices,
-    statistics={"data": {}},
-    n_step_input=N_STEP_INPUT,
-    n_step_output=1,
-    graph_data=graph,
-)
+model, data_indices = build_model(graph, ["t", "u", "v"], ["cos_lat"], ["tp"], n_step_input=N_STEP_INPUT,
+                                  channels=CHANNELS, heads=HEADS, layers=LAYERS, window=WINDOW, trainable=TRAINABLE)
 # Random weights everywhere, the zero-initialised trainable tensors too (else their gradients
 # and effects would be tested at zero only).
 with torch.no_grad():
