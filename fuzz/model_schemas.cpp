@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/model_options.h"
+#include "models/aifs/aifs_options.h"
 #include "models/fourcastnet/fourcastnet_options.h"
 #include "models/gnn/gnn_options.h"
 #include "models/graphcast/graphcast_options.h"
@@ -15,7 +16,7 @@ namespace {
 
 std::vector<wxtrain::ModelSchema> schemas() {
   using namespace wxtrain::models;
-  return {unet_schema(), vit_schema(), gnn_schema(), fourcastnet_schema(), graphcast_schema(), pangu_schema()};
+  return {unet_schema(), vit_schema(), gnn_schema(), fourcastnet_schema(), graphcast_schema(), pangu_schema(), aifs_schema()};
 }
 
 [[maybe_unused]] const bool kSchemasHandedOver = (wxtrain::set_model_schema_provider(&schemas), true);

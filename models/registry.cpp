@@ -13,10 +13,11 @@ ModelEntry gnn_entry();
 ModelEntry fourcastnet_entry();
 ModelEntry graphcast_entry();
 ModelEntry pangu_entry();
+ModelEntry aifs_entry();
 
 const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> zoo = {
-      unet_entry(), vit_entry(), gnn_entry(), fourcastnet_entry(), graphcast_entry(), pangu_entry(),
+      unet_entry(), vit_entry(), gnn_entry(), fourcastnet_entry(), graphcast_entry(), pangu_entry(), aifs_entry(),
   };
   return zoo;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds, and runs every test (unit, MPI under mpirun -np 2, command line,
-# and against PhysicsNeMo's reference implementations in .venv-reference/).
+# and against PhysicsNeMo's reference implementations in .venv-reference/ and anemoi's in
+# .venv-anemoi/).
 # With the torch wheel's CUDA LibTorch this is the CUDA build (WXTRAIN_CUDA=ON), linked against the
 # wheel's CUDA libraries; on a machine without a GPU it runs as a CPU program, and the tests say so.
 set -euo pipefail
@@ -18,6 +19,11 @@ tracking_pid=$!
 ( scripts/install_reference_env.sh || echo "warning: no reference environment: the tests labelled 'reference' will be skipped" ) \
   > build/install_reference_env.log 2>&1 &
 reference_pid=$!
+# ECMWF's anemoi-models and anemoi-graphs (AIFS) in their own environment, also reusing .venv's
+# torch (~75 s on a fresh machine, one step; the AIFS tests labelled 'reference' need it).
+( scripts/install_anemoi_env.sh || echo "warning: no anemoi environment: the AIFS tests labelled 'reference' will be skipped" ) \
+  > build/install_anemoi_env.log 2>&1 &
+anemoi_pid=$!
 scripts/build.sh
 echo "build finished after $(( $(date +%s) - start )) s"
 tracking_status=0
@@ -26,6 +32,8 @@ cat build/install_tracking_test_deps.log
 [ "$tracking_status" = 0 ] || { echo "error: scripts/install_tracking_test_deps.sh failed (exit $tracking_status)" >&2; exit 1; }
 wait "$reference_pid"
 cat build/install_reference_env.log
+wait "$anemoi_pid"
+cat build/install_anemoi_env.log
 echo "test environments ready after $(( $(date +%s) - start )) s"
 
 # OpenMPI refuses to run as root without these; CI runs as root.

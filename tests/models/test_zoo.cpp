@@ -258,7 +258,7 @@ TEST_P(ZooTest, Bf16AutocastForwardAndBackward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu"),
+INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu", "aifs"),
                          [](const auto& info) { return info.param; });
 
 // ---- parameter counts from the architectures' formulas ----

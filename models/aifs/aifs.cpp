@@ -1,0 +1,339 @@
+#include "models/aifs/aifs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+
+namespace wxtrain::models {
+namespace {
+
+constexpr double kRadians = 3.14159265358979323846 / 180.0;
+
+torch::nn::LayerNorm layer_norm(int64_t channels) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({channels}));  // eps 1e-5, as torch.nn.LayerNorm
+}
+
+// anemoi's node attributes: [sin lat, sin lon, cos lat, cos lon] of the coordinates in radians.
+torch::Tensor sin_cos(const LatLonPoints& p) {
+  torch::Tensor t = torch::empty({p.size(), 4}, torch::kFloat);
+  float* out = t.data_ptr<float>();
+  for (int64_t i = 0; i < p.size(); ++i) {
+    // float32 radians first, as anemoi holds its coordinates.
+    const float lat = static_cast<float>(p.latitudes[static_cast<size_t>(i)] * kRadians);
+    const float lon = static_cast<float>(p.longitudes[static_cast<size_t>(i)] * kRadians);
+    out[4 * i] = std::sin(lat), out[4 * i + 1] = std::sin(lon), out[4 * i + 2] = std::cos(lat), out[4 * i + 3] = std::cos(lon);
+  }
+  return t;
+}
+
+}  // namespace
+
+torch::nn::Sequential anemoi_mlp(int64_t in, int64_t hidden, int64_t out) {
+  return torch::nn::Sequential(torch::nn::Linear(in, hidden),
+                               torch::nn::GELU(),  // torch.nn.GELU(): the exact erf form
+                               torch::nn::Linear(hidden, out));
+}
+
+// ---- the mapper ----
+
+GraphTransformerMapperImpl::GraphTransformerMapperImpl(int64_t src_channels, int64_t src_nodes, int64_t dst_channels,
+                                                       int64_t dst_nodes, int64_t channels, int64_t heads,
+                                                       int64_t mlp_hidden, int64_t edge_dim, int64_t out_channels)
+    : heads(heads), head_dim(channels / heads) {
+  TORCH_CHECK(channels % heads == 0, "aifs: channels ", channels, " not divisible by heads ", heads);
+  auto no_bias = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  // The backward mapper's source is the processor's latent: no embedding when widths agree (anemoi).
+  if (src_channels > 0) emb_nodes_src = register_module("emb_nodes_src", torch::nn::Linear(src_channels, channels));
+  if (src_nodes > 0) emb_nodes_src_position = register_module("emb_nodes_src_position", no_bias(src_nodes, channels));
+  // The receivers' bias sits on the per-sample Linear when there is one, else on the node features'.
+  if (dst_channels > 0) emb_nodes_dst = register_module("emb_nodes_dst", torch::nn::Linear(dst_channels, channels));
+  if (dst_nodes > 0)
+    emb_nodes_dst_position = register_module(
+        "emb_nodes_dst_position",
+        dst_channels > 0 ? no_bias(dst_nodes, channels) : torch::nn::Linear(dst_nodes, channels));
+  lin_key = register_module("lin_key", torch::nn::Linear(channels, channels));
+  lin_query = register_module("lin_query", torch::nn::Linear(channels, channels));
+  lin_value = register_module("lin_value", torch::nn::Linear(channels, channels));
+  lin_self = register_module("lin_self", torch::nn::Linear(channels, channels));
+  lin_edge = register_module("lin_edge", torch::nn::Linear(edge_dim, channels));
+  projection = register_module("projection", torch::nn::Linear(channels, channels));
+  layer_norm_attention_src = register_module("layer_norm_attention_src", layer_norm(channels));
+  layer_norm_attention_dest = register_module("layer_norm_attention_dest", layer_norm(channels));
+  layer_norm_mlp_dst = register_module("layer_norm_mlp_dst", layer_norm(channels));
+  node_dst_mlp = register_module("node_dst_mlp", anemoi_mlp(channels, mlp_hidden, channels));
+  if (out_channels > 0)
+    node_data_extractor = register_module(
+        "node_data_extractor", torch::nn::Sequential(layer_norm(channels), torch::nn::Linear(channels, out_channels)));
+}
+
+torch::Tensor GraphTransformerMapperImpl::forward(const torch::Tensor& src_in, const torch::Tensor& src_nodes,
+                                                  const torch::Tensor& dst_in, const torch::Tensor& dst_nodes,
+                                                  const torch::Tensor& edge_attr, const torch::Tensor& senders,
+                                                  const torch::Tensor& receivers) {
+  // Embeddings: [B, N, C] per sample plus [N, C] of the node features, broadcast.
+  auto embed = [](torch::nn::Linear per_sample, torch::nn::Linear nodes, const torch::Tensor& x,
+                  const torch::Tensor& f) {
+    torch::Tensor out;
+    if (per_sample) out = per_sample->forward(x);
+    if (nodes) out = out.defined() ? out + nodes->forward(f) : nodes->forward(f);
+    return out;
+  };
+  torch::Tensor src = emb_nodes_src || emb_nodes_src_position ? embed(emb_nodes_src, emb_nodes_src_position, src_in, src_nodes)
+                                                              : src_in;
+  torch::Tensor dst = embed(emb_nodes_dst, emb_nodes_dst_position, dst_in, dst_nodes);
+  const int64_t B = std::max(src.dim() == 3 ? src.size(0) : 1, dst.dim() == 3 ? dst.size(0) : 1);
+  if (src.dim() == 2) src = src.unsqueeze(0).expand({B, -1, -1});
+  if (dst.dim() == 2) dst = dst.unsqueeze(0).expand({B, -1, -1});
+  const int64_t Nr = dst.size(1), E = senders.size(0), H = heads, d = head_dim;
+  const torch::Tensor xs = layer_norm_attention_src->forward(src);
+  const torch::Tensor xd = layer_norm_attention_dest->forward(dst);
+  const torch::Tensor x_r = lin_self->forward(xd);
+  const torch::Tensor q = lin_query->forward(xd).view({B, Nr, H, d});
+  const torch::Tensor k = lin_key->forward(xs).view({B, -1, H, d});
+  const torch::Tensor v = lin_value->forward(xs).view({B, -1, H, d});
+  const torch::Tensor e = lin_edge->forward(edge_attr).view({1, E, H, d});  // the same for every sample
+  // PyG's GraphTransformerConv message and softmax (torch_geometric.utils.softmax): per receiver,
+  // alpha = softmax(q_i . (k_j + e) / sqrt(d)) less the receiver's max (no gradient through it),
+  // divided by the sum + 1e-16; messages alpha (v_j + e) summed into the receivers.
+  const torch::Tensor key_j = k.index_select(1, senders) + e;
+  const torch::Tensor alpha = (q.index_select(1, receivers) * key_j).sum(-1) / std::sqrt(static_cast<double>(d));
+  const torch::Tensor index = receivers.view({1, E, 1}).expand({B, E, H});
+  const torch::Tensor max = torch::full({B, Nr, H}, -std::numeric_limits<float>::infinity(), alpha.options())
+                                .scatter_reduce(1, index, alpha.detach(), "amax", /*include_self=*/false);
+  const torch::Tensor ex = (alpha - max.index_select(1, receivers)).exp();
+  const torch::Tensor sum = torch::zeros({B, Nr, H}, ex.options()).index_add(1, receivers, ex) + 1e-16;
+  const torch::Tensor a = ex / sum.index_select(1, receivers);
+  const torch::Tensor messages = (v.index_select(1, senders) + e) * a.unsqueeze(-1);
+  const torch::Tensor attention = torch::zeros({B, Nr, H, d}, messages.options()).index_add(1, receivers, messages);
+  torch::Tensor out = projection->forward(attention.view({B, Nr, H * d}) + x_r) + dst;
+  out = node_dst_mlp->forward(layer_norm_mlp_dst->forward(out)) + out;
+  return node_data_extractor ? node_data_extractor->forward(out) : out;
+}
+
+// ---- the processor ----
+
+TransformerLayerImpl::TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window)
+    : heads(heads), window(window) {
+  TORCH_CHECK(channels % heads == 0, "aifs: channels ", channels, " not divisible by heads ", heads);
+  layer_norm_attention = register_module("layer_norm_attention", layer_norm(channels));
+  layer_norm_mlp = register_module("layer_norm_mlp", layer_norm(channels));
+  auto no_bias = [&] { return torch::nn::Linear(torch::nn::LinearOptions(channels, channels).bias(false)); };
+  lin_q = register_module("lin_q", no_bias());
+  lin_k = register_module("lin_k", no_bias());
+  lin_v = register_module("lin_v", no_bias());
+  projection = register_module("projection", torch::nn::Linear(channels, channels));
+  mlp = register_module("mlp", anemoi_mlp(channels, mlp_hidden, channels));
+}
+
+torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       int64_t window) {
+  const int64_t N = q.size(2);
+  if (window <= 0 || window >= N - 1) return at::scaled_dot_product_attention(q, k, v);
+  // Query block [a, b) sees keys [a - w, b - 1 + w]: a band mask on that slab.
+  const int64_t block = std::max<int64_t>(window, 64);
+  std::vector<torch::Tensor> parts;
+  for (int64_t a = 0; a < N; a += block) {
+    const int64_t b = std::min(N, a + block);
+    const int64_t k0 = std::max<int64_t>(0, a - window), k1 = std::min(N, b + window);
+    const torch::Tensor qi = torch::arange(a, b, torch::kLong).view({-1, 1});
+    const torch::Tensor ki = torch::arange(k0, k1, torch::kLong).view({1, -1});
+    const torch::Tensor mask = ((qi - ki).abs() <= window).to(q.device());
+    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, a, b - a), k.narrow(2, k0, k1 - k0),
+                                                     v.narrow(2, k0, k1 - k0), mask));
+  }
+  return torch::cat(parts, 2);
+}
+
+torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), N = x.size(1), C = x.size(2), d = C / heads;
+  const torch::Tensor h = layer_norm_attention->forward(x);
+  auto split = [&](const torch::Tensor& t) { return t.view({B, N, heads, d}).transpose(1, 2); };  // [B, H, N, d]
+  const torch::Tensor o =
+      sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(h)), split(lin_v->forward(h)), window);
+  torch::Tensor y = x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
+  return y + mlp->forward(layer_norm_mlp->forward(y));
+}
+
+// ---- chunks ----
+
+std::vector<EdgeChunk> chunk_edges(const BipartiteEdges& edges, int64_t receivers, int64_t chunks) {
+  chunks = std::max<int64_t>(1, std::min(chunks, std::max<int64_t>(receivers, 1)));
+  const torch::Tensor r = edges.receivers.contiguous(), s = edges.senders.contiguous();
+  const int64_t* rp = r.data_ptr<int64_t>();
+  const int64_t E = r.size(0);
+  std::vector<EdgeChunk> out;
+  int64_t dst = 0, e = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    // [3, 3, 2, 2] for 10 in 4: the first (receivers % chunks) groups one larger.
+    const int64_t size = receivers / chunks + (c < receivers % chunks ? 1 : 0);
+    EdgeChunk chunk;
+    chunk.dst_begin = dst, chunk.dst_end = dst + size, chunk.edge_begin = e;
+    while (e < E && rp[e] < chunk.dst_end) ++e;
+    chunk.edge_end = e;
+    const torch::Tensor cs = s.narrow(0, chunk.edge_begin, e - chunk.edge_begin);
+    auto [unique, inverse] = at::_unique(cs, /*sorted=*/true, /*return_inverse=*/true);
+    chunk.senders = unique;
+    chunk.local_senders = inverse;
+    chunk.local_receivers = r.narrow(0, chunk.edge_begin, e - chunk.edge_begin) - chunk.dst_begin;
+    out.push_back(std::move(chunk));
+    dst += size;
+  }
+  return out;
+}
+
+// ---- the model ----
+
+AifsImpl::AifsImpl(const AifsOptions& options, const ModelShape& shape) : WeatherModelImpl(shape), options_(options) {
+  const CellCoordinates cells = cell_coordinates(shape);
+  data_.latitudes = cells.latitudes;
+  data_.longitudes = cells.longitudes;
+  hidden_ = octahedral_grid(octahedral_number(options.hidden_grid, "model.hidden_grid"));
+  encoder_edges_ = cutoff_edges(data_, hidden_, options.cutoff_factor, options.max_neighbours);
+  decoder_edges_ = knn_edges(hidden_, data_, options.decoder_neighbours);
+  if (encoder_edges_.edges() == 0)
+    throw ConfigError("model.cutoff_factor = " + std::to_string(options.cutoff_factor) + ": no grid cell lies within "
+                      "the cut-off radius of any hidden node of " + options.hidden_grid + "; raise it or use a finer grid");
+  // Buffers: they move with the model and land in checkpoints.
+  encoder_edges_.senders = register_index_buffer("encoder_senders", encoder_edges_.senders);
+  encoder_edges_.receivers = register_index_buffer("encoder_receivers", encoder_edges_.receivers);
+  encoder_edges_.features = register_buffer("encoder_edge_features", encoder_edges_.features);
+  decoder_edges_.senders = register_index_buffer("decoder_senders", decoder_edges_.senders);
+  decoder_edges_.receivers = register_index_buffer("decoder_receivers", decoder_edges_.receivers);
+  decoder_edges_.features = register_buffer("decoder_edge_features", decoder_edges_.features);
+  latlons_data_ = register_buffer("latlons_data", sin_cos(data_));
+  latlons_hidden_ = register_buffer("latlons_hidden", sin_cos(hidden_));
+  const int64_t C = options.num_channels, mlp = aifs_mlp_hidden(options);
+  const int64_t cell_features = 4 + options.data_trainable, hidden_features = 4 + options.hidden_trainable;
+  const int64_t edge_dim = 3 + options.edge_trainable;
+  encoder_ = register_block("encoder", GraphTransformerMapper(shape.in_channels, cell_features, 0, hidden_features, C,
+                                                              options.mapper_num_heads, mlp, edge_dim, /*out_channels=*/0));
+  for (int64_t i = 0; i < options.processor_layers; ++i)
+    processor_.push_back(register_block("processor" + std::to_string(i),
+                                        TransformerLayer(C, options.num_heads, mlp, options.window_size)));
+  decoder_ = register_block("decoder", GraphTransformerMapper(0, 0, shape.in_channels, cell_features, C,
+                                                              options.mapper_num_heads, mlp, edge_dim, shape.out_channels));
+  // anemoi's TrainableTensor: zeros.
+  if (options.data_trainable > 0)
+    data_trainable_ = encoder_->register_parameter("data_trainable", torch::zeros({data_.size(), options.data_trainable}));
+  if (options.hidden_trainable > 0)
+    hidden_trainable_ =
+        encoder_->register_parameter("hidden_trainable", torch::zeros({hidden_.size(), options.hidden_trainable}));
+  if (options.edge_trainable > 0) {
+    encoder_edge_trainable_ =
+        encoder_->register_parameter("edge_trainable", torch::zeros({encoder_edges_.edges(), options.edge_trainable}));
+    decoder_edge_trainable_ =
+        decoder_->register_parameter("edge_trainable", torch::zeros({decoder_edges_.edges(), options.edge_trainable}));
+  }
+}
+
+std::vector<ChannelAxis> AifsImpl::channel_axes() const {
+  const int64_t last = 1;  // node_data_extractor: LayerNorm (0), Linear (1)
+  return {{"encoder.emb_nodes_src.weight", 1, true},
+          {"decoder.emb_nodes_dst.weight", 1, true},
+          {"decoder.node_data_extractor." + std::to_string(last) + ".weight", 0, false},
+          {"decoder.node_data_extractor." + std::to_string(last) + ".bias", 0, false}};
+}
+
+torch::Tensor AifsImpl::run_mapper(const GraphTransformerMapper& mapper, const std::vector<EdgeChunk>& chunks,
+                                   const std::vector<torch::Tensor>& inputs, bool checkpointed) const {
+  // inputs: src [B, Ns, *], src node features [Ns, *], dst [B, Nr, *], dst node features [Nr, *],
+  // edge features [E, *]; an undefined one is passed as an empty tensor (checkpoint needs tensors).
+  std::shared_ptr<GraphTransformerMapperImpl> m = mapper.ptr();
+  std::vector<torch::Tensor> outputs;
+  for (const EdgeChunk& c : chunks) {
+    const int64_t e0 = c.edge_begin, ne = c.edge_end - c.edge_begin, d0 = c.dst_begin, nd = c.dst_end - c.dst_begin;
+    const torch::Tensor senders = c.senders, local_senders = c.local_senders, local_receivers = c.local_receivers;
+    // Only the chunk's senders and edges (anemoi's GraphPartition.materialise): one chunk's
+    // edge-sized tensors at a time.
+    const ops::BlockFn fn = [m, senders, local_senders, local_receivers, e0, ne, d0, nd](
+                                const std::vector<torch::Tensor>& in) {
+      auto rows = [&](const torch::Tensor& t, int64_t dim, bool of_senders) {
+        if (t.numel() == 0) return torch::Tensor();
+        return of_senders ? t.index_select(dim, senders) : t.narrow(dim, d0, nd);
+      };
+      return std::vector<torch::Tensor>{m->forward(rows(in[0], 1, true), rows(in[1], 0, true), rows(in[2], 1, false),
+                                                   rows(in[3], 0, false), in[4].narrow(0, e0, ne), local_senders,
+                                                   local_receivers)};
+    };
+    std::vector<torch::Tensor> in;
+    for (const torch::Tensor& t : inputs) in.push_back(t.defined() ? t : torch::empty({0}));
+    if (checkpointed && torch::GradMode::is_enabled())
+      outputs.push_back(ops::checkpoint(fn, in, m->parameters())[0]);
+    else
+      outputs.push_back(fn(in)[0]);
+  }
+  return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 1);
+}
+
+torch::Tensor AifsImpl::forward(torch::Tensor x) {
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) == shape().lat && x.size(3) == shape().lon,
+              "aifs: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "], got ",
+              x.sizes());
+  const int64_t B = x.size(0), lat = x.size(2), lon = x.size(3);
+  auto with = [&](const torch::Tensor& features, const torch::Tensor& trainable) {
+    std::vector<torch::Tensor> parts = {features.to(x.scalar_type())};
+    if (trainable.defined()) parts.push_back(trainable.to(x.scalar_type()));
+    return torch::cat(parts, 1);
+  };
+  const torch::Tensor data = x.flatten(2).transpose(1, 2);                  // [B, Nd, C_in]
+  const torch::Tensor cells = with(latlons_data_, data_trainable_);         // [Nd, 4 + data_trainable]
+  const torch::Tensor hidden = with(latlons_hidden_, hidden_trainable_);    // [Nh, 4 + hidden_trainable]
+  const torch::Tensor encoder_edges = with(encoder_edges_.features, encoder_edge_trainable_);
+  const torch::Tensor decoder_edges = with(decoder_edges_.features, decoder_edge_trainable_);
+  // The chunks' index tensors, on the edges' device (rebuilt when the model moves): not buffers, so
+  // that a checkpoint does not depend on the chunk counts.
+  if (encoder_chunks_.empty() || encoder_chunks_[0].senders.device() != encoder_edges_.senders.device()) {
+    auto on_device = [&](std::vector<EdgeChunk> chunks) {
+      for (EdgeChunk& c : chunks) {
+        c.senders = c.senders.to(encoder_edges_.senders.device());
+        c.local_senders = c.local_senders.to(encoder_edges_.senders.device());
+        c.local_receivers = c.local_receivers.to(encoder_edges_.senders.device());
+      }
+      return chunks;
+    };
+    auto on_cpu = [](const BipartiteEdges& e) {
+      BipartiteEdges c;
+      c.senders = e.senders.cpu(), c.receivers = e.receivers.cpu();
+      return c;
+    };
+    encoder_chunks_ = on_device(chunk_edges(on_cpu(encoder_edges_), hidden_.size(), options_.encoder_chunks));
+    decoder_chunks_ = on_device(chunk_edges(on_cpu(decoder_edges_), data_.size(), options_.decoder_chunks));
+  }
+  const bool on = checkpointing();
+  torch::Tensor latent = run_mapper(encoder_, encoder_chunks_, {data, cells, torch::Tensor(), hidden, encoder_edges},
+                                    on && options_.checkpoint_encoder);
+
+  // Processor layers in options_.processor_chunks groups, each one checkpoint (anemoi's run_layers).
+  const torch::Tensor processor_input = latent;
+  const int64_t per_chunk = options_.processor_layers / options_.processor_chunks;
+  for (int64_t first = 0; first < options_.processor_layers; first += per_chunk) {
+    std::vector<std::shared_ptr<TransformerLayerImpl>> layers;
+    std::vector<torch::Tensor> params;
+    for (int64_t i = first; i < first + per_chunk; ++i) {
+      layers.push_back(processor_[static_cast<size_t>(i)].ptr());
+      for (const torch::Tensor& p : layers.back()->parameters()) params.push_back(p);
+    }
+    const ops::BlockFn fn = [layers](const std::vector<torch::Tensor>& in) {
+      torch::Tensor h = in[0];
+      for (const auto& layer : layers) h = layer->forward(h);
+      return std::vector<torch::Tensor>{h};
+    };
+    latent = (on && options_.checkpoint_processor && torch::GradMode::is_enabled()) ? ops::checkpoint(fn, {latent}, params)[0]
+                                                                                    : fn({latent})[0];
+  }
+  if (options_.latent_skip) latent = latent + processor_input;
+
+  const torch::Tensor out = run_mapper(decoder_, decoder_chunks_, {latent, torch::Tensor(), data, cells, decoder_edges},
+                                       on && options_.checkpoint_decoder);  // [B, Nd, C_out]
+  return out.transpose(1, 2).reshape({B, out.size(2), lat, lon});
+}
+
+ModelEntry aifs_entry() {
+  return make_model_entry<AifsOptions, AifsImpl>(aifs_schema(), &aifs_parameter_count, &aifs_activation_memory,
+                                                 {/*gemms=*/true, /*convolutions=*/false}, &aifs_buffer_bytes);
+}
+
+}  // namespace wxtrain::models

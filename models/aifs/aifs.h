@@ -1,0 +1,166 @@
+#pragma once
+// AIFS (Lang et al. 2024, "AIFS -- ECMWF's data-driven forecasting system", arXiv:2406.01465):
+// ECMWF's encoder-processor-decoder, as anemoi-models 0.19 builds it (AnemoiModelEncProcDec with
+// GraphTransformerForwardMapper, TransformerProcessor, GraphTransformerBackwardMapper; layers/
+// {mapper,block,processor,attention}.py), on the graphs of models/aifs/aifs_graph.h.
+//
+// The grid is any ModelShape: its cells (cell_coordinates(): a rectangle row-major, a point set in
+// its own order) are the data nodes. Per cell the encoder reads the input channels, sin/cos of the
+// cell's latitude and longitude and model.data_trainable learned features; per hidden node
+// (octahedral grid model.hidden_grid) sin/cos of its position and model.hidden_trainable learned
+// features; per encoder/decoder edge its 3 features (length, direction) and model.edge_trainable
+// learned ones.
+//
+// Blocks, in forward order:
+//   encoder                   graph transformer, data cells -> hidden nodes (cut-off edges): both
+//                             sides embedded by a Linear, one graph-attention layer (per head,
+//                             softmax over a node's incoming edges of q_i . (k_j + e_ij) / sqrt(d),
+//                             summing alpha (v_j + e_ij)), a projection with a self term, the
+//                             residual of the embedded hidden node and an MLP (GELU, ratio
+//                             model.mlp_ratio) with its residual
+//   processor0 .. P-1         pre-norm transformer layers on the hidden nodes: multi-head
+//                             self-attention (no q/k/v bias), each node attending to the nodes within
+//                             model.window_size places of it (anemoi's sliding window in SDPA), and
+//                             an MLP; model.latent_skip adds the processor's input to its output
+//   decoder                   graph transformer, hidden nodes -> data cells (k nearest hidden nodes):
+//                             the cells' own input features embedded as the receivers, then
+//                             LayerNorm + Linear to the output channels
+// The model returns the decoder's output; anemoi's SkipConnection residual (the newest input
+// state) is what wxtrain's rollout adds.
+//
+// Chunks (model.encoder_chunks, model.decoder_chunks): the receivers are split into contiguous
+// groups and each group is computed with only its edges and the senders they read, one group after
+// another (anemoi's GraphPartition); with train.checkpointing each group is its own checkpoint, so
+// backward holds one group's edge-sized tensors at a time. model.processor_chunks groups processor
+// layers into checkpoints. None changes the output.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/aifs/aifs_graph.h"
+#include "models/aifs/aifs_options.h"
+#include "models/registry.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::models {
+
+// anemoi's compute_mlp_hidden_dim: num_channels x mlp_hidden_ratio, halves rounded up.
+inline int64_t aifs_mlp_hidden(const AifsOptions& o) {
+  return static_cast<int64_t>(static_cast<double>(o.num_channels) * o.mlp_hidden_ratio + 0.5);
+}
+
+// anemoi's MLP(n_extra_layers=0, layer_norm=False): Linear, GELU, Linear (submodules "0" and "2",
+// as anemoi names them).
+torch::nn::Sequential anemoi_mlp(int64_t in, int64_t hidden, int64_t out);
+
+// One graph-transformer layer with its embeddings and output head (a mapper): anemoi's
+// GraphTransformerForwardMapper (out_channels = 0: returns the hidden latents) or
+// GraphTransformerBackwardMapper (node_data_extractor to out_channels).
+// anemoi embeds [input channels, node features] with one Linear; here the node features (sin/cos of
+// the position and the learned ones, the same for every sample) have a Linear of their own without
+// bias, summed: the same function (the import splits anemoi's weight by columns), the channels'
+// weight alone depends on the run's channels (channel_axes), and the node-feature term is computed
+// once for the batch.
+class GraphTransformerMapperImpl : public torch::nn::Module {
+ public:
+  // src_channels: the senders' per-sample width (0: the senders are latents, used as they are);
+  // src_nodes / dst_nodes: widths of the batch-independent node features (0: none);
+  // dst_channels: the receivers' per-sample width (0: none).
+  GraphTransformerMapperImpl(int64_t src_channels, int64_t src_nodes, int64_t dst_channels, int64_t dst_nodes,
+                             int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t edge_dim, int64_t out_channels);
+  // One chunk: the senders' per-sample input [B, Ns, *] and node features [Ns, *] (either may be
+  // undefined where the mapper has none), the receivers' likewise, edge features [E, edge_dim],
+  // edge endpoints local to these senders and receivers. Returns [B, Nr, channels or out_channels].
+  torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& src_nodes, const torch::Tensor& dst,
+                        const torch::Tensor& dst_nodes, const torch::Tensor& edge_attr, const torch::Tensor& senders,
+                        const torch::Tensor& receivers);
+
+  int64_t heads, head_dim;
+  torch::nn::Linear emb_nodes_src{nullptr}, emb_nodes_src_position{nullptr};
+  torch::nn::Linear emb_nodes_dst{nullptr}, emb_nodes_dst_position{nullptr};
+  torch::nn::Linear lin_key{nullptr}, lin_query{nullptr}, lin_value{nullptr}, lin_self{nullptr}, lin_edge{nullptr},
+      projection{nullptr};
+  torch::nn::LayerNorm layer_norm_attention_src{nullptr}, layer_norm_attention_dest{nullptr},
+      layer_norm_mlp_dst{nullptr};
+  torch::nn::Sequential node_dst_mlp{nullptr};
+  torch::nn::Sequential node_data_extractor{nullptr};  // decoder: LayerNorm, Linear
+};
+TORCH_MODULE(GraphTransformerMapper);
+
+// anemoi's TransformerProcessorBlock: x + attention(LN(x)), then + MLP(LN(x)).
+class TransformerLayerImpl : public torch::nn::Module {
+ public:
+  TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, N, C]
+
+  int64_t heads, window;
+  torch::nn::LayerNorm layer_norm_attention{nullptr}, layer_norm_mlp{nullptr};
+  torch::nn::Linear lin_q{nullptr}, lin_k{nullptr}, lin_v{nullptr}, projection{nullptr};
+  torch::nn::Sequential mlp{nullptr};
+};
+TORCH_MODULE(TransformerLayer);
+
+// Sliding-window attention, exact: softmax over the keys within `window` places of each query
+// (all keys when window = 0 or window >= N), computed in query blocks of the window's size so that
+// no N x N score matrix is made. q, k, v: [B, H, N, d].
+torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       int64_t window);
+
+// The receivers of a dst-sorted edge set split into `chunks` contiguous groups as anemoi's
+// get_balanced_partition_sizes splits them, and for each group its edges [edge_begin, edge_end)
+// and the distinct senders they read.
+struct EdgeChunk {
+  int64_t dst_begin = 0, dst_end = 0, edge_begin = 0, edge_end = 0;
+  torch::Tensor senders;        // [S] the distinct senders, ascending
+  torch::Tensor local_senders;  // [E_chunk] positions in `senders`
+  torch::Tensor local_receivers;  // [E_chunk] receiver - dst_begin
+};
+std::vector<EdgeChunk> chunk_edges(const BipartiteEdges& edges, int64_t receivers, int64_t chunks);
+
+class AifsImpl : public WeatherModelImpl {
+ public:
+  AifsImpl(const AifsOptions& options, const ModelShape& shape);
+  torch::Tensor forward(torch::Tensor x) override;
+  // The encoder's source embedding on the input channels (its first in_channels columns) and the
+  // decoder's receiver embedding likewise; the output head's last Linear (output channels).
+  std::vector<ChannelAxis> channel_axes() const override;
+
+  const AifsOptions& options() const { return options_; }
+  const LatLonPoints& hidden_grid() const { return hidden_; }
+  const BipartiteEdges& encoder_edges() const { return encoder_edges_; }
+  const BipartiteEdges& decoder_edges() const { return decoder_edges_; }
+
+ private:
+  // The mapper chunk by chunk; inputs as GraphTransformerMapperImpl::forward takes them whole.
+  torch::Tensor run_mapper(const GraphTransformerMapper& mapper, const std::vector<EdgeChunk>& chunks,
+                           const std::vector<torch::Tensor>& inputs, bool checkpointed) const;
+
+  AifsOptions options_;
+  LatLonPoints data_, hidden_;
+  BipartiteEdges encoder_edges_, decoder_edges_;
+  std::vector<EdgeChunk> encoder_chunks_, decoder_chunks_;
+  torch::Tensor latlons_data_, latlons_hidden_;  // buffers [N, 4]: sin lat, sin lon, cos lat, cos lon
+  // Learned features (anemoi's TrainableTensor, zeros at first), parameters of the encoder (the
+  // decoder reads the cells' too): encoder.data_trainable [Nd, *], encoder.hidden_trainable
+  // [Nh, *], {encoder,decoder}.edge_trainable [E, *]; undefined when their width is 0.
+  torch::Tensor data_trainable_, hidden_trainable_, encoder_edge_trainable_, decoder_edge_trainable_;
+  GraphTransformerMapper encoder_{nullptr}, decoder_{nullptr};
+  std::vector<TransformerLayer> processor_;
+};
+
+// anemoi-models' AnemoiModelEncProcDec state_dict as ours: names mapped, the edges' learned
+// features permuted from anemoi's edge order (its graph provider's dst-sorted edge_index, [2, E]:
+// senders, receivers) to ours. Every tensor of anemoi's is accounted for, or an Error names it.
+StateDict aifs_state_from_anemoi(const StateDict& anemoi, const AifsImpl& model,
+                                 const torch::Tensor& anemoi_encoder_edge_index,
+                                 const torch::Tensor& anemoi_decoder_edge_index);
+
+// estimate --analytic (aifs_memory.cpp).
+int64_t aifs_parameter_count(const AifsOptions& o, const ModelShape& s);
+ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, const FormulaSettings& f);
+double aifs_buffer_bytes(const AifsOptions& o, const ModelShape& s, double param_bytes);
+
+ModelEntry aifs_entry();  // models/registry.cpp
+
+}  // namespace wxtrain::models

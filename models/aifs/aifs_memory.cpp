@@ -1,0 +1,183 @@
+// estimate --analytic for AIFS (models/aifs/aifs.cpp): exact parameters, activations per chunk.
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/aifs/aifs.h"
+
+namespace wxtrain::models {
+namespace {
+
+// The sizes of a mapper chunk: its senders, receivers and edges.
+struct ChunkSizes {
+  double senders = 0, receivers = 0, edges = 0;
+};
+struct AifsSizes {
+  double data = 0, hidden = 0, encoder_edges = 0, decoder_edges = 0;
+  std::vector<ChunkSizes> encoder, decoder;
+};
+
+// Built as the model builds its graph (a spatial index: a second for N320 on O96), cached for the
+// last grid and graph options asked: the parameters (learned edge features), activations and
+// buffers all need it.
+AifsSizes aifs_sizes(const AifsOptions& o, const ModelShape& s) {
+  static std::mutex mutex;
+  static std::tuple<std::vector<double>, std::vector<double>, std::string, double, int64_t, int64_t, int64_t, int64_t> key;
+  static AifsSizes cached;
+  const CellCoordinates cells = cell_coordinates(s);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto k = std::make_tuple(cells.latitudes, cells.longitudes, o.hidden_grid, o.cutoff_factor, o.max_neighbours,
+                           o.decoder_neighbours, o.encoder_chunks, o.decoder_chunks);
+  if (k == key) return cached;
+  LatLonPoints data{cells.latitudes, cells.longitudes};
+  const LatLonPoints hidden = octahedral_grid(octahedral_number(o.hidden_grid, "model.hidden_grid"));
+  const BipartiteEdges enc = cutoff_edges(data, hidden, o.cutoff_factor, o.max_neighbours);
+  const BipartiteEdges dec = knn_edges(hidden, data, o.decoder_neighbours);
+  AifsSizes sizes{static_cast<double>(data.size()), static_cast<double>(hidden.size()), static_cast<double>(enc.edges()),
+                  static_cast<double>(dec.edges()), {}, {}};
+  for (const auto& [edges, receivers, chunks, out] :
+       {std::make_tuple(&enc, hidden.size(), o.encoder_chunks, &sizes.encoder),
+        std::make_tuple(&dec, data.size(), o.decoder_chunks, &sizes.decoder)})
+    for (const EdgeChunk& c : chunk_edges(*edges, receivers, chunks))
+      out->push_back({static_cast<double>(c.senders.size(0)), static_cast<double>(c.dst_end - c.dst_begin),
+                      static_cast<double>(c.edge_end - c.edge_begin)});
+  cached = sizes;
+  key = std::move(k);
+  return cached;
+}
+
+int64_t mapper_params(int64_t src_in, int64_t dst_in, int64_t C, int64_t M, int64_t edge_dim, int64_t out, bool embed_src) {
+  int64_t n = (embed_src ? linear_params(src_in, C) : 0) + linear_params(dst_in, C);
+  n += 5 * linear_params(C, C) + linear_params(edge_dim, C);  // key, query, value, self, projection; edge
+  n += 3 * norm_params(C) + linear_params(C, M) + linear_params(M, C);
+  if (out > 0) n += norm_params(C) + linear_params(C, out);
+  return n;
+}
+
+// One mapper chunk, per sample (aifs.cpp GraphTransformerMapperImpl::forward): Ns senders of width
+// `src_in`, Nr receivers of width `dst_in`, E edges, C channels in H heads, MLP width M; the edge
+// features (batch-independent) go to `fixed`.
+Block mapper_chunk(const std::string& name, const Widths& w, const ChunkSizes& c, double src_in, double dst_in, double C,
+                   double H, double M, double edge_dim, double out, bool embed_src) {
+  const double Ns = c.senders, Nr = c.receivers, E = c.edges;
+  // A tensor two Linears read: one saved copy in fp32, one bf16 copy each under autocast.
+  const double read_twice = w.autocast ? 2 * w.low : w.high;
+  Block b;
+  b.name = name;
+  b.layers.push_back(gather(Ns * src_in, w.high));  // the chunk's senders
+  if (embed_src) b.layers.push_back(conv_or_linear(w, Ns * src_in, Ns * C));
+  b.layers.push_back(conv_or_linear(w, Nr * dst_in, Nr * C));
+  b.layers.push_back(norm(w, Ns * C, Ns));
+  b.layers.push_back(norm(w, Nr * C, Nr));
+  b.layers.push_back({"key/value", Ns * C * read_twice, Ns * C * w.high, 2 * Ns * C * w.low});
+  b.layers.push_back({"query/self", Nr * C * read_twice, Nr * C * w.high, 2 * Nr * C * w.low});
+  // q_i . (k_j + e): the product saves both edge-sized operands; exp its output; the division its
+  // denominator; alpha (v_j + e) both factors.
+  b.layers.push_back({"q.k", 2 * E * C * w.low, E * C * w.low, E * C * w.low});
+  b.layers.push_back(softmax(E * H, 4));
+  b.layers.push_back({"normalise", E * H * 4, E * H * 4, E * H * 4});
+  b.layers.push_back({"alpha v", (E * C + E * H) * w.low, E * C * w.low, E * C * w.low});
+  // The messages summed into the receivers (index_add): its backward hands an edge-sized gradient on.
+  b.layers.push_back(gather(E * C, w.high));
+  b.layers.push_back(conv_or_linear(w, Nr * C, Nr * C));  // projection
+  b.layers.push_back(norm(w, Nr * C, Nr));
+  b.layers.push_back(conv_or_linear(w, Nr * C, Nr * M));
+  b.layers.push_back(activation(Nr * M, w.low));
+  b.layers.push_back(conv_or_linear(w, Nr * M, Nr * C));
+  if (out > 0) {
+    b.layers.push_back(norm(w, Nr * C, Nr));
+    b.layers.push_back(conv_or_linear(w, Nr * C, Nr * out));
+  }
+  b.fixed_saved = E * edge_dim * w.high;  // lin_edge's input
+  // Measured (tests/models/test_aifs.cpp, AifsChunks): a replayed chunk's backward holds one more
+  // edge-sized tensor than its layers' table says (the broadcast edge term's gradient, summed over
+  // the batch before it reaches lin_edge).
+  b.replay_grads = E * C * w.high;
+  b.output = Nr * (out > 0 ? out : C) * w.high;
+  return b;
+}
+
+}  // namespace
+
+// AIFS (aifs.cpp): the learned node and edge features, the two mappers (graph-transformer layers
+// with their embeddings; the decoder's head), the processor's transformer layers.
+int64_t aifs_parameter_count(const AifsOptions& o, const ModelShape& s) {
+  const AifsSizes g = aifs_sizes(o, s);
+  const int64_t C = o.num_channels, M = aifs_mlp_hidden(o), edge_dim = 3 + o.edge_trainable;
+  const int64_t data_in = s.in_channels + 4 + o.data_trainable, hidden_in = 4 + o.hidden_trainable;
+  int64_t n = static_cast<int64_t>(g.data) * o.data_trainable + static_cast<int64_t>(g.hidden) * o.hidden_trainable +
+              static_cast<int64_t>(g.encoder_edges + g.decoder_edges) * o.edge_trainable;
+  n += mapper_params(data_in, hidden_in, C, M, edge_dim, 0, true);
+  n += mapper_params(C, data_in, C, M, edge_dim, s.out_channels, false);
+  const int64_t layer = 2 * norm_params(C) + 3 * linear_params(C, C, false) + linear_params(C, C) +
+                        linear_params(C, M) + linear_params(M, C);
+  return n + o.processor_layers * layer;
+}
+
+// Per sample, block by block: a block per encoder chunk, per group of processor layers
+// (model.processor_chunks) and per decoder chunk, which are what a checkpointed step replays. A
+// component whose checkpoint_* is off keeps everything it saved even with train.checkpointing
+// (its block keeps its saved bytes as its "inputs" and replays nothing).
+ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, const FormulaSettings& f) {
+  const Widths& w = f.widths;
+  const AifsSizes g = aifs_sizes(o, s);
+  const double C = static_cast<double>(o.num_channels), M = static_cast<double>(aifs_mlp_hidden(o));
+  const double data_in = static_cast<double>(s.in_channels + 4 + o.data_trainable);
+  const double hidden_in = static_cast<double>(4 + o.hidden_trainable), edge_dim = static_cast<double>(3 + o.edge_trainable);
+  const double Nh = g.hidden, Nd = g.data, H = static_cast<double>(o.num_heads), out = static_cast<double>(s.out_channels);
+  ModelMemory m;
+  m.output = out * Nd;
+  auto finish = [&](Block b, bool checkpointed, double inputs) {
+    b.inputs = inputs;
+    if (f.checkpointing && !checkpointed) {
+      b.inputs += b.saved();
+      b.layers.clear();
+    }
+    m.blocks.push_back(std::move(b));
+  };
+  for (size_t i = 0; i < g.encoder.size(); ++i)
+    finish(mapper_chunk("encoder" + std::to_string(i), w, g.encoder[i], data_in, hidden_in, C,
+                        static_cast<double>(o.mapper_num_heads), M, edge_dim, 0, true),
+           o.checkpoint_encoder, i == 0 ? Nd * data_in * w.high : 0);
+  // A transformer layer on Nh nodes: LayerNorm, q/k/v (one input), attention (q, k, v, its output
+  // and log-sum-exp per head), the projection's input, LayerNorm, MLP.
+  const double window = o.window_size > 0 ? std::min<double>(Nh, 2.0 * static_cast<double>(o.window_size) + 1) : Nh;
+  (void)window;
+  // Inference keeps nothing between layers: a block per layer, so that only one layer's tensors are
+  // counted at a time (the chunks matter for checkpointed training only).
+  const int64_t groups = f.inference ? o.processor_layers : o.processor_chunks;
+  const int64_t per_chunk = o.processor_layers / groups;
+  for (int64_t c = 0; c < groups; ++c) {
+    Block b;
+    b.name = "processor" + std::to_string(c);
+    for (int64_t l = 0; l < per_chunk; ++l) {
+      b.layers.push_back(norm(w, Nh * C, Nh));
+      b.layers.push_back({"q/k/v", Nh * C * (w.autocast ? 3 * w.low : w.high), Nh * C * w.high, 3 * Nh * C * w.low});
+      b.layers.push_back({"attention", (4 * Nh * C) * w.low + Nh * H * 4, 3 * Nh * C * w.low, Nh * C * w.low});
+      b.layers.push_back(conv_or_linear(w, Nh * C, Nh * C));
+      b.layers.push_back(norm(w, Nh * C, Nh));
+      b.layers.push_back(conv_or_linear(w, Nh * C, Nh * M));
+      b.layers.push_back(activation(Nh * M, w.low));
+      b.layers.push_back(conv_or_linear(w, Nh * M, Nh * C));
+    }
+    b.output = Nh * C * w.high;
+    finish(std::move(b), o.checkpoint_processor, Nh * C * w.high);
+  }
+  for (size_t i = 0; i < g.decoder.size(); ++i)
+    finish(mapper_chunk("decoder" + std::to_string(i), w, g.decoder[i], C, data_in, C,
+                        static_cast<double>(o.mapper_num_heads), M, edge_dim, out, false),
+           o.checkpoint_decoder, i == 0 ? Nh * C * w.high : 0);
+  return m;
+}
+
+// The graph: both edge sets (two int64 indices and 3 features each), the node positions.
+double aifs_buffer_bytes(const AifsOptions& o, const ModelShape& s, double param_bytes) {
+  const AifsSizes g = aifs_sizes(o, s);
+  const double edges = g.encoder_edges + g.decoder_edges;
+  return edges * (2 * 8 + 3 * param_bytes) + (g.data + g.hidden) * 4 * param_bytes;
+}
+
+}  // namespace wxtrain::models

@@ -1,0 +1,185 @@
+// AIFS (models/aifs/): the octahedral grid and the graphs, chunking (the same output and gradients
+// for any chunk count; traced memory going down with chunks and the analytic formula beside the
+// trace), point-set grids, and the options' errors. Equality with anemoi itself is
+// test_aifs_reference.cpp (label reference).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/memory_meter.h"
+#include "estimator/activation_trace.h"
+#include "estimator/analytic.h"
+#include "models/aifs/aifs.h"
+#include "models/registry.h"
+
+namespace wxtrain::models {
+namespace {
+
+// The counting allocator, before any tensor (the traces read it).
+const bool kMeterInstalled = (memory_meter(c10::Device(c10::DeviceType::CPU)), true);
+
+ModelConfig aifs_config(const std::string& extra = "", int64_t channels = 16, const std::string& hidden_grid = "o4") {
+  return parse_config("[model]\nname = \"aifs\"\nnum_channels = " + std::to_string(channels) +
+                          "\nnum_heads = 4\nmapper_num_heads = 2\nprocessor_layers = 2\nwindow_size = 40\nhidden_grid = \"" +
+                          hidden_grid + "\"\n" +
+                          extra + "[data]\nvariables = [\"a\"]\ngrid = [8, 8]\n",
+                      "aifs.toml")
+      .model;
+}
+
+TEST(AifsGrid, OctahedralGridSizesAndGaussianLatitudes) {
+  for (int64_t n : {1, 4, 48, 96}) EXPECT_EQ(octahedral_grid(n).size(), 4 * n * (n + 9)) << "O" << n;
+  EXPECT_EQ(octahedral_grid(48).size(), 10944);
+  EXPECT_EQ(octahedral_grid(96).size(), 40320);
+  // P_2 has its root at 1/sqrt(3); ECMWF's N320 (AIFS's data grid) starts at 89.784877 N.
+  EXPECT_NEAR(gaussian_latitudes(1)[0], std::asin(1 / std::sqrt(3.0)) * 180 / M_PI, 1e-12);
+  EXPECT_NEAR(gaussian_latitudes(320)[0], 89.784877, 1e-6);
+  const LatLonPoints o2 = octahedral_grid(2);
+  // Rows of 20 and 24 points from each pole, longitudes from 0, mirrored about the equator.
+  EXPECT_EQ(o2.longitudes[1], 18.0);
+  EXPECT_EQ(o2.latitudes.front(), -o2.latitudes.back());
+  EXPECT_THROW(octahedral_number("n48", "model.hidden_grid"), ConfigError);
+  EXPECT_EQ(octahedral_number("O96", "model.hidden_grid"), 96);
+}
+
+TEST(AifsGraph, EncoderEdgesLieWithinTheCutOffAndDecoderReadsKNearest) {
+  const LatLonPoints hidden = octahedral_grid(8);
+  LatLonPoints data;
+  for (int i = 0; i < 40; ++i)
+    for (int j = 0; j < 80; ++j) data.latitudes.push_back(87.75 - 4.5 * i), data.longitudes.push_back(4.5 * j);
+  const double radius = 0.6 * grid_reference_distance(hidden);
+  const BipartiteEdges enc = cutoff_edges(data, hidden, 0.6, 64);
+  ASSERT_GT(enc.edges(), hidden.size());
+  auto chord = [](double la1, double lo1, double la2, double lo2) {
+    const double r = M_PI / 180;
+    const double x = std::cos(la1 * r) * std::cos(lo1 * r) - std::cos(la2 * r) * std::cos(lo2 * r);
+    const double y = std::cos(la1 * r) * std::sin(lo1 * r) - std::cos(la2 * r) * std::sin(lo2 * r);
+    const double z = std::sin(la1 * r) - std::sin(la2 * r);
+    return std::sqrt(x * x + y * y + z * z);
+  };
+  // Every pair within the radius is an edge, and no other (brute force over all pairs).
+  int64_t within = 0;
+  for (int64_t h = 0; h < hidden.size(); ++h)
+    for (int64_t d = 0; d < data.size(); ++d)
+      if (chord(hidden.latitudes[h], hidden.longitudes[h], data.latitudes[d], data.longitudes[d]) <= radius) ++within;
+  EXPECT_EQ(enc.edges(), within);
+  const BipartiteEdges dec = knn_edges(hidden, data, 3);
+  EXPECT_EQ(dec.edges(), 3 * data.size());
+  EXPECT_TRUE(torch::equal(dec.receivers, torch::arange(data.size()).repeat_interleave(3)));
+  // Features: lengths in (0, 1] after "unit-max", directions of unit norm before "unit-std".
+  EXPECT_LE(enc.features.select(1, 0).max().item<float>(), 1.0f);
+  EXPECT_GT(enc.features.select(1, 0).min().item<float>(), 0.0f);
+  const torch::Tensor norms = dec.features.narrow(1, 1, 2).norm(2, 1);
+  EXPECT_LT((norms - norms.mean()).abs().max().item<float>(), 1e-4);
+}
+
+// The same weights with 1, 2, 4 and 8 chunks in encoder and decoder (and 1 or 2 processor chunks),
+// with and without checkpointing: the same output and gradients.
+TEST(AifsChunks, SameOutputAndGradientsForAnyChunkCount) {
+  const ModelShape shape{6, 3, 9, 16};
+  const torch::Tensor x = torch::randn({2, 6, 9, 16});
+  const torch::Tensor w = torch::randn({2, 3, 9, 16});
+  torch::Tensor y1;
+  std::vector<torch::Tensor> g1;
+  for (const auto& [checkpointing, chunks] :
+       std::vector<std::pair<bool, int64_t>>{{false, 1}, {false, 2}, {false, 4}, {false, 8}, {true, 4}}) {
+      ModelConfig c = aifs_config("encoder_chunks = " + std::to_string(chunks) + "\ndecoder_chunks = " +
+                                  std::to_string(chunks) + "\nprocessor_chunks = " + std::to_string(chunks > 1 ? 2 : 1) +
+                                  "\nedge_trainable = 2\n");
+      torch::manual_seed(3);
+      WeatherModel model = build_model(c, shape);
+      {
+        torch::NoGradGuard no_grad;  // the learned features start at zero: make them count
+        for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.1);
+      }
+      model->set_checkpointing(checkpointing);
+      torch::Tensor y = model->forward(x);
+      (y * w).sum().backward();
+      std::vector<torch::Tensor> g;
+      for (const auto& p : model->parameters()) g.push_back(p.grad().clone());
+      if (!y1.defined()) {
+        y1 = y.detach(), g1 = g;
+        continue;
+      }
+      EXPECT_LT((y - y1).abs().max().item<double>(), 1e-5 * y1.abs().max().item<double>())
+          << chunks << " chunks, checkpointing " << checkpointing;
+      // Floored at 1e-4 of the largest gradient: the attention's key bias has a gradient of exactly
+      // zero (a constant per receiver cancels in the softmax), round-off on every side.
+      double largest = 0;
+      for (const torch::Tensor& t : g1) largest = std::max(largest, t.abs().max().item<double>());
+      for (size_t i = 0; i < g.size(); ++i)
+        EXPECT_LT((g[i] - g1[i]).abs().max().item<double>(), 1e-4 * std::max(g1[i].abs().max().item<double>(), largest * 1e-3))
+            << "parameter " << i << ", " << chunks << " chunks, checkpointing " << checkpointing;
+    }
+}
+
+TEST(AifsGrid, PointSetGridsAreTheirCells) {
+  ModelShape cells{4, 2, 1, 300};
+  cells.point_set = true;
+  for (int i = 0; i < 300; ++i) {
+    cells.latitudes.push_back(-80 + 160.0 * ((i * 37) % 300) / 300);
+    cells.longitudes.push_back(360.0 * ((i * 101) % 300) / 300);
+  }
+  WeatherModel model = build_model(aifs_config(), cells);
+  const torch::Tensor y = model->forward(torch::randn({2, 4, 1, 300}));
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 2, 1, 300}));
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
+TEST(AifsOptions, BadValuesNameTheKey) {
+  auto error = [](const std::string& keys) {
+    try {
+      parse_config("[model]\nname = \"aifs\"\n" + keys + "[data]\nvariables = [\"a\"]\ngrid = [8, 8]\n", "bad.toml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error("hidden_grid = \"n320\"\n").find("model.hidden_grid"), std::string::npos);
+  EXPECT_NE(error("num_heads = 5\n").find("model.num_heads = 5 must divide model.num_channels = 128"), std::string::npos)
+      << error("num_heads = 5\n");
+  EXPECT_NE(error("processor_chunks = 3\n").find("model.processor_chunks"), std::string::npos);
+  EXPECT_NE(error("processor = \"gnn\"\n").find("model.processor"), std::string::npos);
+}
+
+TEST(AifsParameters, FormulaCountsTheInstantiatedModel) {
+  for (const ModelShape& shape : {ModelShape{6, 3, 9, 16}, ModelShape{12, 6, 33, 36}}) {
+    const ModelConfig c = aifs_config();
+    WeatherModel model = build_model(c, shape);
+    int64_t n = 0;
+    for (const auto& p : model->parameters()) n += p.numel();
+    EXPECT_EQ(find_model("aifs").parameter_count(c, shape), n);
+  }
+}
+
+// Checkpointed, the traced step's peak goes down as the mappers are chunked (anemoi: 22 -> 9 GB
+// from 1 to 4 chunks at its size), and the analytic formula stays beside the trace.
+TEST(AifsChunks, TracedPeakGoesDownWithChunksAndTheFormulaFollows) {
+  const ModelShape shape{12, 6, 65, 72};  // 4,680 cells onto O4 (208 hidden nodes): the mappers dominate
+  double previous = 0;
+  for (int64_t chunks : {1, 2, 4, 8}) {
+    RunConfig r;
+    r.model = aifs_config("encoder_chunks = " + std::to_string(chunks) + "\ndecoder_chunks = " + std::to_string(chunks) +
+                              "\n",
+                          32, "o4");
+    r.train.checkpointing = true;
+    r.train.device = "cuda";  // the formulas follow the unfused path a GPU runs
+    const estimator::ActivationFit traced = estimator::trace_activations(r, shape, estimator::Mode::kTrain, {2, 4});
+    const estimator::ActivationFit analytic = estimator::analytic_activations(r, shape, estimator::Mode::kTrain);
+    const double t = traced.at(4), a = analytic.at(4);
+    std::printf("[ aifs chunks ] %lld chunk(s), checkpointed, batch 4: traced %.0f bytes, analytic %.0f (%+.1f%%)\n",
+                static_cast<long long>(chunks), t, a, 100 * (a / t - 1));
+    if (previous > 0) EXPECT_LT(t, previous) << chunks << " chunks";
+    previous = t;
+    EXPECT_EQ(analytic.num_params, traced.num_params);
+    EXPECT_LT(std::abs(a / t - 1), 0.08) << chunks << " chunks: traced " << t << " analytic " << a;
+  }
+}
+
+}  // namespace
+}  // namespace wxtrain::models
