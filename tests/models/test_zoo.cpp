@@ -299,8 +299,8 @@ TEST(ViT, ParameterCountMatchesTheArchitecture) {
 TEST(GraphNet, ParameterCountMatchesTheArchitecture) {
   const ModelConfig c = small("gnn");  // latent 16, 2 processor layers, 3-layer MLPs
   const ModelShape s{5, 3, 17, 23};
-  const int64_t L = 16;
-  auto mlp = [L](int64_t in, int64_t out, bool norm) {  // in -> L -> L -> out
+  constexpr int64_t L = 16;  // a constant: the lambda needs no capture
+  auto mlp = [](int64_t in, int64_t out, bool norm) {  // in -> L -> L -> out
     return (in * L + L) + (L * L + L) + (L * out + out) + (norm ? 2 * out : 0);
   };
   const int64_t encoder = mlp(5 + 2, L, true) + mlp(3, L, true);  // nodes (+ lat, lon), edges
