@@ -319,6 +319,7 @@ Validation validate(Run& run, int64_t step) {
   v.step = step;
   v.scores = scores.result(step, dataset.time_axis().step_seconds);
   v.scores.latitude_weighted = dataset.has_coordinates();
+  v.scores.area_weighted = dataset.point_set();
   v.names = names;
   for (size_t i = 0; i < names.size(); ++i) {
     v.model_rmse.push_back(v.scores.rmse[0][0][i]);

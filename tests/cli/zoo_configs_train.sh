@@ -45,6 +45,12 @@ for config in "$@"; do
       echo "FAIL: $name: $variable at $lead has RMSE $model, persistence $persistence"; fail=1
     fi
   done <<<"$report"
+  # On a point set the start names the grid and its area weights, and the scores say how they weigh.
+  if grep -q 'build/cells_fixture/' "$config"; then
+    for expected in "on reduced Gaussian O12, 1008 cells (Gaussian weight / points in the row)" "area-weighted RMSE"; do
+      grep -qF "$expected" <<<"$output" || { echo "FAIL: $name printed no '$expected'"; fail=1; }
+    done
+  fi
   grep 'validation skill vs persistence' <<<"$output" || true
   echo "  trained in $((SECONDS - start)) s"
 done
