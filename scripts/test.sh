@@ -18,6 +18,10 @@ tracking_pid=$!
 ( scripts/install_reference_env.sh || echo "warning: no reference environment: the tests labelled 'reference' will be skipped" ) \
   > build/install_reference_env.log 2>&1 &
 reference_pid=$!
+# anemoi-datasets in its own environment, for data.reference.anemoi_open_dataset (~30 s).
+( scripts/install_anemoi_datasets_env.sh || echo "warning: no anemoi-datasets environment: data.reference.anemoi_open_dataset will be skipped" ) \
+  > build/install_anemoi_datasets_env.log 2>&1 &
+anemoi_pid=$!
 scripts/build.sh
 echo "build finished after $(( $(date +%s) - start )) s"
 tracking_status=0
@@ -26,6 +30,8 @@ cat build/install_tracking_test_deps.log
 [ "$tracking_status" = 0 ] || { echo "error: scripts/install_tracking_test_deps.sh failed (exit $tracking_status)" >&2; exit 1; }
 wait "$reference_pid"
 cat build/install_reference_env.log
+wait "$anemoi_pid"
+cat build/install_anemoi_datasets_env.log
 echo "test environments ready after $(( $(date +%s) - start )) s"
 
 # OpenMPI refuses to run as root without these; CI runs as root.
