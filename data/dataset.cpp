@@ -84,6 +84,7 @@ struct Dataset::Source {
   size_t num_channels = 1;
   double scale = 1.0, offset = 0.0;
   std::vector<float> fill_values;  // _FillValue, missing_value as stored (before scaling)
+  bool cells = false;              // a point set: lat_dim == lon_dim, the cell dimension
   bool flip_lat = false;           // the source's latitudes run the other way
   int64_t lon_shift = 0;           // dataset longitude j is the source's (j + lon_shift) mod n
   bool has_dates = false;
@@ -94,7 +95,7 @@ struct Dataset::Source {
   bool has_time_coordinate = false;
   std::vector<int64_t> time_index;  // dataset time -> source time index
 
-  size_t num_lat() const { return dims[lat_dim].length; }
+  size_t num_lat() const { return cells ? 1 : dims[lat_dim].length; }
   size_t num_lon() const { return dims[lon_dim].length; }
   // All of this source's channels at source time ts into out (channel after channel, each a
   // [lat, lon] plane in the dataset's grid order), decoded. The selected levels are read in one
@@ -178,6 +179,18 @@ Dataset::Dataset(const DataConfig& config, DatasetOptions options) : options_(op
     }
   }
   merge_time_axes(config);
+  if (!point_set_) {
+    if (has_coordinates_) {
+      grid_ = rectangle_grid(lat_, lon_);
+    } else {
+      // Grid indices, not degrees: every cell weighs the same.
+      grid_.rows = lat_;
+      grid_.columns = lon_;
+      grid_.areas.assign(lat_.size() * lon_.size(), 1.0 / static_cast<double>(lat_.size() * lon_.size()));
+      grid_.description = "regular " + std::to_string(lat_.size()) + " x " + std::to_string(lon_.size()) +
+                          " without coordinates (equal weights)";
+    }
+  }
   full_lat_ = num_lat();
   full_lon_ = num_lon();
   read_statics(config);  // on the full grid: regrid "none" compares it with the sources' grid
@@ -224,7 +237,18 @@ void Dataset::open_source(size_t index, const DataSource& config) {
   // Find time, lat and lon by name or coordinate attributes; what remains is a level dimension
   // (or a singleton such as ERA5's expver/number, read at index 0).
   std::optional<size_t> time_dim, lat_dim, lon_dim;
+  // A point set: one dimension carries both a latitude and a longitude (anemoi's `cell`, a
+  // reduced Gaussian GRIB's `values`). It is lat and lon at once: the state is [1, cells].
+  for (size_t d = 0; d < s.dims.size() && !lat_dim; ++d) {
+    if (is_time_dimension(*reader, s.dims[d])) continue;
+    if (grid_coordinate(*reader, &meta, s.dims[d], GridAxis::kLatitude) &&
+        grid_coordinate(*reader, &meta, s.dims[d], GridAxis::kLongitude)) {
+      lat_dim = lon_dim = d;
+      s.cells = true;
+    }
+  }
   for (size_t d = 0; d < s.dims.size(); ++d) {
+    if (s.cells && d == *lat_dim) continue;
     if (!time_dim && is_time_dimension(*reader, s.dims[d])) time_dim = d;
     else if (!lat_dim && is_lat_dimension(*reader, s.dims[d], &meta)) lat_dim = d;
     else if (!lon_dim && is_lon_dimension(*reader, s.dims[d], &meta)) lon_dim = d;
@@ -261,6 +285,8 @@ void Dataset::open_source(size_t index, const DataSource& config) {
   info.source_name = config.name.empty() ? config.variable : config.name;
   info.units = meta.text("units").value_or("");
   info.long_name = meta.text("long_name").value_or("");
+  info.stored_mean = meta.number("anemoi_mean");
+  info.stored_stdev = meta.number("anemoi_stdev");
   info.file = config.file;
   info.file_variable = config.variable;
   s.first_channel = variables_.size();
@@ -340,6 +366,36 @@ void Dataset::open_source(size_t index, const DataSource& config) {
   const auto lon_name = grid_coordinate(*reader, &meta, lon_d, GridAxis::kLongitude);
   const auto lat = lat_name ? std::optional(reader->read_doubles(*lat_name)) : std::nullopt;
   const auto lon = lon_name ? std::optional(reader->read_doubles(*lon_name)) : std::nullopt;
+  if (index > 0 && s.cells != point_set_) {
+    const DataSource& first = sources_.front()->config;
+    throw DataError("grid mismatch: " + where(config) + " " + dims_text(s.dims) + " is " +
+                    (s.cells ? "a list of cells" : "a latitude x longitude rectangle") + " but " + where(first) + " is " +
+                    (point_set_ ? "a list of cells" : "a latitude x longitude rectangle"));
+  }
+  if (s.cells) {
+    // Both coordinates were found along the cell dimension (above).
+    if (index == 0) {
+      point_set_ = true;
+      lat_ = *lat;
+      lon_ = *lon;
+      grid_ = cell_grid(lat_, lon_, where(config));
+    } else {
+      const DataSource& first = sources_.front()->config;
+      auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+        return std::equal(a.begin(), a.end(), b.begin(), b.end(), close_to);
+      };
+      if (lat->size() != lat_.size()) {
+        throw DataError("grid mismatch: " + where(config) + " has " + std::to_string(lat->size()) + " cells but " +
+                        where(first) + " has " + std::to_string(lat_.size()));
+      }
+      if (!same(*lat, lat_) || !same(*lon, lon_)) {
+        throw DataError("grid mismatch: " + where(config) + " has the same number of cells as " + where(first) +
+                        " but not the same cells in the same order (their latitudes/longitudes differ)");
+      }
+    }
+    sources_.push_back(std::move(source));
+    return;
+  }
   if (index == 0) {
     has_coordinates_ = lat && lon;
     lat_ = lat ? *lat : std::vector<double>(lat_d.length);
@@ -594,11 +650,18 @@ bool Dataset::forcings_need_dates() const {
 }
 
 torch::Tensor Dataset::computed_forcings(int64_t seconds) const {
+  if (point_set_) return compute_cell_forcings(computed_forcings_, lat_, lon_, seconds, time_.calendar);
   return compute_forcings(computed_forcings_, lat_, lon_, seconds, time_.calendar);
 }
 
 void Dataset::read_statics(const DataConfig& config) {
   std::vector<torch::Tensor> fields;
+  if (point_set_ && !config.statics.empty()) {
+    throw DataError("[[data.static]] '" + config.statics.front().name + "': static fields are read onto latitude x "
+                    "longitude rectangles only, but " + where(sources_.front()->config) + " is a list of " +
+                    std::to_string(lat_.size()) + " cells; add the field to the data as a source with role = "
+                    "\"forcing\" instead");
+  }
   for (const auto& field : config.statics) {
     if (!has_coordinates_ && field.regrid != "none") {
       throw DataError("[[data.static]] '" + field.name + "': regrid = \"" + field.regrid + "\" needs latitudes and "
@@ -618,6 +681,30 @@ void Dataset::cut_region(const DataConfig& config) {
   }
   auto wrap = [](double v) { return std::fmod(std::fmod(v, 360.0) + 360.0, 360.0); };
   const double tolerance = 1e-6;
+  std::ostringstream range;
+  range << "lat = [" << r.lat_min << ", " << r.lat_max << "], lon = [" << r.lon_min << ", " << r.lon_max << "]";
+  if (point_set_) {
+    // The cells inside the region, in their order; they keep their area weights.
+    double width = wrap(r.lon_max - r.lon_min);
+    if (width == 0) width = 360;
+    region_rows_ = {0};
+    for (size_t c = 0; c < lat_.size(); ++c) {
+      double d = wrap(lon_[c] - r.lon_min);
+      if (d > 360 - tolerance) d = 0;
+      if (lat_[c] >= r.lat_min - tolerance && lat_[c] <= r.lat_max + tolerance && d <= width + tolerance)
+        region_cols_.push_back(static_cast<int64_t>(c));
+    }
+    if (region_cols_.empty()) {
+      throw DataError("data.region { " + range.str() + " } holds no cell of " + sources_.front()->config.file + " (" +
+                      std::to_string(lat_.size()) + " cells)");
+    }
+    grid_ = select_cells(grid_, region_cols_);
+    lat_ = grid_.latitudes;
+    lon_ = grid_.longitudes;
+    const auto cols_t = torch::tensor(region_cols_, torch::kInt64);
+    statics_ = statics_.index_select(2, cols_t).contiguous();
+    return;
+  }
   for (size_t i = 0; i < lat_.size(); ++i)
     if (lat_[i] >= r.lat_min - tolerance && lat_[i] <= r.lat_max + tolerance) region_rows_.push_back(static_cast<int64_t>(i));
   // Longitudes as distances east of the west edge: the region is [0, width], which crosses the
@@ -632,8 +719,6 @@ void Dataset::cut_region(const DataConfig& config) {
   }
   std::stable_sort(east_of_edge.begin(), east_of_edge.end());
   for (const auto& [d, j] : east_of_edge) region_cols_.push_back(j);
-  std::ostringstream range;
-  range << "lat = [" << r.lat_min << ", " << r.lat_max << "], lon = [" << r.lon_min << ", " << r.lon_max << "]";
   if (region_rows_.empty() || region_cols_.empty()) {
     std::ostringstream message;
     message << "data.region { " << range.str() << " } holds no grid point of " << sources_.front()->config.file
@@ -651,6 +736,7 @@ void Dataset::cut_region(const DataConfig& config) {
   for (int64_t j : region_cols_) lon.push_back(lon_[static_cast<size_t>(j)]);
   lat_ = std::move(lat);
   lon_ = std::move(lon);
+  grid_ = rectangle_grid(lat_, lon_);
   const auto rows_t = torch::tensor(region_rows_, torch::kInt64), cols_t = torch::tensor(region_cols_, torch::kInt64);
   statics_ = statics_.index_select(1, rows_t).index_select(2, cols_t).contiguous();
 }
@@ -717,6 +803,7 @@ torch::Tensor Dataset::shared_state(int64_t t) const {
 }
 
 void take_grid(RunConfig& config, const Dataset& dataset) {
+  // A point set: lat = 1 with one coordinate per cell (models::model_shape reads that as a point set).
   config.data.lat = dataset.num_lat();
   config.data.lon = dataset.num_lon();
   if (dataset.has_coordinates()) {

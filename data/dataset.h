@@ -16,6 +16,12 @@
 // Grids are matched by value: a source whose latitudes run the other way, or whose longitudes are
 // -180..180 where the first source's are 0..360, is flipped or rolled onto the first source's grid.
 //
+// A point-set grid (data/grid.h: a reduced Gaussian grid, anemoi-datasets' cells) is a variable
+// with one cell dimension instead of (lat, lon): (time, [level,] cell), the cell dimension carrying
+// 1-D latitude and longitude variables (found as CF finds coordinates, grid_coordinate). Its
+// states are [V, 1, cells] and lat()/lon() hold one value per cell; every source must have the
+// same cells in the same order.
+//
 // Small datasets (the storm data is ~1.8 MB) are read whole at construction; larger ones one time
 // slice at a time (only the chunks a state needs, for Zarr) through a small LRU cache of states, so
 // a 100 GB archive never sits in memory. Thread-safe: loader workers call state() concurrently.
@@ -31,6 +37,7 @@
 #include <torch/torch.h>
 
 #include "core/config.h"
+#include "data/grid.h"
 #include "data/time/cf_time.h"
 
 namespace wxtrain::data {
@@ -48,6 +55,9 @@ struct VariableInfo {
   std::optional<double> level;  // the level's coordinate value (500), when cut from a level dimension
   std::string level_units;      // the level coordinate's units ("hPa", "millibars"), "" when absent
   std::string role = "prognostic";  // the source's role: prognostic, forcing or diagnostic
+  // The store's own statistics of the channel, when it records them (anemoi-datasets' mean and
+  // stdev, data/readers/zarr/anemoi_reader.h): Normalization::take_stored_statistics uses them.
+  std::optional<double> stored_mean, stored_stdev;
 };
 
 // The dataset's time axis. With dates (a CF time coordinate) each state has a time in seconds
@@ -99,8 +109,14 @@ class Dataset {
 
   int64_t num_times() const { return time_.size(); }
   int64_t num_variables() const { return static_cast<int64_t>(variables_.size()); }
-  int64_t num_lat() const { return static_cast<int64_t>(lat_.size()); }
+  // The tensors' grid dimensions: rows x columns, or 1 x cells for a point set.
+  int64_t num_lat() const { return point_set_ ? 1 : static_cast<int64_t>(lat_.size()); }
   int64_t num_lon() const { return static_cast<int64_t>(lon_.size()); }
+  // Whether the grid is a point set (one latitude and longitude per cell in lat() and lon()).
+  bool point_set() const { return point_set_; }
+  // The grid as cells with their area weights (data/grid.h), after data.region; for a rectangle
+  // without coordinates, equal weights.
+  const Grid& grid() const { return grid_; }
 
   const std::vector<VariableInfo>& variables() const { return variables_; }
   std::vector<std::string> variable_names() const;
@@ -119,7 +135,8 @@ class Dataset {
   // Whether a computed forcing needs the valid time (so the time axis must have dates).
   bool forcings_need_dates() const;
 
-  // Grid coordinates in degrees of the first source (the latitude-weighted loss needs lat), found
+  // Grid coordinates in degrees of the first source (the latitude-weighted loss needs lat; a point
+  // set has one of each per cell), found
   // as CF finds them (data/readers/reader.h, grid_coordinate: a coordinate variable, the
   // `coordinates` attribute, a 1-D variable in degrees_north/degrees_east along the dimension),
   // cut to data.region when one is set (rows in the file's order; columns from the region's west
@@ -134,7 +151,8 @@ class Dataset {
   // the data's summary (data::describe_samples).
   const std::vector<std::string>& reader_notes() const { return reader_notes_; }
   // data.region: the rows and columns of the sources' full grid (full_lat() x full_lon()) it
-  // keeps; empty without a region.
+  // keeps; empty without a region. A point set's region keeps the cells inside it: row 0 and
+  // the cells' indices as columns.
   const std::vector<int64_t>& region_rows() const { return region_rows_; }
   const std::vector<int64_t>& region_cols() const { return region_cols_; }
   int64_t full_lat() const { return full_lat_; }
@@ -171,6 +189,8 @@ class Dataset {
   std::vector<std::unique_ptr<Source>> sources_;
   std::vector<VariableInfo> variables_;
   std::vector<double> lat_, lon_;
+  bool point_set_ = false;
+  Grid grid_;
   bool has_coordinates_ = true;
   std::string no_coordinates_;  // why has_coordinates_ is false
   std::vector<std::string> reader_notes_;
@@ -197,7 +217,7 @@ class Dataset {
 };
 
 // The dataset's grid into `config`: [data] lat and lon and, where the files give them, the
-// coordinates, so that models::model_shape(config) builds a model where the data lies (graphcast's
+// coordinates (a point set: lat = 1, lon = cells, one coordinate per cell in both lists), so that models::model_shape(config) builds a model where the data lies (graphcast's
 // mesh) without the files being opened again (estimate, tune-batch, the benchmarks).
 void take_grid(RunConfig& config, const Dataset& dataset);
 

@@ -360,6 +360,34 @@ torch::Tensor compute_forcings(const std::vector<std::string>& names, const std:
   return out;
 }
 
+torch::Tensor compute_cell_forcings(const std::vector<std::string>& names, const std::vector<double>& lat_deg,
+                                    const std::vector<double>& lon_deg, int64_t seconds, Calendar calendar) {
+  if (lat_deg.size() != lon_deg.size())
+    throw DataError("forcings on a point set need one latitude and longitude per cell, got " +
+                    std::to_string(lat_deg.size()) + " latitudes and " + std::to_string(lon_deg.size()) + " longitudes");
+  std::vector<Forcing> forcings;
+  bool timed = false;
+  for (const auto& name : names) {
+    forcings.push_back(parse_forcing(name));
+    timed = timed || forcing_needs_time(name);
+  }
+  check_grid(lat_deg, lon_deg);
+  const int64_t N = static_cast<int64_t>(lat_deg.size());
+  torch::Tensor out = torch::empty({static_cast<int64_t>(names.size()), 1, N}, torch::kFloat32);
+  const SolarTime solar = timed ? solar_time(seconds, calendar) : SolarTime{};
+  float* data = out.data_ptr<float>();
+  // Each cell a 1 x 1 grid of its own: the rectangle's formulas, cell by cell.
+  std::vector<double> lat(1), lon(1);
+  for (size_t f = 0; f < forcings.size(); ++f) {
+    for (int64_t c = 0; c < N; ++c) {
+      lat[0] = lat_deg[static_cast<size_t>(c)];
+      lon[0] = lon_deg[static_cast<size_t>(c)];
+      fill_forcing(forcings[f], lat, lon, solar, data + f * N + c);
+    }
+  }
+  return out;
+}
+
 torch::Tensor read_static_field(const std::string& file, const std::string& variable, const std::string& regrid,
                                 const std::vector<double>& lat_deg, const std::vector<double>& lon_deg) {
   const std::string where = "static field '" + variable + "' in " + file;

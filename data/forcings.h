@@ -70,6 +70,11 @@ torch::Tensor compute_forcing(const std::string& name, const std::vector<double>
 torch::Tensor compute_forcings(const std::vector<std::string>& names, const std::vector<double>& lat_deg,
                                const std::vector<double>& lon_deg, int64_t seconds, Calendar calendar);
 
+// The same on a point set (data/grid.h): one latitude and longitude per cell, float32
+// [names.size(), 1, cells].
+torch::Tensor compute_cell_forcings(const std::vector<std::string>& names, const std::vector<double>& lat_deg,
+                                    const std::vector<double>& lon_deg, int64_t seconds, Calendar calendar);
+
 // A 2-D static field (land-sea mask, orography) from a file any Reader opens (open_reader), as
 // float32 [lat_deg.size(), lon_deg.size()] on the target grid (south-to-north or north-to-south,
 // any longitude convention: whatever the caller's grid is).

@@ -153,15 +153,25 @@ const std::vector<std::pair<std::string, std::string>>& member_attributes() {
 }
 
 // A variable's dimensions (or its chunk shape, start or count) from the outside in: time, the
-// member when there is one, its levels when it has them, lat, lon.
+// member when there is one, its levels when it has them, lat, lon (on a point set the cell alone,
+// passed as `lon`).
 template <typename T>
-std::vector<T> layout(T time, std::optional<T> member, std::optional<T> level, T lat, T lon) {
+std::vector<T> layout(T time, std::optional<T> member, std::optional<T> level, T lat, T lon, bool cells = false) {
   std::vector<T> out = {time};
   if (member) out.push_back(*member);
   if (level) out.push_back(*level);
-  out.push_back(lat);
+  if (!cells) out.push_back(lat);
   out.push_back(lon);
   return out;
+}
+
+const char* const kCellDim = "cell";
+
+// The `coordinates` attribute of an output variable: the forecast's times, and on a point set the
+// cells' lat and lon (auxiliary coordinates of the cell dimension).
+std::string coordinates_attribute(const std::string& times, bool cells) {
+  if (!cells) return times;
+  return times.empty() ? "lat lon" : times + " lat lon";
 }
 
 }  // namespace
@@ -180,8 +190,8 @@ class NetcdfFormat : public ForecastWriter::Format {
  public:
   NetcdfFormat(const std::string& target, const ForecastCoordinates& c, const std::vector<OutputVariable>& outputs,
                const std::vector<OutputLevels>& levels, const OutputTime& time)
-      : target_(target), outputs_(outputs), time_(time), H_(c.lat.size()), W_(c.lon.size()),
-        V_(c.variables.size()), members_(static_cast<size_t>(std::max<int64_t>(0, c.members))) {
+      : target_(target), outputs_(outputs), time_(time), H_(static_cast<size_t>(c.rows())), W_(c.lon.size()),
+        V_(c.variables.size()), members_(static_cast<size_t>(std::max<int64_t>(0, c.members))), cells_(c.point_set) {
     const std::filesystem::path file(target);
     temporary_ = (file.parent_path() / ("." + file.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
     try {
@@ -210,9 +220,9 @@ class NetcdfFormat : public ForecastWriter::Format {
           gather(member, static_cast<int64_t>(H_ * W_), output, field_);
           const bool levels = !output.level_dim.empty();
           file_->write_floats(output.name,
-                              layout<size_t>(t, in_member, levels ? std::optional<size_t>(0) : std::nullopt, 0, 0),
+                              layout<size_t>(t, in_member, levels ? std::optional<size_t>(0) : std::nullopt, 0, 0, cells_),
                               layout<size_t>(1, one, levels ? std::optional<size_t>(output.channels.size()) : std::nullopt,
-                                             H_, W_),
+                                             H_, W_, cells_),
                               field_.data());
         }
       }
@@ -238,8 +248,12 @@ class NetcdfFormat : public ForecastWriter::Format {
     file.define_dimension("time", 0);  // unlimited: a record per step, as it is produced
     if (members_) file.define_dimension(kMemberDim, members_);
     for (const auto& level : levels) file.define_dimension(level.dim, level.values.size());
-    file.define_dimension("lat", H_);
-    file.define_dimension("lon", W_);
+    if (cells_) {
+      file.define_dimension(kCellDim, W_);
+    } else {
+      file.define_dimension("lat", H_);
+      file.define_dimension("lon", W_);
+    }
     file.define_variable("time", NC_DOUBLE, {"time"});
     if (!time_.units.empty()) file.put_text_attribute("time", "units", time_.units);
     if (!time_.calendar.empty()) {
@@ -264,8 +278,8 @@ class NetcdfFormat : public ForecastWriter::Format {
       file.define_variable(level.dim, NC_DOUBLE, {level.dim});
       if (!level.units.empty()) file.put_text_attribute(level.dim, "units", level.units);
     }
-    file.define_variable("lat", NC_DOUBLE, {"lat"});
-    file.define_variable("lon", NC_DOUBLE, {"lon"});
+    file.define_variable("lat", NC_DOUBLE, {cells_ ? kCellDim : "lat"});
+    file.define_variable("lon", NC_DOUBLE, {cells_ ? kCellDim : "lon"});
     if (c.has_coordinates) {
       file.put_text_attribute("lat", "units", "degrees_north");
       file.put_text_attribute("lat", "standard_name", "latitude");
@@ -282,10 +296,11 @@ class NetcdfFormat : public ForecastWriter::Format {
       file.define_variable(output.name, NC_FLOAT,
                            layout<std::string>("time", members_ ? std::optional<std::string>(kMemberDim) : std::nullopt,
                                                has_levels ? std::optional<std::string>(output.level_dim) : std::nullopt,
-                                               "lat", "lon"));
+                                               "lat", cells_ ? kCellDim : "lon", cells_));
       file.define_chunking(output.name,
                            layout<size_t>(1, members_ ? std::optional<size_t>(1) : std::nullopt,
-                                          has_levels ? std::optional<size_t>(output.channels.size()) : std::nullopt, H_, W_));
+                                          has_levels ? std::optional<size_t>(output.channels.size()) : std::nullopt, H_, W_,
+                                          cells_));
       // One chunk per step (and member), each written whole: no cache, so no step stays in memory.
       file.set_chunk_cache(output.name, 0);
       if (!output.info->units.empty()) file.put_text_attribute(output.name, "units", output.info->units);
@@ -293,7 +308,8 @@ class NetcdfFormat : public ForecastWriter::Format {
       // Masked cells (always missing in the data) are NaN, and CF readers must know it.
       file.put_float_attribute(output.name, "_FillValue", nan);
       file.put_float_attribute(output.name, "missing_value", nan);
-      if (time_.reference) file.put_text_attribute(output.name, "coordinates", auxiliary_coordinates(time_));
+      const std::string coordinates = coordinates_attribute(auxiliary_coordinates(time_), cells_);
+      if (!coordinates.empty()) file.put_text_attribute(output.name, "coordinates", coordinates);
     }
     file.put_text_attribute("", "source", "wxtrain forecast");
     file.put_text_attribute("", "Conventions", "CF-1.8");
@@ -332,6 +348,7 @@ class NetcdfFormat : public ForecastWriter::Format {
   OutputTime time_;
   size_t H_, W_, V_;
   size_t members_;  // 0: no member dimension
+  bool cells_;      // a point set: one cell dimension
   std::unique_ptr<NetcdfFile> file_;
   std::vector<float> field_;  // one variable of one step
   bool committed_ = false;
@@ -341,10 +358,12 @@ class ZarrFormat : public ForecastWriter::Format {
  public:
   ZarrFormat(const std::string& target, const ForecastCoordinates& c, const std::vector<OutputVariable>& outputs,
              const std::vector<OutputLevels>& levels, const OutputTime& time)
-      : store_(target), outputs_(outputs), H_(c.lat.size()), W_(c.lon.size()), V_(c.variables.size()),
-        members_(static_cast<size_t>(std::max<int64_t>(0, c.members))) {
+      : store_(target), outputs_(outputs), H_(static_cast<size_t>(c.rows())), W_(c.lon.size()), V_(c.variables.size()),
+        members_(static_cast<size_t>(std::max<int64_t>(0, c.members))), cells_(c.point_set) {
     auto coordinate = [&](const std::string& name, const std::vector<double>& v, nlohmann::json attributes) {
-      ZarrArraySpec spec{name, {name}, {v.size()}, {std::max<size_t>(1, v.size())}, true, std::move(attributes), {}};
+      const bool on_cells = cells_ && (name == "lat" || name == "lon");
+      ZarrArraySpec spec{name, {on_cells ? std::string(kCellDim) : name}, {v.size()}, {std::max<size_t>(1, v.size())},
+                         true, std::move(attributes), {}};
       store_.add_array(spec, v.data());
     };
     // Every time is known before the first step, so the coordinates are written whole now.
@@ -394,15 +413,17 @@ class ZarrFormat : public ForecastWriter::Format {
       spec.name = output.name;
       if (!output.info->units.empty()) spec.attributes["units"] = output.info->units;
       if (!output.info->long_name.empty()) spec.attributes["long_name"] = output.info->long_name;
-      if (time.reference) spec.attributes["coordinates"] = auxiliary_coordinates(time);
+      const std::string coordinates = coordinates_attribute(auxiliary_coordinates(time), cells_);
+      if (!coordinates.empty()) spec.attributes["coordinates"] = coordinates;
       spec.fill_value = std::nan("");  // Zarr's own declaration of missing values
       const auto L = output.level_dim.empty() ? std::nullopt : std::optional<size_t>(output.channels.size());
       const auto N = members_ ? std::optional<size_t>(members_) : std::nullopt;
       spec.dims = layout<std::string>("time", N ? std::optional<std::string>(kMemberDim) : std::nullopt,
-                                      L ? std::optional<std::string>(output.level_dim) : std::nullopt, "lat", "lon");
-      spec.shape = layout<size_t>(T, N, L, H_, W_);
+                                      L ? std::optional<std::string>(output.level_dim) : std::nullopt, "lat",
+                                      cells_ ? kCellDim : "lon", cells_);
+      spec.shape = layout<size_t>(T, N, L, H_, W_, cells_);
       // A chunk per step and member: each is written as soon as that member's step exists.
-      spec.chunks = layout<size_t>(1, N ? std::optional<size_t>(1) : std::nullopt, L, H_, W_);
+      spec.chunks = layout<size_t>(1, N ? std::optional<size_t>(1) : std::nullopt, L, H_, W_, cells_);
       store_.define_array(spec);
     }
     store_.set_group_attributes({{"source", "wxtrain forecast"}, {"Conventions", "CF-1.8"}});
@@ -414,7 +435,7 @@ class ZarrFormat : public ForecastWriter::Format {
         gather(state + m * V_ * H_ * W_, static_cast<int64_t>(H_ * W_), output, field_);
         const std::vector<size_t> index =
             layout<size_t>(static_cast<size_t>(k), members_ ? std::optional<size_t>(m) : std::nullopt,
-                           output.level_dim.empty() ? std::nullopt : std::optional<size_t>(0), 0, 0);
+                           output.level_dim.empty() ? std::nullopt : std::optional<size_t>(0), 0, 0, cells_);
         store_.write_chunk(output.name, index, field_.data());
       }
     }
@@ -427,6 +448,7 @@ class ZarrFormat : public ForecastWriter::Format {
   std::vector<OutputVariable> outputs_;
   size_t H_, W_, V_;
   size_t members_;  // 0: no member dimension
+  bool cells_;      // a point set: one cell dimension
   std::vector<float> field_;
 };
 
@@ -444,6 +466,7 @@ ForecastCoordinates ForecastCoordinates::after(const Dataset& dataset, int64_t s
   c.lat = dataset.lat();
   c.has_coordinates = dataset.has_coordinates();
   c.lon = dataset.lon();
+  c.point_set = dataset.point_set();
   c.has_dates = axis.has_dates;
   c.calendar = axis.calendar;
   c.time_units = axis.units;
@@ -471,7 +494,7 @@ ForecastWriter::~ForecastWriter() = default;
 
 void ForecastWriter::write_step(const torch::Tensor& state) {
   const auto V = static_cast<int64_t>(coordinates_.variables.size());
-  const auto H = static_cast<int64_t>(coordinates_.lat.size());
+  const auto H = coordinates_.rows();
   const auto W = static_cast<int64_t>(coordinates_.lon.size());
   const int64_t N = coordinates_.members;
   const int64_t rank = N > 0 ? 4 : 3;
@@ -504,7 +527,7 @@ void ForecastWriter::commit() {
 void write_forecast(const std::string& path, const torch::Tensor& states, const ForecastCoordinates& c) {
   const int64_t T = c.steps();
   const auto V = static_cast<int64_t>(c.variables.size());
-  const auto H = static_cast<int64_t>(c.lat.size());
+  const auto H = c.rows();
   const auto W = static_cast<int64_t>(c.lon.size());
   const int64_t N = c.members;
   const int64_t rank = N > 0 ? 5 : 4;

@@ -38,6 +38,12 @@ struct ForecastCoordinates {
   std::vector<VariableInfo> variables;  // channel order of the states
   std::vector<double> lat, lon;         // degrees; grid indices when the data has no latitudes
   bool has_coordinates = true;          // false: lat/lon are indices, written without degree units
+  // A point-set grid (data/grid.h): lat and lon hold one value per cell and the states are
+  // [V, 1, cells]; the file has a `cell` dimension with lat(cell), lon(cell) as coordinates (named in
+  // each variable's `coordinates` attribute, so xarray attaches them), the way anemoi-datasets
+  // and cfgrib lay out cells.
+  bool point_set = false;
+  int64_t rows() const { return point_set ? 1 : static_cast<int64_t>(lat.size()); }
   // One per forecast state: with dates, seconds in `calendar` (written as CF time in the data's
   // own units when they can express them); without, the raw time values in `time_units` ("" = none).
   bool has_dates = false;

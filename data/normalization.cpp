@@ -14,13 +14,24 @@ const std::string kIndex = "norm/index/";
 const std::string kDiffStd = "norm/diff_std/";
 
 // Sums of valid (non-NaN) values per channel of a [C, N] float64 tensor, accumulated in double.
+// With `weights` ([N] float64, mean 1: a point set's cell areas) each point counts by its weight,
+// so the statistics are the sphere's, not the cells' (an N grid's crowded polar rows, a region's
+// denser cells would otherwise count more).
 struct Moments {
   std::vector<double> sum, sum_sq, count;
-  explicit Moments(int64_t channels) : sum(channels, 0.0), sum_sq(channels, 0.0), count(channels, 0.0) {}
+  torch::Tensor weights;
+  explicit Moments(int64_t channels, torch::Tensor w = {})
+      : sum(channels, 0.0), sum_sq(channels, 0.0), count(channels, 0.0), weights(std::move(w)) {}
   void add(const torch::Tensor& values_cn) {
     torch::Tensor valid = ~torch::isnan(values_cn);
     torch::Tensor values = torch::where(valid, values_cn, torch::zeros_like(values_cn));
-    torch::Tensor s = values.sum(1), s2 = (values * values).sum(1), n = valid.sum(1).to(torch::kFloat64);
+    torch::Tensor s, s2, n;
+    if (weights.defined()) {
+      torch::Tensor w = weights.view({1, -1});
+      s = (values * w).sum(1), s2 = (values * values * w).sum(1), n = (valid.to(torch::kFloat64) * w).sum(1);
+    } else {
+      s = values.sum(1), s2 = (values * values).sum(1), n = valid.sum(1).to(torch::kFloat64);
+    }
     for (size_t v = 0; v < sum.size(); ++v) {
       sum[v] += s[v].item<double>();
       sum_sq[v] += s2[v].item<double>();
@@ -53,7 +64,14 @@ Normalization Normalization::compute(const Dataset& dataset, int64_t time_begin,
                     std::to_string(time_begin) + ", " + std::to_string(time_end) + ")");
   }
   const TimeAxis& axis = dataset.time_axis();
-  Moments states(V), diffs(V);
+  // A point set's statistics weigh cells by area (data/grid.h); a rectangle's count points alike,
+  // as they always have (checkpoints' statistics stay comparable).
+  torch::Tensor area;
+  if (dataset.point_set()) {
+    area = torch::tensor(dataset.grid().areas, torch::kFloat64);
+    area = area / area.mean();
+  }
+  Moments states(V, area), diffs(V, area);
   MissingValues missing(dataset.variable_names());
   torch::Tensor previous;
   for (int64_t t = time_begin; t < time_end; ++t) {
@@ -94,7 +112,7 @@ Normalization Normalization::compute(const Dataset& dataset, int64_t time_begin,
   const auto& forcings = dataset.computed_forcing_names();
   if (!forcings.empty()) {
     const int64_t F = static_cast<int64_t>(forcings.size());
-    Moments computed(F);
+    Moments computed(F, area);
     const int64_t span = time_end - time_begin, samples = std::min<int64_t>(64, span);
     for (int64_t k = 0; k < samples; ++k) {
       const int64_t t = time_begin + k * span / samples;
@@ -130,6 +148,21 @@ Normalization Normalization::subset(const std::vector<std::string>& names) const
   if (diff_std_.defined()) out.diff_std_ = diff_std_.index_select(0, i);
   out.missing_ = missing_.subset(names);
   return out;
+}
+
+int64_t Normalization::take_stored_statistics(const Dataset& dataset) {
+  int64_t taken = 0;
+  for (const VariableInfo& info : dataset.variables()) {
+    if (!info.stored_mean || !info.stored_stdev) continue;
+    auto it = std::find(names_.begin(), names_.end(), info.name);
+    if (it == names_.end()) continue;
+    const int64_t k = it - names_.begin();
+    mean_[k] = static_cast<float>(*info.stored_mean);
+    // A constant field's stdev of 0 gets 1, as compute() does: normalising never divides by 0.
+    std_[k] = static_cast<float>(*info.stored_stdev > 0 ? *info.stored_stdev : 1.0);
+    ++taken;
+  }
+  return taken;
 }
 
 Normalization Normalization::identity(const std::vector<std::string>& names) {

@@ -39,6 +39,11 @@ class Normalization {
   // not recorded for static fields, computed forcings or an older checkpoint.
   const MissingValues& missing() const { return missing_; }
   void set_missing(MissingValues missing) { missing_ = std::move(missing); }
+  // Replaces the mean and std of the data channels whose store records its own statistics
+  // (VariableInfo::stored_mean/stored_stdev: an anemoi-datasets store's, over its statistics
+  // period) by those, so a model trains on the normalisation anemoi's tools use; returns how many
+  // channels took them. The difference statistics stay computed.
+  int64_t take_stored_statistics(const Dataset& dataset);
   // Leaves values unchanged (mean 0, std 1): for callers that want raw units through the loader.
   static Normalization identity(const std::vector<std::string>& names);
 

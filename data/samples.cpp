@@ -141,8 +141,14 @@ std::string describe_samples(const Dataset& dataset, const TimeSplit& split, con
   out << ")";
   if (!dataset.static_names().empty()) out << " + " << dataset.static_names().size() << " static";
   if (!dataset.computed_forcing_names().empty()) out << " + " << dataset.computed_forcing_names().size() << " computed forcings";
-  out << " on " << dataset.num_lat() << " x " << dataset.num_lon();
-  if (!dataset.lat().empty() && dataset.has_coordinates())
+  if (dataset.point_set()) {
+    // "on reduced Gaussian O12, 1008 cells (Gaussian weight / points in the row)": what the area
+    // weights of the loss, the scores and the statistics are.
+    out << " on " << dataset.grid().description;
+  } else {
+    out << " on " << dataset.num_lat() << " x " << dataset.num_lon();
+  }
+  if (!dataset.point_set() && !dataset.lat().empty() && dataset.has_coordinates())
     out << " (lat " << dataset.lat().front() << ".." << dataset.lat().back() << ", lon " << dataset.lon().front() << ".."
         << dataset.lon().back() << ")";
   if (!dataset.has_coordinates())

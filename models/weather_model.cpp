@@ -15,8 +15,15 @@ ModelShape model_shape(const RunConfig& config) {
   s.lon = config.data.lon;
   if (s.lat <= 0 || s.lon <= 0)
     throw ConfigError(config.path + ": the grid size is unknown: set [data] grid = [lat, lon] or open the data first");
-  if (static_cast<int64_t>(config.data.lat_coords.size()) == s.lat &&
+  // A point set (data::take_grid): one row of cells, with a latitude as well as a longitude per
+  // cell. A rectangle of one row has a single latitude, so the two never look alike.
+  if (s.lat == 1 && s.lon > 1 && static_cast<int64_t>(config.data.lat_coords.size()) == s.lon &&
       static_cast<int64_t>(config.data.lon_coords.size()) == s.lon) {
+    s.point_set = true;
+    s.latitudes = config.data.lat_coords;
+    s.longitudes = config.data.lon_coords;
+  } else if (static_cast<int64_t>(config.data.lat_coords.size()) == s.lat &&
+             static_cast<int64_t>(config.data.lon_coords.size()) == s.lon) {
     s.latitudes = config.data.lat_coords;
     s.longitudes = config.data.lon_coords;
   }

@@ -24,6 +24,10 @@ reference_pid=$!
 ( scripts/install_anemoi_env.sh || echo "warning: no anemoi environment: the AIFS tests labelled 'reference' will be skipped" ) \
   > build/install_anemoi_env.log 2>&1 &
 anemoi_pid=$!
+# anemoi-datasets in its own environment, for data.reference.anemoi_open_dataset (~30 s).
+( scripts/install_anemoi_datasets_env.sh || echo "warning: no anemoi-datasets environment: data.reference.anemoi_open_dataset will be skipped" ) \
+  > build/install_anemoi_datasets_env.log 2>&1 &
+anemoi_datasets_pid=$!
 scripts/build.sh
 echo "build finished after $(( $(date +%s) - start )) s"
 tracking_status=0
@@ -34,6 +38,8 @@ wait "$reference_pid"
 cat build/install_reference_env.log
 wait "$anemoi_pid"
 cat build/install_anemoi_env.log
+wait "$anemoi_datasets_pid"
+cat build/install_anemoi_datasets_env.log
 echo "test environments ready after $(( $(date +%s) - start )) s"
 
 # OpenMPI refuses to run as root without these; CI runs as root.

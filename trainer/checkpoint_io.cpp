@@ -440,6 +440,11 @@ std::optional<models::ModelShape> checkpoint_grid(const Checkpoint& checkpoint, 
     grid.longitudes = json["grid"].at("lon").get<std::vector<double>>();
     grid.lat = static_cast<int64_t>(grid.latitudes.size());
     grid.lon = static_cast<int64_t>(grid.longitudes.size());
+    if (json["grid"].value("cells", false)) {
+      // A point set: one latitude and longitude per cell (models/weather_model.h).
+      grid.point_set = true;
+      grid.lat = 1;
+    }
     return grid;
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": corrupt wxtrain checkpoint: its grid record does not read (" + e.what() + ")");

@@ -388,7 +388,9 @@ std::string scores_table(const LeadScores& s) {
   std::ostringstream out;
   const int64_t L = s.num_leads();
   out << "validation at step " << s.step << ": "
-      << (s.latitude_weighted ? "latitude-weighted" : "unweighted (the grid has no latitudes)")
+      << (s.area_weighted       ? "area-weighted"
+          : s.latitude_weighted ? "latitude-weighted"
+                                : "unweighted (the grid has no latitudes)")
       << " RMSE (data units, lower is better) and ACC "
       << "(higher is better), " << (s.samples.empty() ? 0 : s.samples.front()) << " samples\n";
   if (s.ensemble())

@@ -99,6 +99,8 @@ struct LeadScores {
   std::vector<double> lead_hours;         // per lead when the data has dates; empty otherwise
   // False when the grid has no latitudes (Dataset::has_coordinates): every point weighs the same.
   bool latitude_weighted = true;
+  // A point-set grid (data/grid.h): each cell weighs its area, as the table's header says.
+  bool area_weighted = false;
   // [forecaster][lead][channel]; NaN where no sample was verified (or the forecast had NaN).
   std::vector<std::vector<std::vector<double>>> rmse, acc;
   // Ensembles (ensemble_members > 1; empty otherwise): members of the ensemble forecaster (its rmse

@@ -161,6 +161,7 @@ std::string channels_record(const data::Dataset& dataset, const RunConfig& confi
   j["history"] = config.data.history;
   // The grid, for fine-tuning on another (a region of it): models place grid-sized tensors by it.
   if (dataset.has_coordinates()) j["grid"] = {{"lat", dataset.lat()}, {"lon", dataset.lon()}};
+  if (dataset.point_set()) j["grid"]["cells"] = true;  // lat and lon one per cell
   auto stats = [&](nlohmann::json& entry, const std::string& name) {
     const auto& names = norm.names();
     auto it = std::find(names.begin(), names.end(), name);
@@ -246,7 +247,8 @@ Validation validate(Run& run, int64_t step) {
   }
   const torch::Tensor output_index = torch::tensor(outputs, torch::kInt64);
   const data::Normalization output_norm = run.normalization.subset(names);
-  torch::Tensor weights = run.state->lat_weights.cpu().view({-1, 1}).expand({dataset.num_lat(), dataset.num_lon()});
+  const torch::Tensor& lw = run.state->lat_weights;
+  torch::Tensor weights = (lw.dim() == 2 ? lw.cpu() : lw.cpu().view({-1, 1})).expand({dataset.num_lat(), dataset.num_lon()});
   if (run.state->interior.defined()) weights = weights * run.state->interior.cpu();
   ScoreAccumulator scores(names, L, {"model", "persistence", "climatology"}, weights.contiguous(), units);
   // An ensemble's members are rolled out together, each with its own noise from a validation
@@ -317,6 +319,7 @@ Validation validate(Run& run, int64_t step) {
   v.step = step;
   v.scores = scores.result(step, dataset.time_axis().step_seconds);
   v.scores.latitude_weighted = dataset.has_coordinates();
+  v.scores.area_weighted = dataset.point_set();
   v.names = names;
   for (size_t i = 0; i < names.size(); ++i) {
     v.model_rmse.push_back(v.scores.rmse[0][0][i]);
@@ -670,6 +673,12 @@ void build_state(Run& run, const StartingPoint& from) {
   run.state = build_training_state(run.config, models::model_shape(run.config), comm, run.device,
                                    run.dataset->has_coordinates() ? run.dataset->lat() : std::vector<double>{},
                                    weight_init(run, from), run.residual_scale);
+  if (run.dataset->point_set()) {
+    // The dataset's cell areas: the same as the shape's for a whole grid, the Gaussian weights
+    // still for a region cut from one (data/grid.h).
+    torch::Tensor w = torch::tensor(run.dataset->grid().areas, torch::kFloat64);
+    run.state->lat_weights = (w / w.mean()).to(torch::kFloat32).view({1, run.dataset->num_lon()}).to(run.device);
+  }
   auto& parallel = *run.state->parallel;
   if (!from.resume_from) {
     parallel.broadcast_parameters();

@@ -4,12 +4,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 #include "core/autocast.h"
 #include "core/error.h"
+#include "data/grid.h"
 #include "distributed/autograd_gather.h"
 #include "ops/checkpoint.h"
 
@@ -217,7 +219,14 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   state->scaler = LossScaler::from_config(t);
 
   torch::Tensor w = torch::ones({shape.lat}, torch::kFloat32);
-  if (!latitudes.empty()) {
+  if (shape.point_set) {
+    // A point set weighs each cell by its area (data/grid.h): [1, cells], mean 1. The trainer puts
+    // the dataset's own weights in place of these (the same cells; a region keeps its Gaussian
+    // weights there), estimate and tune-batch keep these.
+    const data::Grid grid = data::cell_grid(shape.latitudes, shape.longitudes, "the model's grid");
+    w = torch::tensor(grid.areas, torch::kFloat64);
+    w = (w / w.mean()).to(torch::kFloat32).view({1, shape.lon});
+  } else if (!latitudes.empty()) {
     if (static_cast<int64_t>(latitudes.size()) != shape.lat)
       throw Error("latitude count " + std::to_string(latitudes.size()) + " does not match the grid's " +
                   std::to_string(shape.lat) + " rows");
@@ -244,7 +253,24 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
                 " entries for ", state->rollout.prognostic, " prognostic channels");
     state->rollout.residual_scale = residual_scale.to(torch::kFloat32).to(device);
   }
-  if (config.data.boundary > 0) {
+  if (config.data.boundary > 0 && shape.point_set) {
+    // On a point set the frame is the cells within data.boundary grid spacings of the region's
+    // edge (of the cells' own extent without data.region), by great-circle distance.
+    const data::Grid grid = data::cell_grid(shape.latitudes, shape.longitudes, "the model's grid");
+    data::Box box;
+    const Region& r = config.data.region;
+    if (r.set) box = {r.lat_min, r.lat_max, r.lon_min, r.lon_max};
+    const double width = (static_cast<double>(config.data.boundary) - 0.5) * data::typical_spacing_degrees(grid);
+    const std::vector<uint8_t> band =
+        data::boundary_band(shape.latitudes, shape.longitudes, r.set ? &box : nullptr, width);
+    std::vector<float> frame(band.begin(), band.end());
+    if (std::all_of(band.begin(), band.end(), [](uint8_t b) { return b != 0; }))
+      throw ConfigError(config.path + ": data.boundary = " + std::to_string(config.data.boundary) +
+                        " leaves no interior cell: every one of the " + std::to_string(shape.lon) +
+                        " cells lies within " + std::to_string(width) + " degrees of the region's edge");
+    state->rollout.boundary = torch::tensor(frame, torch::kFloat32).view({1, shape.lon}).to(device);
+    state->interior = (1 - state->rollout.boundary);
+  } else if (config.data.boundary > 0) {
     state->rollout.boundary = boundary_frame(shape.lat, shape.lon, config.data.boundary).to(device);
     state->interior = (1 - state->rollout.boundary);
   }
@@ -278,7 +304,8 @@ torch::Tensor weighted_mean(const torch::Tensor& error, const torch::Tensor& lat
   const torch::Tensor& err = error;
   // The weights of one [C, lat, lon] state; the sum over the batch and rollout dims follows.
   const int64_t C = err.size(-3);
-  torch::Tensor w = lat_weights.view({-1, 1});
+  // [lat] row weights (a rectangle) or [lat, lon] per cell (a point set's areas, [1, cells]).
+  torch::Tensor w = lat_weights.dim() == 2 ? lat_weights : lat_weights.view({-1, 1});
   if (interior.defined()) w = w * interior;
   if (channel_weights.defined()) w = channel_weights.view({C, 1, 1}) * w;
   if (!mask.defined()) {
@@ -462,7 +489,7 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
   std::vector<double> weights(static_cast<size_t>(n), 1.0);
   if (n > 0 && micro_batches[0].target_mask.defined()) {
     torch::NoGradGuard no_grad;
-    torch::Tensor w = state_.lat_weights.view({-1, 1});
+    torch::Tensor w = state_.lat_weights.dim() == 2 ? state_.lat_weights : state_.lat_weights.view({-1, 1});
     if (state_.interior.defined()) w = w * state_.interior;
     w = state_.channel_weights.view({-1, 1, 1}) * w;
     double local = 0;

@@ -95,7 +95,9 @@ struct TrainingState {
   std::shared_ptr<distributed::Communicator> group_comm;
   std::unique_ptr<distributed::ZeroDataParallel> parallel;
   LossScaler scaler{LossScaler::Options{}};
-  torch::Tensor lat_weights;  // [lat] cos(latitude) normalised to mean 1, on the device
+  // [lat] cos(latitude) normalised to mean 1 (a rectangle), or [1, cells] the cells' areas
+  // normalised to mean 1 (a point set, data/grid.h); on the device.
+  torch::Tensor lat_weights;
   // [P+D] per output channel: train.loss_weights x level weighting, mean 1 (core/config.h).
   torch::Tensor channel_weights;
   // [lat, lon] 0 on the boundary frame, 1 inside: the loss sees the interior only; undefined
@@ -162,7 +164,7 @@ torch::Tensor residual_scale_from(const torch::Tensor& diff_std, const torch::Te
 AutocastState autocast_for(Precision precision, const torch::Device& device);
 
 // Weighted MSE of prediction [..., C, lat, lon] against target (same shape): latitude weights
-// [lat], optional channel weights [C] and interior [lat, lon], and an optional validity mask;
+// [lat] (or per cell [lat, lon]: a point set's areas), optional channel weights [C] and interior [lat, lon], and an optional validity mask;
 // the weighted mean sum(w err^2) / sum(w), computed in fp32.
 torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
                            const torch::Tensor& lat_weights, const torch::Tensor& mask = {},

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/readers/grib/grib_reader.h"
 #include "data/readers/netcdf_reader.h"
+#include "data/readers/zarr/anemoi_reader.h"
 #include "data/readers/zarr/zarr_reader.h"
 
 namespace wxtrain::data {
@@ -194,7 +195,13 @@ std::unique_ptr<Reader> open_reader(const std::string& path) {
     throw DataError("data file not found: " + local);
   }
   if (std::filesystem::is_directory(local, error)) {
-    if (is_zarr_store(local)) return open_zarr(local);
+    if (is_zarr_store(local)) {
+      // anemoi-datasets' layout (one `data` array of dates x variables x ensembles x cells) is
+      // presented as one variable per anemoi variable.
+      std::unique_ptr<Reader> zarr = open_zarr(local);
+      if (is_anemoi_store(local, *zarr)) return open_anemoi(local, std::move(zarr));
+      return zarr;
+    }
     throw DataError(local + " is a directory but not a Zarr store (no .zgroup, .zarray, .zmetadata or zarr.json in it)");
   }
   if (looks_like_grib(local)) return open_grib(local);

@@ -144,6 +144,10 @@ torch::Tensor AFNOBlockImpl::forward(torch::Tensor x) {
 }
 
 FourCastNetImpl::FourCastNetImpl(const FourCastNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  if (shape.point_set)
+    throw ConfigError("model.name = \"fourcastnet\" needs a latitude x longitude rectangle (patches and a 2-D Fourier transform over rows and columns), but the data is a "
+                      "point-set grid of " + std::to_string(shape.lon) +
+                      " cells (reduced Gaussian or a list of cells); use graphcast or gnn, or data on a regular grid");
   patch_ = options.patch_size;
   patches_lat_ = ceil_div(shape.lat, patch_);
   patches_lon_ = ceil_div(shape.lon, patch_);

@@ -1,5 +1,12 @@
 #include "models/gnn/gnn.h"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+
 #include <string>
 
 #include "core/error.h"
@@ -93,6 +100,103 @@ GridGraph build_grid_graph(int64_t lat, int64_t lon, int64_t radius) {
   return g;
 }
 
+GridGraph build_cell_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes, int64_t radius) {
+  const auto n = static_cast<int64_t>(latitudes.size());
+  TORCH_CHECK(n > 1 && longitudes.size() == latitudes.size() && radius > 0, "build_cell_graph: ", latitudes.size(),
+              " latitudes, ", longitudes.size(), " longitudes, radius ", radius);
+  const int64_t k = std::min<int64_t>(n - 1, (2 * radius + 1) * (2 * radius + 1) - 1);
+  constexpr double kDegree = M_PI / 180.0;
+  std::vector<std::array<double, 3>> xyz(static_cast<size_t>(n));
+  for (int64_t c = 0; c < n; ++c) {
+    const double phi = latitudes[static_cast<size_t>(c)] * kDegree, lambda = longitudes[static_cast<size_t>(c)] * kDegree;
+    xyz[static_cast<size_t>(c)] = {std::cos(phi) * std::cos(lambda), std::cos(phi) * std::sin(lambda), std::sin(phi)};
+  }
+  // Cells sorted by latitude: a search walks outwards from its own latitude and stops where the
+  // latitude difference alone exceeds the k-th nearest found (a chord is at least that arc's chord).
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return latitudes[static_cast<size_t>(a)] < latitudes[static_cast<size_t>(b)];
+  });
+  std::vector<int64_t> rank(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) rank[static_cast<size_t>(order[static_cast<size_t>(r)])] = r;
+  std::vector<int64_t> senders(static_cast<size_t>(n * k));
+  std::vector<double> lengths(static_cast<size_t>(n * k));
+  at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
+    std::vector<std::pair<double, int64_t>> best;  // (chord^2, cell), a max-heap of the k nearest
+    for (int64_t c = begin; c < end; ++c) {
+      best.clear();
+      const auto& p = xyz[static_cast<size_t>(c)];
+      auto consider = [&](int64_t other) {
+        const auto& q = xyz[static_cast<size_t>(other)];
+        const double d2 = (p[0] - q[0]) * (p[0] - q[0]) + (p[1] - q[1]) * (p[1] - q[1]) + (p[2] - q[2]) * (p[2] - q[2]);
+        if (static_cast<int64_t>(best.size()) < k) {
+          best.emplace_back(d2, other);
+          std::push_heap(best.begin(), best.end());
+        } else if (std::make_pair(d2, other) < best.front()) {
+          std::pop_heap(best.begin(), best.end());
+          best.back() = {d2, other};
+          std::push_heap(best.begin(), best.end());
+        }
+      };
+      auto bound = [&](int64_t other) {  // the chord^2 of the latitude difference alone
+        const double dphi = (latitudes[static_cast<size_t>(other)] - latitudes[static_cast<size_t>(c)]) * kDegree;
+        return 4.0 * std::sin(dphi / 2) * std::sin(dphi / 2);
+      };
+      const int64_t r = rank[static_cast<size_t>(c)];
+      bool up = true, down = true;
+      for (int64_t step = 1; up || down; ++step) {
+        for (int64_t dir : {1, -1}) {
+          bool& open = dir > 0 ? up : down;
+          if (!open) continue;
+          const int64_t s = r + dir * step;
+          if (s < 0 || s >= n) {
+            open = false;
+            continue;
+          }
+          const int64_t other = order[static_cast<size_t>(s)];
+          if (static_cast<int64_t>(best.size()) == k && bound(other) > best.front().first) {
+            open = false;
+            continue;
+          }
+          consider(other);
+        }
+      }
+      std::sort(best.begin(), best.end());  // nearest first: the edge order is fixed
+      for (int64_t e = 0; e < k; ++e) {
+        senders[static_cast<size_t>(c * k + e)] = best[static_cast<size_t>(e)].second;
+        lengths[static_cast<size_t>(c * k + e)] = 2.0 * std::asin(std::min(1.0, std::sqrt(best[static_cast<size_t>(e)].first) / 2));
+      }
+    }
+  });
+  // The grid's spacing: the mean distance to the nearest cell (radians).
+  double spacing = 0;
+  for (int64_t c = 0; c < n; ++c) spacing += lengths[static_cast<size_t>(c * k)];
+  spacing = std::max(spacing / static_cast<double>(n), 1e-9);
+  GridGraph g;
+  g.senders = torch::tensor(senders, torch::kLong);
+  g.receivers = torch::arange(n, torch::kLong).repeat_interleave(k);
+  std::vector<float> features(static_cast<size_t>(n * k * 3)), positions(static_cast<size_t>(n * 2));
+  for (int64_t c = 0; c < n; ++c) {
+    const double phi = latitudes[static_cast<size_t>(c)], lambda = longitudes[static_cast<size_t>(c)];
+    positions[static_cast<size_t>(2 * c)] = static_cast<float>(phi / 90.0);
+    positions[static_cast<size_t>(2 * c + 1)] = static_cast<float>(std::remainder(lambda, 360.0) / 180.0);
+    for (int64_t e = 0; e < k; ++e) {
+      const int64_t s = senders[static_cast<size_t>(c * k + e)];
+      const double dlat = (latitudes[static_cast<size_t>(s)] - phi) * kDegree;
+      const double dlon = std::remainder(longitudes[static_cast<size_t>(s)] - lambda, 360.0) * kDegree * std::cos(phi * kDegree);
+      const double scale = spacing * static_cast<double>(radius);
+      float* f = features.data() + 3 * (c * k + e);
+      f[0] = static_cast<float>(dlat / scale);
+      f[1] = static_cast<float>(dlon / scale);
+      f[2] = static_cast<float>(lengths[static_cast<size_t>(c * k + e)] / scale);
+    }
+  }
+  g.edge_features = torch::tensor(features, torch::kFloat).view({n * k, 3});
+  g.node_positions = torch::tensor(positions, torch::kFloat).view({n, 2});
+  return g;
+}
+
 // ---- blocks ----
 
 GraphEncoderImpl::GraphEncoderImpl(int64_t node_in, int64_t latent, int64_t mlp_layers) {
@@ -144,7 +248,13 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
 // ---- the model ----
 
 GraphNetImpl::GraphNetImpl(const GraphNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
-  GridGraph g = build_grid_graph(shape.lat, shape.lon, options.neighbourhood);
+  GridGraph g;
+  if (shape.point_set) {
+    const CellCoordinates cells = cell_coordinates(shape);
+    g = build_cell_graph(cells.latitudes, cells.longitudes, options.neighbourhood);
+  } else {
+    g = build_grid_graph(shape.lat, shape.lon, options.neighbourhood);
+  }
   senders_ = register_index_buffer("senders", g.senders);
   receivers_ = register_index_buffer("receivers", g.receivers);
   edge_features_ = register_buffer("edge_features", g.edge_features);

@@ -57,6 +57,11 @@ struct GridGraph {
   torch::Tensor node_positions;  // [N, 2] (lat, lon) scaled to [-1, 1]
 };
 GridGraph build_grid_graph(int64_t lat, int64_t lon, int64_t radius);
+// The same on a point set (one latitude and longitude per cell, degrees): each cell receives from
+// its (2r+1)^2 - 1 nearest cells by great-circle distance, as many as a rectangle's interior cell;
+// edge features are (dlat, dlon cos(lat), length) in units of the grid's spacing (the mean distance
+// to the nearest cell), over r; node positions (lat / 90, lon / 180 - 1).
+GridGraph build_cell_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes, int64_t radius);
 
 // Embeds nodes [B, N, C] and the (batch-independent) edges [E, 3] into latents.
 class GraphEncoderImpl : public torch::nn::Module {

@@ -19,6 +19,12 @@ int64_t grid_edges(int64_t lat, int64_t lon, int64_t radius) {
   return e;
 }
 
+// The graph's edges: the rectangle's, or on a point set the (2r+1)^2 - 1 nearest cells of each.
+int64_t edges_of(const ModelShape& s, int64_t radius) {
+  if (s.point_set) return s.lon * std::min<int64_t>(s.lon - 1, (2 * radius + 1) * (2 * radius + 1) - 1);
+  return grid_edges(s.lat, s.lon, radius);
+}
+
 }  // namespace
 
 // GraphMLP: one Linear per input (bias on the first only) summed, then layers-1 Linears, then an
@@ -54,7 +60,7 @@ ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s,
   const Widths& w = f.widths;
   ModelMemory m;
   const double N = static_cast<double>(s.lat * s.lon);
-  const double E = static_cast<double>(grid_edges(s.lat, s.lon, c.neighbourhood));
+  const double E = static_cast<double>(edges_of(s, c.neighbourhood));
   const double L = static_cast<double>(c.latent);
   const int64_t layers = c.mlp_layers;
 
@@ -112,7 +118,7 @@ ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s,
 double gnn_buffer_bytes(const GraphNetOptions& c, const ModelShape& s, double param_bytes) {
   // The grid graph: int64 senders and receivers, 3 edge features per edge and 2 positional
   // features per node in the parameters' dtype.
-  const double E = static_cast<double>(grid_edges(s.lat, s.lon, c.neighbourhood));
+  const double E = static_cast<double>(edges_of(s, c.neighbourhood));
   return E * (8 + 8 + 3 * param_bytes) + 2.0 * param_bytes * s.lat * s.lon;
 }
 

@@ -210,6 +210,15 @@ std::vector<double> global_longitudes(int64_t n) {
 }
 
 std::pair<std::vector<double>, std::vector<double>> graphcast_grid(const ModelShape& shape) {
+  if (shape.point_set) {
+    // One latitude and longitude per cell (cell_coordinates checks the counts).
+    const CellCoordinates cells = cell_coordinates(shape);
+    for (double lat : cells.latitudes)
+      if (!(lat >= -90 && lat <= 90)) throw Error("graphcast: cell latitude " + std::to_string(lat) + " is outside [-90, 90]");
+    for (double lon : cells.longitudes)
+      if (!std::isfinite(lon)) throw Error("graphcast: a cell longitude is not finite");
+    return {cells.latitudes, cells.longitudes};
+  }
   if (shape.latitudes.empty() && shape.longitudes.empty())
     return {global_latitudes(shape.lat), global_longitudes(shape.lon)};
   TORCH_CHECK(static_cast<int64_t>(shape.latitudes.size()) == shape.lat &&
@@ -229,10 +238,23 @@ std::pair<std::vector<double>, std::vector<double>> graphcast_grid(const ModelSh
 GraphCastGraph build_graphcast_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes,
                                      int64_t refinement, double radius_fraction) {
   TORCH_CHECK(!latitudes.empty() && !longitudes.empty(), "build_graphcast_graph: empty grid");
+  // A rectangle is its cells, row-major: the same nodes in the same order as the tensors flatten.
+  std::vector<double> cell_lat, cell_lon;
+  cell_lat.reserve(latitudes.size() * longitudes.size());
+  cell_lon.reserve(latitudes.size() * longitudes.size());
+  for (double lat : latitudes)
+    for (double lon : longitudes) cell_lat.push_back(lat), cell_lon.push_back(lon);
+  return build_graphcast_cell_graph(cell_lat, cell_lon, refinement, radius_fraction);
+}
+
+GraphCastGraph build_graphcast_cell_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes,
+                                          int64_t refinement, double radius_fraction) {
+  TORCH_CHECK(!latitudes.empty() && latitudes.size() == longitudes.size(),
+              "build_graphcast_cell_graph: one latitude and longitude per cell, got ", latitudes.size(), " and ",
+              longitudes.size());
   TORCH_CHECK(radius_fraction > 0, "build_graphcast_graph: radius_fraction must be positive");
   const IcosahedralMesh mesh = icosahedral_mesh(refinement);
-  const auto nlat = static_cast<int64_t>(latitudes.size()), nlon = static_cast<int64_t>(longitudes.size());
-  const int64_t ng = nlat * nlon;
+  const int64_t ng = static_cast<int64_t>(latitudes.size());
   const auto nm_full = static_cast<int64_t>(mesh.vertices.size());
 
   GraphCastGraph g;
@@ -241,12 +263,11 @@ GraphCastGraph build_graphcast_graph(const std::vector<double>& latitudes, const
   std::vector<Vec3> grid(static_cast<size_t>(ng));
   {
     float* gf = g.grid_features.data_ptr<float>();
-    for (int64_t i = 0; i < nlat; ++i)
-      for (int64_t j = 0; j < nlon; ++j) {
-        const int64_t n = i * nlon + j;
-        grid[static_cast<size_t>(n)] = lat_lon_to_xyz(latitudes[i], longitudes[j]);
-        node_features(std::sin(latitudes[i] * kRadians), longitudes[j] * kRadians, gf + 3 * n);
-      }
+    for (int64_t n = 0; n < ng; ++n) {
+      const double lat = latitudes[static_cast<size_t>(n)], lon = longitudes[static_cast<size_t>(n)];
+      grid[static_cast<size_t>(n)] = lat_lon_to_xyz(lat, lon);
+      node_features(std::sin(lat * kRadians), lon * kRadians, gf + 3 * n);
+    }
   }
 
   // Grid -> mesh: every mesh node within the radius. The spatial index buckets the mesh nodes in
@@ -484,7 +505,7 @@ torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Ten
 
 GraphCastImpl::GraphCastImpl(const GraphCastOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
   const auto [latitudes, longitudes] = graphcast_grid(shape);
-  graph_ = build_model_graph(options, latitudes, longitudes);
+  graph_ = build_model_graph(options, latitudes, longitudes, shape.point_set);
   // Buffers, so that the graph moves with the model (once) and lands in checkpoints, where loading
   // it into a model built on another grid fails on the shapes.
   graph_.grid_features = register_buffer("grid_features", graph_.grid_features);

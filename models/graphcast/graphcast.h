@@ -113,6 +113,11 @@ struct GraphCastGraph {
 // refinement hierarchy for mesh2grid: O(grid points) rather than O(grid x mesh).
 GraphCastGraph build_graphcast_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes,
                                      int64_t refinement, double radius_fraction = 0.6);
+// The same graph on cells: one latitude and longitude per grid node (a point set: reduced
+// Gaussian, anemoi's cells), in the tensors' order. build_graphcast_graph is this on the
+// rectangle's cells, row-major, so a rectangle's graph is unchanged.
+GraphCastGraph build_graphcast_cell_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes,
+                                          int64_t refinement, double radius_fraction = 0.6);
 
 // PhysicsNeMo's GraphCastNet graph (model.graph = "physicsnemo"; physicsnemo_graph.cpp), built by
 // its rules on the given grid: DeepMind's mesh; grid2mesh from the 4 nearest mesh nodes within 0.6 x
@@ -124,14 +129,17 @@ GraphCastGraph build_graphcast_graph(const std::vector<double>& latitudes, const
 // a regional grid keeps the nodes it talks to. Grid features are the wxtrain ones.
 GraphCastGraph build_physicsnemo_graph(const std::vector<double>& latitudes, const std::vector<double>& longitudes,
                                        int64_t refinement);
-// The graph a model with these options builds on this grid (model.graph picks the rules).
+// The graph a model with these options builds on this grid (model.graph picks the rules). With
+// `point_set`, latitudes/longitudes are one per cell (graphcast_grid of a point-set shape), and
+// model.graph = "physicsnemo", a rectangle's, is refused.
 GraphCastGraph build_model_graph(const GraphCastOptions& options, const std::vector<double>& latitudes,
-                                 const std::vector<double>& longitudes);
+                                 const std::vector<double>& longitudes, bool point_set = false);
 // Whether a grid reaches both poles (within one row) and closes the circle of longitudes (no gap
 // wider than 1.5 columns): a global grid.
 bool covers_the_sphere(const std::vector<double>& latitudes, const std::vector<double>& longitudes);
 
-// The grid a model of `shape` is built on: the shape's coordinates, or a regular global grid.
+// The grid a model of `shape` is built on: the shape's coordinates, or a regular global grid; for
+// a point set, one latitude and longitude per cell.
 std::pair<std::vector<double>, std::vector<double>> graphcast_grid(const ModelShape& shape);
 
 // ---- blocks ----

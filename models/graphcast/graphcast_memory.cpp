@@ -16,18 +16,18 @@ struct GraphCastSizes {
 };
 GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s) {
   static std::mutex mutex;
-  static std::tuple<std::vector<double>, std::vector<double>, int64_t, std::string> key;
+  static std::tuple<std::vector<double>, std::vector<double>, int64_t, std::string, bool> key;
   static GraphCastSizes cached;
   auto [lat, lon] = graphcast_grid(s);
   std::lock_guard<std::mutex> lock(mutex);
   if (std::get<0>(key) == lat && std::get<1>(key) == lon && std::get<2>(key) == c.mesh_refinement &&
-      std::get<3>(key) == c.graph)
+      std::get<3>(key) == c.graph && std::get<4>(key) == s.point_set)
     return cached;
-  const GraphCastGraph g = build_model_graph(c, lat, lon);
+  const GraphCastGraph g = build_model_graph(c, lat, lon, s.point_set);
   cached = {static_cast<double>(g.grid_nodes), static_cast<double>(g.mesh_nodes),
             static_cast<double>(g.g2m_senders.size(0)), static_cast<double>(g.mesh_senders.size(0)),
             static_cast<double>(g.m2g_senders.size(0))};
-  key = {std::move(lat), std::move(lon), c.mesh_refinement, c.graph};
+  key = {std::move(lat), std::move(lon), c.mesh_refinement, c.graph, s.point_set};
   return cached;
 }
 

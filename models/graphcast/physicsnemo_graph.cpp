@@ -17,6 +17,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "core/error.h"
 #include "models/graphcast/graphcast.h"
 
 namespace wxtrain::models {
@@ -505,7 +506,14 @@ GraphCastGraph build_physicsnemo_graph(const std::vector<double>& latitudes, con
 }
 
 GraphCastGraph build_model_graph(const GraphCastOptions& o, const std::vector<double>& latitudes,
-                                 const std::vector<double>& longitudes) {
+                                 const std::vector<double>& longitudes, bool point_set) {
+  if (point_set) {
+    if (o.graph == "physicsnemo")
+      throw ConfigError("model.graph = \"physicsnemo\" builds PhysicsNeMo's graph on a latitude x longitude rectangle, "
+                        "but the data is a point-set grid of " + std::to_string(latitudes.size()) +
+                        " cells; use model.graph = \"graphcast\"");
+    return build_graphcast_cell_graph(latitudes, longitudes, o.mesh_refinement);
+  }
   if (o.graph == "physicsnemo") return build_physicsnemo_graph(latitudes, longitudes, o.mesh_refinement);
   return build_graphcast_graph(latitudes, longitudes, o.mesh_refinement);
 }

@@ -486,6 +486,10 @@ torch::Tensor PanguHeadImpl::forward(const torch::Tensor& x, const torch::Tensor
 }
 
 PanguImpl::PanguImpl(const PanguOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  if (shape.point_set)
+    throw ConfigError("model.name = \"pangu\" needs a latitude x longitude rectangle (windows of rows and columns), but the data is a "
+                      "point-set grid of " + std::to_string(shape.lon) +
+                      " cells (reduced Gaussian or a list of cells); use graphcast or gnn, or data on a regular grid");
   check_upper_air_fits(options, shape);
   options_ = options;
   upper_variables_ = options.upper_variables;

@@ -44,6 +44,10 @@ torch::Tensor UpBlockImpl::forward(const torch::Tensor& coarse, const torch::Ten
 }
 
 UNetImpl::UNetImpl(const UNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  if (shape.point_set)
+    throw ConfigError("model.name = \"unet\" needs a latitude x longitude rectangle (convolutions over rows and columns), but the data is a "
+                      "point-set grid of " + std::to_string(shape.lon) +
+                      " cells (reduced Gaussian or a list of cells); use graphcast or gnn, or data on a regular grid");
   const auto& ch = options.channels;
   const size_t levels = ch.size();
   for (size_t i = 0; i < levels; ++i) {

@@ -76,6 +76,10 @@ torch::Tensor patches_to_grid(const torch::Tensor& tokens, int64_t nh, int64_t n
 }
 
 ViTImpl::ViTImpl(const ViTOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  if (shape.point_set)
+    throw ConfigError("model.name = \"vit\" needs a latitude x longitude rectangle (square patches of rows and columns), but the data is a "
+                      "point-set grid of " + std::to_string(shape.lon) +
+                      " cells (reduced Gaussian or a list of cells); use graphcast or gnn, or data on a regular grid");
   patch_ = options.patch_size;
   patches_lat_ = ceil_div(shape.lat, patch_);
   patches_lon_ = ceil_div(shape.lon, patch_);

@@ -2,7 +2,9 @@
 # zoo_configs_train.sh WXTRAIN PYTHON DIR CONFIG... — each bundled run file trains to the end and
 # beats persistence on every variable at its first lead (the validation table `wxtrain train`
 # prints). Run files that read the ERA5-shaped fixture (file = "../build/era5_fixture/...", relative
-# to configs/) get the fixture written into DIR by tests/data/era5_fixture.py and their paths pointed there.
+# to configs/) get the fixture written into DIR by tests/data/era5_fixture.py and their paths pointed there;
+# those reading its point-set version ("../build/cells_fixture/...": O12 cells as anemoi-datasets
+# and reduced Gaussian GRIB) by tests/data/cells_fixture.py.
 set -eu
 wxtrain="$1"
 python="$2"
@@ -14,11 +16,15 @@ mkdir -p "$dir"
 if grep -q 'build/era5_fixture/' "$@"; then
   "$python" "$here/data/era5_fixture.py" "$dir/era5_fixture" >"$dir/fixture.log" 2>&1 || { cat "$dir/fixture.log"; exit 1; }
 fi
+if grep -q 'build/cells_fixture/' "$@"; then
+  "$python" "$here/data/cells_fixture.py" "$dir/cells_fixture" >"$dir/cells_fixture.log" 2>&1 || { cat "$dir/cells_fixture.log"; exit 1; }
+fi
 
 fail=0
 for config in "$@"; do
   name="$(basename "$config" .toml)"
-  sed "s#\(\.\./\)\{0,1\}build/era5_fixture/#$dir/era5_fixture/#g" "$config" >"$dir/$name.toml"
+  sed -e "s#\(\.\./\)\{0,1\}build/era5_fixture/#$dir/era5_fixture/#g" \
+      -e "s#\(\.\./\)\{0,1\}build/cells_fixture/#$dir/cells_fixture/#g" "$config" >"$dir/$name.toml"
   echo "=== $name"
   start=$SECONDS
   if ! output="$(OMP_NUM_THREADS=1 "$wxtrain" train --config "$dir/$name.toml" --set "train.out_dir=$dir/run_$name" 2>&1)"; then
@@ -39,6 +45,12 @@ for config in "$@"; do
       echo "FAIL: $name: $variable at $lead has RMSE $model, persistence $persistence"; fail=1
     fi
   done <<<"$report"
+  # On a point set the start names the grid and its area weights, and the scores say how they weigh.
+  if grep -q 'build/cells_fixture/' "$config"; then
+    for expected in "on reduced Gaussian O12, 1008 cells (Gaussian weight / points in the row)" "area-weighted RMSE"; do
+      grep -qF "$expected" <<<"$output" || { echo "FAIL: $name printed no '$expected'"; fail=1; }
+    done
+  fi
   grep 'validation skill vs persistence' <<<"$output" || true
   echo "  trained in $((SECONDS - start)) s"
 done

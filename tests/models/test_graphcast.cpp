@@ -555,5 +555,71 @@ TEST(GraphCastReferenceState, RoundTripsAndNamesWhatDoesNotFit) {
       << error(wrong);
 }
 
+// A point set: an octahedral reduced Gaussian O12 grid's 1008 cells (latitudes near the Gaussian
+// ones: the graph needs positions, not quadrature). The graph is built from the cells: each reads
+// from its finest triangle's three corners and sends to at least one mesh node, the whole mesh is
+// kept (the cells cover the sphere); the rectangle's graph is the same built from its cells; the
+// model runs [B, C, 1, cells] forward and backward; PhysicsNeMo's rectangle graph is refused.
+ModelShape octahedral_shape(int64_t n) {
+  ModelShape s{6, 3, 1, 0};
+  s.point_set = true;
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    const int64_t from_pole = i < n ? i : 2 * n - 1 - i;
+    const double lat = 90.0 - 180.0 * (static_cast<double>(i) + 0.5) / static_cast<double>(2 * n);
+    const int64_t points = 20 + 4 * from_pole;
+    for (int64_t j = 0; j < points; ++j) {
+      s.latitudes.push_back(lat);
+      s.longitudes.push_back(360.0 * static_cast<double>(j) / static_cast<double>(points));
+    }
+  }
+  s.lon = static_cast<int64_t>(s.latitudes.size());
+  return s;
+}
+
+TEST(GraphCastPointSet, GraphFromCellsAndTheRectangleUnchanged) {
+  const ModelShape cells = octahedral_shape(12);
+  ASSERT_EQ(cells.lon, 1008);
+  const GraphCastGraph g = build_graphcast_cell_graph(cells.latitudes, cells.longitudes, 3);
+  EXPECT_EQ(g.grid_nodes, 1008);
+  EXPECT_EQ(g.m2g_senders.size(0), 3 * 1008);
+  EXPECT_EQ(g.mesh_nodes, 10 * pow4(3) + 2);  // the whole M3: the cells cover the sphere
+  const torch::Tensor sends = torch::zeros({1008}, torch::kLong).index_add_(0, g.g2m_senders, torch::ones_like(g.g2m_senders));
+  EXPECT_GE(sends.min().item<int64_t>(), 1) << "a cell sends to no mesh node";
+  EXPECT_FLOAT_EQ(g.grid_features[21][0].item<float>(), static_cast<float>(std::sin(cells.latitudes[21] * M_PI / 180)));
+
+  // The rectangle's graph is its cells' graph, row-major.
+  const std::vector<double> lat = global_latitudes(19), lon = global_longitudes(36);
+  std::vector<double> cell_lat, cell_lon;
+  for (double a : lat)
+    for (double b : lon) cell_lat.push_back(a), cell_lon.push_back(b);
+  const GraphCastGraph rectangle = build_graphcast_graph(lat, lon, 3), as_cells = build_graphcast_cell_graph(cell_lat, cell_lon, 3);
+  EXPECT_TRUE(torch::equal(rectangle.g2m_senders, as_cells.g2m_senders));
+  EXPECT_TRUE(torch::equal(rectangle.g2m_features, as_cells.g2m_features));
+  EXPECT_TRUE(torch::equal(rectangle.m2g_receivers, as_cells.m2g_receivers));
+  EXPECT_TRUE(torch::equal(rectangle.grid_features, as_cells.grid_features));
+}
+
+TEST(GraphCastPointSet, ModelRunsOnCellsAndRefusesTheReferenceGraph) {
+  const ModelShape cells = octahedral_shape(6);
+  torch::manual_seed(0);
+  WeatherModel model = build_model(small_graphcast(), cells);
+  const torch::Tensor x = torch::randn({2, 6, 1, cells.lon});
+  const torch::Tensor y = model->forward(x);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{2, 3, 1, cells.lon}));
+  y.square().mean().backward();
+  double gradient = 0;
+  for (const auto& p : model->parameters())
+    if (p.grad().defined()) gradient += p.grad().abs().sum().item<double>();
+  EXPECT_GT(gradient, 0.0);
+  ModelConfig reference = small_graphcast();
+  reference.options.as<GraphCastOptions>().graph = "physicsnemo";
+  try {
+    build_model(reference, cells);
+    FAIL() << "the PhysicsNeMo graph was built on cells";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("point-set grid of 360 cells"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace wxtrain::models

@@ -473,5 +473,59 @@ TEST(CellCoordinates, RectangleFlattensRowMajorAndPointSetIsItsOwnList) {
   }
 }
 
+// The models built on rows and columns refuse a point set by name; model_shape reads one from a
+// [data] of one row whose coordinates come one per cell (data::take_grid).
+TEST(PointSets, RectangleModelsRefuseThemAndModelShapeReadsThem) {
+  ModelShape cells{12, 6, 1, 40};
+  cells.point_set = true;
+  for (int64_t c = 0; c < 40; ++c) {
+    cells.latitudes.push_back(80.0 - 4.0 * static_cast<double>(c));
+    cells.longitudes.push_back(9.0 * static_cast<double>(c));
+  }
+  for (const std::string name : {"unet", "vit", "fourcastnet", "pangu"}) {
+    try {
+      build_model(small(name), cells);
+      FAIL() << name << " took a point-set grid";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("\"" + name + "\""), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("point-set grid of 40 cells"), std::string::npos) << e.what();
+    }
+  }
+  RunConfig run = parse_config("[model]\nname = \"gnn\"\n[data]\nvariables = [\"a\"]\ngrid = [1, 40]\n", "cells.toml");
+  run.data.lat_coords = cells.latitudes;
+  run.data.lon_coords = cells.longitudes;
+  const ModelShape shape = model_shape(run);
+  EXPECT_TRUE(shape.point_set);
+  EXPECT_EQ(shape.latitudes, cells.latitudes);
+  // One row of a rectangle has one latitude: not a point set.
+  run.data.lat_coords = {45.0};
+  EXPECT_FALSE(model_shape(run).point_set);
+}
+
+// The GNN on cells: each cell receives from its 8 nearest (neighbourhood 1) by great-circle
+// distance, and the model runs [B, C, 1, cells].
+TEST(PointSets, GnnConnectsEachCellToItsNearestCells) {
+  // A 2-degree patch of cells, rows 2 degrees apart at 40..50N, shuffled into a list.
+  std::vector<double> lat, lon;
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 8; ++j) lat.push_back(40.0 + 2.0 * i), lon.push_back(350.0 + 2.0 * j - (j >= 5 ? 360.0 : 0.0));
+  const GridGraph g = build_cell_graph(lat, lon, 1);
+  ASSERT_EQ(g.senders.size(0), 48 * 8);
+  // Cell (row 2, column 3) is interior: its 8 senders are the 8 around it (across 0/360 too).
+  const int64_t centre = 2 * 8 + 3;
+  std::set<int64_t> around;
+  for (int64_t e = 0; e < g.senders.size(0); ++e)
+    if (g.receivers[e].item<int64_t>() == centre) around.insert(g.senders[e].item<int64_t>());
+  EXPECT_EQ(around, (std::set<int64_t>{1 * 8 + 2, 1 * 8 + 3, 1 * 8 + 4, 2 * 8 + 2, 2 * 8 + 4, 3 * 8 + 2, 3 * 8 + 3, 3 * 8 + 4}));
+  EXPECT_TRUE(torch::equal(g.receivers, torch::arange(48, torch::kLong).repeat_interleave(8)));
+
+  ModelShape cells{12, 6, 1, 48};
+  cells.point_set = true;
+  cells.latitudes = lat;
+  cells.longitudes = lon;
+  WeatherModel model = build_seeded(small("gnn"), cells);
+  EXPECT_EQ(model->forward(torch::randn({2, 12, 1, 48})).sizes(), (std::vector<int64_t>{2, 6, 1, 48}));
+}
+
 }  // namespace
 }  // namespace wxtrain::models

@@ -292,17 +292,81 @@ TEST(GribReader, OneShortNameOnTwoLevelTypesIsTwoVariables) {
   EXPECT_EQ(values[79], 280.0f);
 }
 
-TEST(GribReader, RejectsAGridOtherThanRegularLatLon) {
+TEST(GribReader, RejectsAGridOtherThanRegularLatLonOrReducedGaussian) {
   TempDir directory;
   fixtures::MessageSpec spec;
-  spec.sample = "reduced_gg_pl_32_grib2";
+  spec.sample = "regular_gg_pl_grib2";
   spec.set_grid = false;
-  const std::string path = directory.file("reduced.grib2");
+  const std::string path = directory.file("regular_gg.grib2");
   fixtures::write_file(path, fixtures::encode(spec));
   const std::string message = error_of([&] { open_reader(path); });
   EXPECT_TRUE(contains(message, path)) << message;
   EXPECT_TRUE(contains(message, "'t'")) << message;
+  EXPECT_TRUE(contains(message, "regular_gg")) << message;
   EXPECT_TRUE(contains(message, "reduced_gg")) << message;
+}
+
+// ecCodes' own reduced Gaussian sample (N32, ECMWF's classic pl, 6114 points), GRIB2 and GRIB1:
+// one `values` dimension of cells with latitude(values), longitude(values) as cfgrib has them, the
+// 2N Gaussian latitudes ecCodes computes, longitudes 360 j / pl[i] along row i, and the values in
+// the message's order.
+TEST(GribReader, ReadsReducedGaussianAsCells) {
+  for (const std::string sample : {"reduced_gg_pl_32_grib2", "reduced_gg_pl_32_grib1"}) {
+    SCOPED_TRACE(sample);
+    TempDir directory;
+    fixtures::MessageSpec spec;
+    spec.sample = sample;
+    spec.set_grid = false;
+    for (int k = 0; k < 6114; ++k) spec.values.push_back(200.0 + 0.01 * k);
+    const std::string path = directory.file("n32.grib");
+    fixtures::write_file(path, fixtures::encode(spec));
+    const auto reader = open_reader(path);
+    const VariableMeta& t = reader->variable("t");
+    ASSERT_EQ(t.dims.size(), 3u);  // time, level, values
+    EXPECT_EQ(t.dims[2].name, "values");
+    EXPECT_EQ(t.dims[2].length, 6114u);
+    const VariableMeta& lat = reader->variable("latitude");
+    ASSERT_EQ(lat.dims.size(), 1u);
+    EXPECT_EQ(lat.dims[0].name, "values");
+    const std::vector<double> latitudes = reader->read_doubles("latitude"), longitudes = reader->read_doubles("longitude");
+    ASSERT_EQ(latitudes.size(), 6114u);
+    std::vector<double> gaussian(64);
+    ASSERT_EQ(codes_get_gaussian_latitudes(32, gaussian.data()), 0);
+    EXPECT_DOUBLE_EQ(latitudes.front(), gaussian.front());
+    EXPECT_DOUBLE_EQ(latitudes.back(), gaussian.back());
+    // ECMWF's N32 has 20 points on its first row: the 21st point starts row 2.
+    EXPECT_DOUBLE_EQ(longitudes[1], 18.0);
+    EXPECT_DOUBLE_EQ(latitudes[20], gaussian[1]);
+    EXPECT_DOUBLE_EQ(longitudes[20], 0.0);
+    EXPECT_TRUE(grid_coordinate(*reader, &t, t.dims[2], GridAxis::kLatitude).has_value());
+    EXPECT_TRUE(grid_coordinate(*reader, &t, t.dims[2], GridAxis::kLongitude).has_value());
+    std::vector<float> values(6114);
+    reader->read("t", {0, 0, 0}, {1, 1, 6114}, values.data());
+    for (int k : {0, 1, 20, 3000, 6113}) EXPECT_NEAR(values[k], 200.0 + 0.01 * k, 1e-4) << k;
+    std::vector<float> part(10);
+    reader->read("t", {0, 0, 100}, {1, 1, 10}, part.data());
+    EXPECT_EQ(part[0], values[100]);
+  }
+}
+
+// A sub-area of a reduced Gaussian grid starts each row at a point that depends on pl and the
+// area's edge: refused, naming the grid and the globe's extent.
+TEST(GribReader, RejectsAReducedGaussianSubArea) {
+  TempDir directory;
+  std::unique_ptr<codes_handle, decltype(&codes_handle_delete)> handle(
+      codes_grib_handle_new_from_samples(nullptr, "reduced_gg_pl_32_grib2"), &codes_handle_delete);
+  ASSERT_TRUE(handle);
+  ASSERT_EQ(codes_set_double(handle.get(), "longitudeOfLastGridPointInDegrees", 90.0), 0);
+  const void* message = nullptr;
+  size_t length = 0;
+  ASSERT_EQ(codes_get_message(handle.get(), &message, &length), 0);
+  const auto* bytes = static_cast<const unsigned char*>(message);
+  const std::string path = directory.file("area.grib2");
+  fixtures::write_file(path, std::vector<unsigned char>(bytes, bytes + length));
+  const std::string error = error_of([&] { open_reader(path); });
+  EXPECT_TRUE(contains(error, path)) << error;
+  EXPECT_TRUE(contains(error, "reduced_gg N32")) << error;
+  EXPECT_TRUE(contains(error, "global reduced Gaussian grids only")) << error;
 }
 
 TEST(GribReader, RejectsTwoGrids) {

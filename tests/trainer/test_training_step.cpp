@@ -230,3 +230,41 @@ TEST(TrainingStep, FreezePatternsKeepWeightsFixed) {
   RunConfig bad = small_config("freeze = [\"nothing.*\"]\n");
   EXPECT_THROW(make_state(bad), ConfigError);
 }
+
+// A point set (a 1-degree patch stored as a list of cells): the loss weighs each cell by its area
+// ([1, cells], mean 1, so a row at 55N weighs cos 55 / cos 20 of one at 20N), and data.boundary is
+// the band of cells within (boundary - 1/2) grid spacings of data.region's edge, by great-circle
+// distance: two rows at the northern edge, and at 40N the two columns by the western edge (a
+// degree of longitude there is 0.77 degrees of arc).
+TEST(PointSetStep, AreaWeightsAndTheBoundaryBandOfCells) {
+  RunConfig c = parse_config(
+      "[model]\nname = \"graphcast\"\nlatent = 8\nprocessor_layers = 1\nmlp_layers = 1\nmesh_refinement = 2\n"
+      "[data]\nvariables = [\"a\"]\ngrid = [1, 2556]\nhistory = 1\nregion = { lat = [20, 55], lon = [230, 300] }\n"
+      "boundary = 2\n[train]\nbatch_size = 1\n",
+      "cells.toml");
+  for (int i = 55; i >= 20; --i)
+    for (int j = 230; j <= 300; ++j) c.data.lat_coords.push_back(i), c.data.lon_coords.push_back(j);
+  ASSERT_EQ(c.data.lat_coords.size(), 2556u);
+  auto state = make_state(c);
+  const torch::Tensor w = state->lat_weights;
+  ASSERT_EQ(w.sizes(), (std::vector<int64_t>{1, 2556}));
+  EXPECT_NEAR(w.mean().item<double>(), 1.0, 1e-6);
+  EXPECT_NEAR(w[0][0].item<double>() / w[0][2555].item<double>(), std::cos(55 * M_PI / 180) / std::cos(20 * M_PI / 180),
+              2e-4);
+  auto cell = [](int lat, int lon) { return static_cast<int64_t>((55 - lat) * 71 + (lon - 230)); };
+  const torch::Tensor interior = state->interior;
+  ASSERT_EQ(interior.sizes(), (std::vector<int64_t>{1, 2556}));
+  EXPECT_EQ(interior[0][cell(55, 260)].item<float>(), 0.0f);
+  EXPECT_EQ(interior[0][cell(54, 260)].item<float>(), 0.0f);
+  EXPECT_EQ(interior[0][cell(53, 260)].item<float>(), 1.0f);
+  EXPECT_EQ(interior[0][cell(40, 230)].item<float>(), 0.0f);
+  EXPECT_EQ(interior[0][cell(40, 231)].item<float>(), 0.0f);
+  EXPECT_EQ(interior[0][cell(40, 232)].item<float>(), 1.0f);
+  EXPECT_EQ(interior[0][cell(20, 260)].item<float>(), 0.0f);
+  // The weighted loss of an error only on the frame is 0: the frame is kept out of the loss.
+  torch::Tensor error = torch::zeros({1, 1, 1, 2556});
+  error.index_put_({0, 0, 0, cell(55, 260)}, 5.0f);
+  EXPECT_EQ(weighted_mean(error, state->lat_weights, {}, {}, state->interior).item<float>(), 0.0f);
+  error.index_put_({0, 0, 0, cell(40, 260)}, 5.0f);
+  EXPECT_GT(weighted_mean(error, state->lat_weights, {}, {}, state->interior).item<float>(), 0.0f);
+}

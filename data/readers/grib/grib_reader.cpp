@@ -27,7 +27,12 @@
 //     no isobaricInhPa), "level_<typeOfLevel>" for the others.
 //   - latitude/longitude are the points in the order the messages scan them (ERA5: north to
 //     south), and values come back in (latitude, longitude) order whichever of i or j the message
-//     holds consecutive. Every message must be on the same regular_ll grid.
+//     holds consecutive. Every message must be on the same grid: regular_ll, or reduced_gg.
+//   - reduced_gg (ECMWF's reduced Gaussian N and octahedral O grids; global ones only): the
+//     dimensions are (time, [level], values), one cell per point in the message's order (row
+//     after row from the north, pl[i] points on row i), and latitude(values), longitude(values)
+//     hold each cell's coordinates, as cfgrib presents them: the 2N Gaussian latitudes from
+//     ecCodes (codes_get_gaussian_latitudes) and longitudes 360 j / pl[i] on row i.
 //   - valid time is ecCodes' validityDate/validityTime (reference time plus the step in its own
 //     units, the end of the period for accumulations), as seconds since 1970-01-01.
 //   - missing points (bitmap): ecCodes substitutes the handle's missingValue, which this reader
@@ -198,9 +203,9 @@ uint64_t walk_sections(const ReadAt& read_at, uint64_t length, int edition, cons
     // from NV and PVL rather than from its length, so the two must agree before it parses it.
     read_at(gds + 3, 3, bytes);
     const uint64_t gds_length = position - gds, vertical = bytes[0], vertical_start = bytes[1];
-    if (bytes[2] != 0) {
+    if (bytes[2] != 0 && bytes[2] != 4) {
       fail("has a grid of data representation type " + std::to_string(bytes[2]) +
-           " (GRIB1 code table 6); this reader reads regular_ll (type 0) grids only");
+           " (GRIB1 code table 6); this reader reads regular_ll (type 0) and reduced_gg (type 4) grids only");
     }
     if (vertical > 0 && (vertical_start < 33 || vertical_start - 1 + 4 * vertical > gds_length)) {
       fail("has " + std::to_string(vertical) + " vertical coordinates from octet " + std::to_string(vertical_start) +
@@ -219,7 +224,7 @@ uint64_t walk_sections(const ReadAt& read_at, uint64_t length, int edition, cons
   // concept has no name for leave the template unnamed (and ecCodes 2.28 leaks the handle).
   read_at(bds + 3, 1, bytes);
   const int data_flags = bytes[0];
-  if (data_flags & 0x80) fail("holds spherical harmonics (gridType sh), not grid points; this reader reads regular_ll grids only");
+  if (data_flags & 0x80) fail("holds spherical harmonics (gridType sh), not grid points; this reader reads regular_ll and reduced_gg grids only");
   if (data_flags & 0x40) {
     if (end - bds < 14) fail("has a second-order packed binary data section too short for its flags");
     read_at(bds + 13, 1, bytes);
@@ -473,6 +478,14 @@ class Keys {
     if (codes_get_string(handle_, key, buffer, &length) != CODES_SUCCESS) return fallback;
     return std::string(buffer, strnlen(buffer, sizeof(buffer)));
   }
+  std::vector<long> integers(const char* key) const {
+    size_t size = 0;
+    check(codes_get_size(handle_, key, &size), key);
+    std::vector<long> values(size);
+    check(codes_get_long_array(handle_, key, values.data(), &size), key);
+    values.resize(size);
+    return values;
+  }
   const std::string& where() const { return where_; }
 
  private:
@@ -523,10 +536,17 @@ int64_t valid_time_of(const Keys& keys, int edition) {
 struct Grid {
   long ni = 0, nj = 0;             // points along a parallel (longitude) and a meridian (latitude)
   bool j_consecutive = false;      // values run down a meridian first (scanning mode bit 3)
-  std::vector<double> latitudes;   // nj, in scan order
-  std::vector<double> longitudes;  // ni, in scan order
+  std::vector<double> latitudes;   // nj, in scan order (reduced_gg: one per point)
+  std::vector<double> longitudes;  // ni, in scan order (reduced_gg: one per point)
+  // reduced_gg: N and the points per row; ni is then the number of points, nj 1.
+  bool reduced = false;
+  long gaussian_n = 0;
+  std::vector<long> pl;
+
+  size_t points() const { return static_cast<size_t>(ni) * static_cast<size_t>(nj); }
 
   bool same_as(const Grid& other) const {
+    if (reduced || other.reduced) return reduced == other.reduced && gaussian_n == other.gaussian_n && pl == other.pl;
     auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
       if (a.size() != b.size()) return false;
       for (size_t i = 0; i < a.size(); ++i) {
@@ -540,6 +560,10 @@ struct Grid {
 
   std::string describe() const {
     std::ostringstream text;
+    if (reduced) {
+      text << "reduced_gg N" << gaussian_n << " of " << ni << " points";
+      return text.str();
+    }
     text << "regular_ll " << ni << "x" << nj << ", latitude " << latitudes.front() << " to " << latitudes.back() << ", longitude "
          << longitudes.front() << " to " << longitudes.back() << (j_consecutive ? ", j consecutive" : "");
     return text.str();
@@ -563,11 +587,74 @@ std::vector<double> axis(double first, double last, long count, std::optional<do
   return points;
 }
 
+// A global reduced Gaussian grid: N, pl, and each point's coordinates in the message's order.
+Grid reduced_gaussian_of(const Keys& keys, const std::string& short_name) {
+  Grid grid;
+  grid.reduced = true;
+  grid.gaussian_n = keys.integer("N");
+  const long n = grid.gaussian_n;
+  if (n < 1 || n > 8000) {
+    throw DataError(keys.where() + ": '" + short_name + "' is on a reduced_gg grid whose key 'N' is " + std::to_string(n) +
+                    " (expected 1 to 8000 latitudes between a pole and the equator)");
+  }
+  grid.pl = keys.integers("pl");
+  if (grid.pl.size() != static_cast<size_t>(2 * n)) {
+    throw DataError(keys.where() + ": reduced_gg N" + std::to_string(n) + " needs " + std::to_string(2 * n) +
+                    " rows, but key 'pl' has " + std::to_string(grid.pl.size()) + " entries");
+  }
+  uint64_t total = 0;
+  long widest = 0;
+  for (long p : grid.pl) {
+    if (p < 1 || p > kMaxAxisPoints) {
+      throw DataError(keys.where() + ": key 'pl' has a row of " + std::to_string(p) + " points (expected 1 to 2^24)");
+    }
+    total += static_cast<uint64_t>(p);
+    widest = std::max(widest, p);
+  }
+  const long points = keys.integer("numberOfDataPoints");
+  if (total > kMaxGridPoints || static_cast<uint64_t>(points) != total) {
+    throw DataError(keys.where() + ": key 'pl' sums to " + std::to_string(total) + " points but 'numberOfDataPoints' is " +
+                    std::to_string(points));
+  }
+  std::vector<double> rows(static_cast<size_t>(2 * n));
+  // (The caller, read_header, holds eccodes_mutex.)
+  if (codes_get_gaussian_latitudes(n, rows.data()) != CODES_SUCCESS)
+    throw DataError(keys.where() + ": ecCodes computes no Gaussian latitudes for N" + std::to_string(n));
+  // Only the whole globe, from longitude 0 on every row, north to south: what the operational
+  // archives hold. A sub-area's rows start at a point that depends on pl and the area's edge.
+  const double lat_first = keys.real("latitudeOfFirstGridPointInDegrees");
+  const double lat_last = keys.real("latitudeOfLastGridPointInDegrees");
+  const double lon_first = keys.real("longitudeOfFirstGridPointInDegrees");
+  const double lon_last = keys.real("longitudeOfLastGridPointInDegrees");
+  const bool global = std::fabs(lat_first - rows.front()) < 1e-3 && std::fabs(lat_last - rows.back()) < 1e-3 &&
+                      std::fabs(lon_first) < 1e-6 && lon_last >= 360.0 - 360.0 / static_cast<double>(widest) - 1e-3;
+  if (!global || keys.integer("iScansNegatively") != 0 || keys.integer("jScansPositively") != 0) {
+    std::ostringstream text;
+    text << keys.where() << ": '" << short_name << "' is on a reduced_gg N" << n << " grid that is not the whole globe scanned "
+         << "from the north-west (latitudes " << lat_first << " to " << lat_last << ", longitudes " << lon_first << " to "
+         << lon_last << "; the globe is " << rows.front() << " to " << rows.back() << ", 0 to "
+         << 360.0 - 360.0 / static_cast<double>(widest) << "); this reader reads global reduced Gaussian grids only";
+    throw DataError(text.str());
+  }
+  grid.ni = static_cast<long>(total);
+  grid.nj = 1;
+  grid.latitudes.reserve(total);
+  grid.longitudes.reserve(total);
+  for (size_t i = 0; i < grid.pl.size(); ++i) {
+    for (long j = 0; j < grid.pl[i]; ++j) {
+      grid.latitudes.push_back(rows[i]);
+      grid.longitudes.push_back(360.0 * static_cast<double>(j) / static_cast<double>(grid.pl[i]));
+    }
+  }
+  return grid;
+}
+
 Grid grid_of(const Keys& keys, const std::string& short_name) {
   const std::string grid_type = keys.text("gridType");
+  if (grid_type == "reduced_gg") return reduced_gaussian_of(keys, short_name);
   if (grid_type != "regular_ll") {
     throw DataError(keys.where() + ": '" + short_name + "' is on a " + grid_type +
-                    " grid; this reader reads regular_ll (regular latitude/longitude) grids only");
+                    " grid; this reader reads regular_ll (regular latitude/longitude) and reduced_gg (reduced Gaussian) grids only");
   }
   Grid grid;
   grid.ni = keys.integer("Ni");
@@ -717,6 +804,15 @@ class GribReader final : public Reader {
         needed.push_back(&messages_[static_cast<size_t>(message)]);
       }
     }
+    if (grid_.reduced) {
+      // (time, [level], values): the points as the message holds them.
+      const size_t first = start[rank - 1], points = count[rank - 1];
+      for (size_t k = 0; k < needed.size(); ++k) {
+        const std::vector<double> values = decode(*needed[k]);
+        for (size_t c = 0; c < points; ++c) out[k * points + c] = static_cast<float>(values[first + c]);
+      }
+      return;
+    }
     const size_t plane = lat_count * lon_count;
     for (size_t k = 0; k < needed.size(); ++k) {
       const std::vector<double> values = decode(*needed[k]);
@@ -857,8 +953,12 @@ class GribReader final : public Reader {
                                    : std::vector<double>{message.level};
         var.meta.dims.push_back({"time", times_.size()});
         if (var.has_level) var.meta.dims.push_back({axis_name[message.type_of_level], var.levels.size()});
-        var.meta.dims.push_back({"latitude", static_cast<size_t>(grid_.nj)});
-        var.meta.dims.push_back({"longitude", static_cast<size_t>(grid_.ni)});
+        if (grid_.reduced) {
+          var.meta.dims.push_back({"values", static_cast<size_t>(grid_.ni)});
+        } else {
+          var.meta.dims.push_back({"latitude", static_cast<size_t>(grid_.nj)});
+          var.meta.dims.push_back({"longitude", static_cast<size_t>(grid_.ni)});
+        }
         var.meta.dtype = message.packing;
         auto& attributes = var.meta.attributes;
         attributes["units"] = text_attribute(message.units);
@@ -887,11 +987,12 @@ class GribReader final : public Reader {
     }
 
     // Coordinates.
-    auto coordinate = [&](const std::string& name, std::vector<double> values, std::map<std::string, Attribute> attributes) {
+    auto coordinate = [&](const std::string& name, std::vector<double> values, std::map<std::string, Attribute> attributes,
+                          const std::string& dimension = "") {
       if (variables_.count(name)) throw DataError(path_ + ": a GRIB parameter is named '" + name + "', the name of a coordinate");
       Coordinate c;
       c.meta.name = name;
-      c.meta.dims.push_back({name, values.size()});
+      c.meta.dims.push_back({dimension.empty() ? name : dimension, values.size()});
       c.meta.attributes = std::move(attributes);
       c.meta.dtype = "f8";
       c.values = std::move(values);
@@ -909,10 +1010,14 @@ class GribReader final : public Reader {
       }
       coordinate(axis_name[type], std::vector<double>(levels.begin(), levels.end()), std::move(attributes));
     }
+    // A reduced grid's coordinates run along the cells ("values"), one per point.
+    const std::string along = grid_.reduced ? "values" : "";
     coordinate("latitude", grid_.latitudes,
-               {{"units", text_attribute("degrees_north")}, {"standard_name", text_attribute("latitude")}, {"long_name", text_attribute("latitude")}});
+               {{"units", text_attribute("degrees_north")}, {"standard_name", text_attribute("latitude")}, {"long_name", text_attribute("latitude")}},
+               along);
     coordinate("longitude", grid_.longitudes,
-               {{"units", text_attribute("degrees_east")}, {"standard_name", text_attribute("longitude")}, {"long_name", text_attribute("longitude")}});
+               {{"units", text_attribute("degrees_east")}, {"standard_name", text_attribute("longitude")}, {"long_name", text_attribute("longitude")}},
+               along);
 
     names_ = order;
     for (const auto& [name, c] : coordinates_) names_.push_back(name);
@@ -934,7 +1039,7 @@ class GribReader final : public Reader {
     size_t size = 0;
     int status = codes_get_size(handle.get(), "values", &size);
     if (status != CODES_SUCCESS) throw DataError(place + ": key 'values': " + codes_get_error_message(status) + EcCodesLog::said());
-    const size_t expected = static_cast<size_t>(grid_.ni) * static_cast<size_t>(grid_.nj);
+    const size_t expected = grid_.points();
     if (size != expected) {
       throw DataError(place + ": key 'values' has " + std::to_string(size) + " values for a grid of " + std::to_string(expected) + " points");
     }
