@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds, and runs every test (unit, MPI under mpirun -np 2, command line,
 # and against PhysicsNeMo's reference implementations in .venv-reference/ and anemoi's in
-# .venv-anemoi/).
+# .venv-anemoi/ and .venv-anemoi-datasets/).
 # With the torch wheel's CUDA LibTorch this is the CUDA build (WXTRAIN_CUDA=ON), linked against the
 # wheel's CUDA libraries; on a machine without a GPU it runs as a CPU program, and the tests say so.
 set -euo pipefail
