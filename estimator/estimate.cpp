@@ -189,8 +189,8 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   // After the trace (which ran the step's kernels in this process): what the libraries hold.
   e.process_resident = process_resident_outside_allocator();
   const int64_t world = options.world_size < 1 ? 1 : options.world_size;
-  e.states = model_states(e.activations.num_params, layout, config.distributed.zero_stage, world);
-  if (config.distributed.zero_stage == 2 && config.train.accumulation > 1 && world > 1) {
+  e.states = model_states(e.activations.num_params, layout, config.distributed.zero_stage, world, e.activations.blocks);
+  if (config.distributed.zero_stage >= 2 && config.train.accumulation > 1 && world > 1) {
     // Accumulating micro-batches hold full-size gradients until the step's reduce-scatter
     // (distributed/gradient_reducer.h), on top of the owned shard.
     e.states.grads += static_cast<double>(e.activations.num_params) * layout.param_bytes;
@@ -220,7 +220,7 @@ std::vector<MemorySaver> memory_savers(const RunConfig& config, int64_t world_si
   }
   if (world_size > 1 && config.distributed.zero_stage < 3) {
     const int64_t stage = config.distributed.zero_stage + 1;
-    add("distributed.zero_stage = " + std::to_string(stage) + (stage == 3 ? " (estimate only)" : ""),
+    add("distributed.zero_stage = " + std::to_string(stage),
         [&](RunConfig& c) { c.distributed.zero_stage = stage; }, /*states_only=*/true);
   }
   return savers;

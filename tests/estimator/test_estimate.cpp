@@ -156,7 +156,7 @@ TEST(Estimate, MemorySaversAreWhatTheRunDoesNotUseYet) {
 
   const RunConfig saving = small_run(kUnet, {"train.checkpointing=true", "train.precision=bf16",
                                              "distributed.zero_stage=2"});
-  EXPECT_EQ(settings(memory_savers(saving, 4)), (std::vector<std::string>{"distributed.zero_stage = 3 (estimate only)"}));
+  EXPECT_EQ(settings(memory_savers(saving, 4)), (std::vector<std::string>{"distributed.zero_stage = 3"}));
   EXPECT_EQ(ways_to_save_memory(saving, 1), "distributed.zero_stage with more ranks");
 
   // A forecast (estimate --mode inference) runs no backward and holds no gradients or optimizer
