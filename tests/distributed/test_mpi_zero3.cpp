@@ -5,6 +5,7 @@
 // and its checkpoint state is ZeRO-0's.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 
 #include "tests/distributed/mpi_test_env.h"
@@ -154,6 +155,20 @@ TEST_F(Zero3, KeepsAShardOfEachBlockAndGathersEachBlockOncePerPass) {
   EXPECT_LE(store.stats().peak_gathered_bytes, (1056 + 288) * 4);
   EXPECT_GT(store.stats().peak_gathered_bytes, 1056 * 4);
   EXPECT_EQ(store.largest_block_bytes(), 1056 * 4);
+}
+
+TEST_F(Zero3, NonFiniteGradientOnOneRankIsSeenByAll) {
+  // The loss scaler's verdict comes from the sharded gradients: each rank checks its own shards,
+  // and an inf that only rank 1's half of the batch produced must still skip the step on both.
+  auto model = make_model(4);
+  ZeroDataParallel dp(comm, make_groups(model, 0.0), OptimizerOptions{}, 3, kTinyBuckets, blocks_of(model));
+  dp.broadcast_parameters();
+  auto [x, y] = make_batch(0, 8);
+  dp.zero_grad();
+  dp.prepare_backward(true);
+  const double poison = rank == 1 ? std::numeric_limits<double>::infinity() : 1.0;
+  ((forward(model, *dp.block_runner(), x) - y).pow(2).mean() * poison).backward();
+  EXPECT_FALSE(dp.finish_backward(1.0));
 }
 
 TEST_F(Zero3, CheckpointStateIsZero0sAndContinuesInOneProcess) {
