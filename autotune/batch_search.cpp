@@ -381,7 +381,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
         changed.states = estimator::model_states(
             e.activations.num_params,
             estimator::state_layout(config.train.precision, config.train.optimizer, config.train.momentum),
-            saver.config.distributed.zero_stage, report.world_size);
+            saver.config.distributed.zero_stage, report.world_size, e.activations.blocks);
       }
       report.suggestions.push_back({saver.setting, max_of(changed)});
     }

@@ -197,7 +197,7 @@ struct MemoryConfig {
 };
 
 struct DistributedConfig {
-  int64_t zero_stage = 0;     // distributed.zero_stage: 0 (DDP) | 1 | 2 (| 3 estimate only)
+  int64_t zero_stage = 0;     // distributed.zero_stage: 0 (DDP) | 1 | 2 | 3
   int64_t world_size = 0;     // distributed.world_size: for estimate; 0 = from MPI
   double bucket_mb = 25.0;    // distributed.bucket_mb: DDP gradient bucket size
   std::string backend = "auto";  // distributed.backend: auto | mpi | nccl

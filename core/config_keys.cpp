@@ -100,7 +100,7 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"memory.multiple_of", {"", "tune-batch keeps batch sizes multiples of this"}},
       {"memory.max_batch", {"", "tune-batch never goes above"}},
       {"memory.probe_steps", {"", "training steps per tune-batch probe"}},
-      {"distributed.zero_stage", {"", "0 = DDP, 1-2 = ZeRO (3: estimate only)"}},
+      {"distributed.zero_stage", {"", "0 = DDP, 1-2 = ZeRO (sharded optimizer state, gradients), 3 = also the parameters, gathered per block"}},
       {"distributed.world_size", {"", "ranks for estimate (0 = from MPI)"}},
       {"distributed.bucket_mb", {"", "gradient bucket size in MB"}},
       {"distributed.backend", {"", "collectives: auto, mpi or nccl"}},

@@ -36,6 +36,10 @@ WorkHandle completed_work();
 struct CommStats {
   int64_t collectives = 0;  // collectives issued, scalar helpers included
   int64_t bytes = 0;        // payload bytes of those collectives (per rank, before any upcast)
+  // Of `bytes`: all-gathers (their output, the whole gathered tensor) and reduce-scatters (their
+  // input, the whole tensor reduced): what ZeRO-3 moves per step (bench/zero3_step.cpp).
+  int64_t allgather_bytes = 0;
+  int64_t reduce_scatter_bytes = 0;
 };
 
 class Communicator {
@@ -80,7 +84,9 @@ class Communicator {
   void broadcast(const torch::Tensor& tensor, int root = 0) { broadcast_async(tensor, root)->wait(); }
   bool any(bool flag) { return max(flag ? 1.0 : 0.0) > 0.0; }
 
-  CommStats stats() const { return {collectives_.load(), bytes_.load()}; }
+  CommStats stats() const {
+    return {collectives_.load(), bytes_.load(), allgather_bytes_.load(), reduce_scatter_bytes_.load()};
+  }
 
  protected:
   // Checks what every backend needs (defined, contiguous, supported dtype); names the op at fault.
@@ -88,14 +94,19 @@ class Communicator {
   // counts for reduce_scatter/allgather: validated against the tensors, or equal pieces of `whole`.
   std::vector<int64_t> resolve_counts(std::vector<int64_t> counts, int64_t whole, int64_t piece,
                                       const char* op) const;
-  void record(int64_t bytes) {
+  enum class Kind { kOther, kAllgather, kReduceScatter };
+  void record(int64_t bytes, Kind kind = Kind::kOther) {
     collectives_.fetch_add(1, std::memory_order_relaxed);
     bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    if (kind == Kind::kAllgather) allgather_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    if (kind == Kind::kReduceScatter) reduce_scatter_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
 
  private:
   std::atomic<int64_t> collectives_{0};
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> allgather_bytes_{0};
+  std::atomic<int64_t> reduce_scatter_bytes_{0};
 };
 
 // The world of one: every collective is the identity (copies where output is a separate tensor).

@@ -29,9 +29,14 @@ struct FlatGroup {
   std::vector<std::vector<int64_t>> shapes;    // sizes of each parameter
   ShardLayout layout;
   torch::Tensor flat;                          // padded, in the parameters' dtype and device
+  // ZeRO-3 (sharded_parameters.h): this rank's shard kept apart from `flat`, whose storage is
+  // freed while its block is not running. Undefined otherwise: the shard is a range of `flat`.
+  torch::Tensor shard;
 
   // This rank's shard of the parameters (all of them when unsharded).
-  torch::Tensor owned() const { return flat.narrow(0, layout.shard_begin, layout.shard_size); }
+  torch::Tensor owned() const {
+    return shard.defined() ? shard : flat.narrow(0, layout.shard_begin, layout.shard_size);
+  }
 };
 
 class FlatParameters {

@@ -127,6 +127,15 @@ void GradientReducer::on_gradient_ready(int slot) {
 
 void GradientReducer::issue_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) issue(buckets_[next_bucket_++]);
+  // Reduce-scatter: a bucket's packed copy is garbage once its collective is done. Releasing it
+  // then, rather than in finish_backward(), keeps backward from holding a full-size gradient's
+  // worth of staging at its end (what ZeRO-2/3 set out to avoid); wait() still comes in
+  // finish_backward(), which rethrows a collective's error.
+  if (!scatters()) return;
+  for (size_t b = 0; b < next_bucket_; ++b) {
+    Bucket& bucket = buckets_[b];
+    if (bucket.staging.defined() && bucket.work && bucket.work->completed()) bucket.staging = torch::Tensor();
+  }
 }
 
 void GradientReducer::issue(Bucket& b) {

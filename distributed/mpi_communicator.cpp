@@ -260,7 +260,7 @@ WorkHandle MpiCommunicator::reduce_scatter_async(torch::Tensor input, torch::Ten
   check_cpu(output, "reduce_scatter");
   if (input.scalar_type() != output.scalar_type()) throw Error("reduce_scatter: input and output dtypes differ");
   counts = resolve_counts(std::move(counts), input.numel(), output.numel(), "reduce_scatter");
-  record(input.nbytes());
+  record(input.nbytes(), Kind::kReduceScatter);
   std::vector<int> int_counts;
   for (int64_t c : counts) int_counts.push_back(to_int_count(c, "reduce_scatter"));
   MPI_Comm comm = comm_;
@@ -279,7 +279,7 @@ WorkHandle MpiCommunicator::allgather_async(torch::Tensor input, torch::Tensor o
   check_cpu(output, "allgather");
   if (input.scalar_type() != output.scalar_type()) throw Error("allgather: input and output dtypes differ");
   counts = resolve_counts(std::move(counts), output.numel(), input.numel(), "allgather");
-  record(output.nbytes());
+  record(output.nbytes(), Kind::kAllgather);
   std::vector<int> int_counts;
   for (int64_t c : counts) int_counts.push_back(to_int_count(c, "allgather"));
   const std::vector<int> displs = displacements(int_counts);

@@ -1,5 +1,5 @@
 #pragma once
-// Data parallelism with ZeRO stage 0, 1 or 2, composed of three pieces that know nothing of each
+// Data parallelism with ZeRO stage 0, 1, 2 or 3, composed of three pieces that know nothing of each
 // other's insides:
 //   FlatParameters   (flat_parameters.h)    each group's parameters as views of one flat buffer,
 //                                            padded to the ShardLayout (shard_layout.h)
@@ -16,15 +16,13 @@
 // gradients, so each rank keeps only its shard of them. A world of one runs every stage as stage
 // 0: a plain optimizer with no hooks and no communication.
 //
-// Where ZeRO-3 goes: a parameter-sharding piece in place of FlatParameters that keeps only each
-// group's owned shard persistently (described by the same FlatGroup: offsets, numels, shapes,
-// ShardLayout, with owned() naming that shard instead of a slice of a full buffer), all-gathers a
-// block's parameters into a temporary buffer before the block's forward and its backward (the
-// model's blocks, or checkpoint replays, give the hook points), re-points the leaves at it, and
-// frees it after. The GradientReducer runs unchanged in kReduceScatter mode: it reads the groups'
-// layout, never their values, and takes gradients from .grad. The ShardedOptimizer runs unchanged
-// on FlatGroup::owned(); this class skips the all-gather after the update, since the next forward
-// gathers.
+// Stage 3 also shards the parameters: ShardedParameters (sharded_parameters.h) replaces
+// FlatParameters, keeps each rank's 1/N of every block's parameters and gathers a block around its
+// forward and backward (installed as the model's BlockRunner: block_runner()). The GradientReducer
+// runs unchanged in kReduceScatter mode on its units (it reads their layout, never their values,
+// and takes gradients from .grad), the ShardedOptimizer unchanged on their shards, and the
+// all-gather after the update goes, since the next forward gathers (only the parameters outside
+// every block, kept whole, are all-gathered).
 // Model-parallel groups change only which communicator each piece is given: the reducer and the
 // optimizer take the data-parallel group's.
 #include <cstdint>
@@ -40,15 +38,17 @@
 #include "distributed/flat_parameters.h"
 #include "distributed/gradient_reducer.h"
 #include "distributed/sharded_optimizer.h"
+#include "distributed/sharded_parameters.h"
 
 namespace wxtrain::distributed {
 
 class ZeroDataParallel {
  public:
-  // Throws ConfigError for an unknown optimizer, a zero_stage outside 0..2 or bucket_mb <= 0, and
-  // Error for a group FlatParameters refuses.
+  // Throws ConfigError for an unknown optimizer, a zero_stage outside 0..3 or bucket_mb <= 0, and
+  // Error for a group FlatParameters refuses. `blocks`: each model block's parameters, in block
+  // order (stage 3 gathers by them; a parameter of no block stays whole on every rank).
   ZeroDataParallel(std::shared_ptr<Communicator> comm, std::vector<ParamGroup> groups, OptimizerOptions opt,
-                   int zero_stage, double bucket_mb);
+                   int zero_stage, double bucket_mb, const std::vector<std::vector<torch::Tensor>>& blocks = {});
   ZeroDataParallel(const ZeroDataParallel&) = delete;
   ZeroDataParallel& operator=(const ZeroDataParallel&) = delete;
 
@@ -57,8 +57,15 @@ class ZeroDataParallel {
 
   // The step, in order (GradientReducer has the details).
   void zero_grad() { reducer_.zero_grad(); }
-  void prepare_backward(bool sync) { reducer_.prepare_backward(sync); }
-  bool finish_backward(double grad_multiplier) { return reducer_.finish_backward(grad_multiplier); }
+  void prepare_backward(bool sync) {
+    if (sharded_) sharded_->start_forward();
+    reducer_.prepare_backward(sync);
+  }
+  bool finish_backward(double grad_multiplier) {
+    const bool finite = reducer_.finish_backward(grad_multiplier);
+    if (sharded_) sharded_->end_backward();
+    return finite;
+  }
   double clip_grad_norm(double max_norm) { return reducer_.clip_grad_norm(max_norm); }
   // The update with learning rate lr * group.lr_scale (this rank's shard under ZeRO), then the
   // all-gather of the updated parameters. The gradient buffer serves as scratch: gradients are
@@ -66,9 +73,19 @@ class ZeroDataParallel {
   void step(double lr);
 
   // Checkpoints: ShardedOptimizer::consolidated_state() and load_state() (collective, and
-  // independent of world size and stage).
-  std::map<std::string, torch::Tensor> optimizer_state() { return optimizer_.consolidated_state(); }
-  void load_optimizer_state(const std::map<std::string, torch::Tensor>& state) { optimizer_.load_state(state); }
+  // independent of world size and stage: stage 3's per-block units are put back in the groups'
+  // layout).
+  std::map<std::string, torch::Tensor> optimizer_state();
+  void load_optimizer_state(const std::map<std::string, torch::Tensor>& state);
+
+  // Stage 3: the model's BlockRunner (null otherwise), and its gathering statistics.
+  std::shared_ptr<BlockRunner> block_runner() const { return sharded_; }
+  const ShardedParameters* sharded_parameters() const { return sharded_.get(); }
+  int stage() const { return stage_; }
+  // While the returned guard lives, every parameter holds its full value (stage 3 gathers all
+  // blocks; collective. Other stages: nothing to do). For reading the weights (checkpoints) and
+  // for validation, whose ranks may run different numbers of batches.
+  std::shared_ptr<void> gather_full_parameters();
 
   int64_t optimizer_state_bytes() const { return optimizer_.state_bytes(); }
   int64_t gradient_bytes() const { return reducer_.gradient_bytes(); }
@@ -77,8 +94,11 @@ class ZeroDataParallel {
 
  private:
   std::shared_ptr<Communicator> comm_;
+  std::vector<FlatGroup>& store_groups();
+
   int stage_;  // effective stage: 0 on a world of one
-  FlatParameters parameters_;
+  std::unique_ptr<FlatParameters> parameters_;   // stages 0-2
+  std::shared_ptr<ShardedParameters> sharded_;   // stage 3
   GradientReducer reducer_;
   ShardedOptimizer optimizer_;
 };

@@ -1,6 +1,7 @@
 #include "estimator/activation_trace.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 #include "core/autocast.h"
@@ -23,6 +24,23 @@ RunConfig trace_config(const RunConfig& config) {
 }
 
 bool uses_cpu_fusion(const RunConfig& config) { return config.train.device == "cpu"; }
+
+BlockParams block_params(const models::WeatherModelImpl& model) {
+  std::map<const void*, int> uses;
+  for (const auto& block : model.block_modules())
+    for (const auto& p : block->parameters()) ++uses[p.unsafeGetTensorImpl()];
+  BlockParams out;
+  for (const auto& p : model.parameters()) {
+    auto it = uses.find(p.unsafeGetTensorImpl());
+    if (it == uses.end() || it->second > 1) out.outside += p.numel();
+  }
+  for (const auto& block : model.block_modules()) {
+    int64_t n = 0;
+    for (const auto& p : block->parameters()) n += uses[p.unsafeGetTensorImpl()] == 1 ? p.numel() : 0;
+    out.largest = std::max(out.largest, n);
+  }
+  return out;
+}
 
 StepMemory measure_step(const RunConfig& config, const models::ModelShape& shape, int64_t batch, Mode mode,
                         int64_t steps) {
@@ -57,6 +75,7 @@ StepMemory measure_step(const RunConfig& config, const models::ModelShape& shape
   auto comm = distributed::make_communicator(distributed::World{}, c.distributed, cpu);
   auto state = trainer::build_training_state(c, shape, comm, cpu);
   for (const auto& p : state->model->parameters()) m.num_params += p.numel();
+  m.blocks = block_params(*state->model);
   m.states = meter.snapshot().allocated - base;
   auto micro = trainer::synthetic_micro_batches(c, shape, batch, c.train.accumulation, cpu);
   trainer::TrainingStep step(*state, &meter);
@@ -84,6 +103,7 @@ ActivationFit trace_activations(const RunConfig& config, const models::ModelShap
   ActivationFit f;
   f.traced_states = traces.front().states;
   f.num_params = traces.front().num_params;
+  f.blocks = traces.front().blocks;
   for (size_t i = 0; i + 1 < traces.size(); ++i) {
     const StepMemory& a = traces[i];
     const StepMemory& b = traces[i + 1];

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "estimator/model_states.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::estimator {
@@ -29,12 +30,17 @@ struct StepMemory {
   int64_t peak_optimizer = 0;
   int64_t peak() const { return peak_forward_backward > peak_optimizer ? peak_forward_backward : peak_optimizer; }
   int64_t num_params = 0;
+  BlockParams blocks;
 };
 
 enum class Mode { kTrain, kInference };
 
 // Runs `steps` real training steps (or forward passes in inference mode) at `batch` on the CPU
 // under the counting allocator and returns the highest phase peaks seen.
+// How the instantiated model's trainable and frozen parameters divide into its blocks (what ZeRO-3
+// gathers at once); a parameter two blocks share counts as outside, as ZeRO-3 keeps it.
+BlockParams block_params(const models::WeatherModelImpl& model);
+
 StepMemory measure_step(const RunConfig& config, const models::ModelShape& shape, int64_t batch, Mode mode,
                         int64_t steps = 2);
 
@@ -48,6 +54,7 @@ struct ActivationFit {
   std::vector<Line> small_batch;
   int64_t traced_states = 0;
   int64_t num_params = 0;
+  BlockParams blocks;  // for ZeRO-3's gathered blocks (model_states)
   double at(double batch) const;  // activation bytes (incl. workspaces and inputs) at `batch`
 
   double per_sample() const;    // the steepest slope: bytes each extra sample costs

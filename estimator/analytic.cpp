@@ -121,6 +121,11 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
     weights += b.weights;
     worst_weights = std::max(worst_weights, b.weights);
   }
+  // ZeRO-3's largest gathered block: the formulas count each block's conv/linear weights; norms
+  // and biases are spread over the blocks in the same proportion. No parameter is outside a block
+  // in the zoo's formulas.
+  if (weights > 0)
+    fit.blocks.largest = static_cast<int64_t>(static_cast<double>(fit.num_params) * worst_weights / weights);
 
   if (mode == Mode::kInference) {
     // No graph: the largest block's forward temporaries on top of its input and output.

@@ -14,7 +14,8 @@ StateLayout state_layout(Precision precision, const std::string& optimizer, doub
   return l;
 }
 
-ModelStates model_states(int64_t num_params, const StateLayout& layout, int64_t zero_stage, int64_t world_size) {
+ModelStates model_states(int64_t num_params, const StateLayout& layout, int64_t zero_stage, int64_t world_size,
+                         const BlockParams& blocks) {
   const double n = static_cast<double>(num_params);
   const double world = static_cast<double>(world_size < 1 ? 1 : world_size);
   ModelStates s;
@@ -22,6 +23,11 @@ ModelStates model_states(int64_t num_params, const StateLayout& layout, int64_t 
   s.params = n * layout.param_bytes / (zero_stage >= 3 ? world : 1.0);
   s.grads = n * layout.param_bytes / (zero_stage >= 2 ? world : 1.0);
   s.optimizer = n * layout.optimizer_bytes / (zero_stage >= 1 ? world : 1.0);
+  if (zero_stage >= 3 && world > 1) {
+    const double outside = static_cast<double>(blocks.outside);
+    s.gathered = 2.0 * static_cast<double>(blocks.largest) * layout.param_bytes;
+    s.params = (n - outside) * layout.param_bytes / world + outside * layout.param_bytes + s.gathered;
+  }
   return s;
 }
 

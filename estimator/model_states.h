@@ -10,9 +10,17 @@
 
 namespace wxtrain::estimator {
 
+// How a model's parameters divide into its blocks (models/weather_model.h): what ZeRO-3 gathers
+// at once.
+struct BlockParams {
+  int64_t largest = 0;  // parameters of the largest block
+  int64_t outside = 0;  // parameters of no block (ZeRO-3 keeps them whole on every rank)
+};
+
 struct ModelStates {
   int64_t num_params = 0;
-  double params = 0;     // bytes per rank
+  double params = 0;     // bytes per rank (under ZeRO-3: the shards, plus `gathered`)
+  double gathered = 0;   // ZeRO-3: the full parameters of the blocks held at once, part of `params`
   double grads = 0;
   double optimizer = 0;  // moments / momentum buffers, plus fp32 master weights where params are half
   double total() const { return params + grads + optimizer; }
@@ -26,6 +34,11 @@ struct StateLayout {
 // Bytes per parameter that wxtrain's trainer allocates for this precision and optimizer.
 StateLayout state_layout(Precision precision, const std::string& optimizer, double momentum);
 
-ModelStates model_states(int64_t num_params, const StateLayout& layout, int64_t zero_stage, int64_t world_size);
+// Stage 3 over more than one rank (distributed/sharded_parameters.h): each rank keeps 1/N of every
+// block's parameters and the parameters outside the blocks whole, and holds at most two blocks
+// whole at once (the running one and the prefetched next): params = (n - outside) / N + outside,
+// plus 2 x the largest block. A world of one runs every stage as stage 0.
+ModelStates model_states(int64_t num_params, const StateLayout& layout, int64_t zero_stage, int64_t world_size,
+                         const BlockParams& blocks = {});
 
 }  // namespace wxtrain::estimator

@@ -66,8 +66,17 @@ void WeatherModelImpl::to(torch::Device device, bool non_blocking) {
 
 std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const ops::BlockFn& fn,
                                                        const std::vector<torch::Tensor>& inputs) const {
-  if (!checkpointing_ || !torch::GradMode::is_enabled()) return fn(inputs);
-  return ops::checkpoint(fn, inputs, block.parameters());
+  const bool checkpointed = checkpointing_;
+  // By reference: the runner calls it before returning (checkpoint() keeps fn, not this).
+  auto plain = [&block, &fn, checkpointed](const std::vector<torch::Tensor>& in) {
+    if (!checkpointed || !torch::GradMode::is_enabled()) return fn(in);
+    return ops::checkpoint(fn, in, block.parameters());
+  };
+  if (!block_runner_) return plain(inputs);
+  size_t index = 0;
+  while (index < block_modules_.size() && block_modules_[index].get() != &block) ++index;
+  TORCH_CHECK(index < block_modules_.size(), "run_block: the module is not one of the model's registered blocks");
+  return block_runner_->run_block(index, plain, inputs);
 }
 
 torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,

@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "core/block_runner.h"
 #include "core/config.h"
 #include "ops/checkpoint.h"
 
@@ -123,6 +124,11 @@ class WeatherModelImpl : public torch::nn::Module {
 
   const ModelShape& shape() const { return shape_; }
   const std::vector<std::string>& block_names() const { return block_names_; }
+  // Each block's submodule, in block_names() order (ZeRO-3 shards their parameters block by block).
+  const std::vector<std::shared_ptr<torch::nn::Module>>& block_modules() const { return block_modules_; }
+  // What runs around every block from now on (null: nothing, the block runs as it is). ZeRO-3
+  // installs its parameter gathering here (distributed/sharded_parameters.h).
+  void set_block_runner(std::shared_ptr<BlockRunner> runner) { block_runner_ = std::move(runner); }
   void set_checkpointing(bool on) { checkpointing_ = on; }
   bool checkpointing() const { return checkpointing_; }
 
@@ -140,7 +146,9 @@ class WeatherModelImpl : public torch::nn::Module {
   template <typename ModuleHolder>
   ModuleHolder register_block(const std::string& name, ModuleHolder module) {
     block_names_.push_back(name);
-    return register_module(name, module);
+    ModuleHolder registered = register_module(name, module);
+    block_modules_.push_back(registered.ptr());
+    return registered;
   }
 
   // Registers an int64 index buffer (graph edges): it moves with the model's device and keeps its
@@ -162,6 +170,8 @@ class WeatherModelImpl : public torch::nn::Module {
   void move_keeping_indices(const Move& move, const std::optional<torch::Device>& device, bool non_blocking);
 
   std::vector<std::string> block_names_;
+  std::vector<std::shared_ptr<torch::nn::Module>> block_modules_;
+  std::shared_ptr<BlockRunner> block_runner_;
   std::vector<torch::Tensor> index_buffers_;  // handles sharing the registered buffers' storage
   bool checkpointing_ = false;
 };

@@ -266,6 +266,9 @@ Validation validate(Run& run, int64_t step) {
   auto& model = *run.state->model;
   model.eval();
   {
+    // ZeRO-3 gathers a block collectively, and the ranks' shares of the validation samples may
+    // differ by a batch: the parameters are gathered whole for the validation instead.
+    const std::shared_ptr<void> whole = run.state->parallel->gather_full_parameters();
     torch::NoGradGuard no_grad;
     const AutocastState autocast = autocast_for(c.train.precision, run.device);
     const auto dtype = c.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
@@ -436,7 +439,13 @@ Checkpoint make_checkpoint(Run& run, int64_t step) {
   Checkpoint c;
   c.step = step;
   c.loader = run.loader->state();
-  c.model = model_weights(*run.state->model);
+  {
+    // ZeRO-3: the blocks gathered whole (collective) and copied, since they are freed again after.
+    const std::shared_ptr<void> whole = run.state->parallel->gather_full_parameters();
+    c.model = model_weights(*run.state->model);
+    if (run.state->parallel->stage() == 3)
+      for (auto& [name, tensor] : c.model) tensor = tensor.clone();
+  }
   c.optimizer = run.state->parallel->optimizer_state();  // collective: every rank calls it
   c.scaler = run.state->scaler.state();
   c.normalization = run.normalization.to_map();

@@ -213,9 +213,13 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   opt.eps = t.eps;
   opt.momentum = t.momentum;
   state->comm = std::move(comm);
+  // ZeRO-3 shards and gathers the parameters block by block: the model's blocks are its units.
+  std::vector<std::vector<torch::Tensor>> blocks;
+  for (const auto& block : state->model->block_modules()) blocks.push_back(block->parameters());
   state->parallel = std::make_unique<distributed::ZeroDataParallel>(state->comm, std::move(groups), opt,
                                                                     static_cast<int>(config.distributed.zero_stage),
-                                                                    config.distributed.bucket_mb);
+                                                                    config.distributed.bucket_mb, blocks);
+  state->model->set_block_runner(state->parallel->block_runner());
   state->scaler = LossScaler::from_config(t);
 
   torch::Tensor w = torch::ones({shape.lat}, torch::kFloat32);

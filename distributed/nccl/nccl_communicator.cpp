@@ -105,7 +105,7 @@ class NcclCommunicator final : public Communicator {
     check(input, "reduce_scatter");
     check(output, "reduce_scatter");
     counts = resolve_counts(std::move(counts), input.numel(), output.numel(), "reduce_scatter");
-    record(input.nbytes());
+    record(input.nbytes(), Kind::kReduceScatter);
     const ncclDataType_t type = nccl_type(input.scalar_type());
     return launch({input, output}, [&](cudaStream_t stream) {
       if (all_equal(counts)) {
@@ -131,7 +131,7 @@ class NcclCommunicator final : public Communicator {
     check(input, "allgather");
     check(output, "allgather");
     counts = resolve_counts(std::move(counts), output.numel(), input.numel(), "allgather");
-    record(output.nbytes());
+    record(output.nbytes(), Kind::kAllgather);
     const ncclDataType_t type = nccl_type(output.scalar_type());
     return launch({input, output}, [&](cudaStream_t stream) {
       if (all_equal(counts)) {
