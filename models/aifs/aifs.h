@@ -88,14 +88,42 @@ class GraphTransformerMapperImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GraphTransformerMapper);
 
-// anemoi's TransformerProcessorBlock: x + attention(LN(x)), then + MLP(LN(x)).
+// anemoi's ConditionalLayerNorm (layers/normalization.py, autocast off as AIFS-ENS configures it):
+// LayerNorm without affine parameters, times 1 + scale(cond), plus bias(cond), scale and bias
+// Linears of the conditioning vector initialised at zero, so that it starts as a plain LayerNorm
+// and the noise has no effect until training moves them.
+class ConditionalLayerNormImpl : public torch::nn::Module {
+ public:
+  ConditionalLayerNormImpl(int64_t channels, int64_t condition);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond);  // [B, N, C], [B, N, condition]
+
+  int64_t channels;
+  torch::nn::Linear scale{nullptr}, bias{nullptr};
+};
+TORCH_MODULE(ConditionalLayerNorm);
+
+// anemoi's noise MLP (NoiseConditioning.noise_mlp: MLP(layer_norm=True)): Linear(k, hidden), GELU,
+// Linear(hidden, k), LayerNorm(k). Its output is the conditioning vector of every processor norm.
+constexpr int64_t kNoiseMlpHidden = 32;  // noise_mlp_hidden_dim of anemoi's AIFS-ENS configuration
+class NoiseMlpImpl : public torch::nn::Module {
+ public:
+  explicit NoiseMlpImpl(int64_t noise_channels);
+  torch::Tensor forward(const torch::Tensor& noise);
+  torch::nn::Sequential mlp{nullptr};
+  torch::nn::LayerNorm layer_norm{nullptr};
+};
+TORCH_MODULE(NoiseMlp);
+
+// anemoi's TransformerProcessorBlock: x + attention(LN(x)), then + MLP(LN(x)). With condition > 0
+// both LayerNorms are conditional (AIFS-ENS) and forward takes the conditioning vector.
 class TransformerLayerImpl : public torch::nn::Module {
  public:
-  TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window);
-  torch::Tensor forward(const torch::Tensor& x);  // [B, N, C]
+  TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window, int64_t condition = 0);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond = {});  // [B, N, C], [B, N, condition]
 
   int64_t heads, window;
   torch::nn::LayerNorm layer_norm_attention{nullptr}, layer_norm_mlp{nullptr};
+  ConditionalLayerNorm cond_norm_attention{nullptr}, cond_norm_mlp{nullptr};  // registered under the names above
   torch::nn::Linear lin_q{nullptr}, lin_k{nullptr}, lin_v{nullptr}, projection{nullptr};
   torch::nn::Sequential mlp{nullptr};
 };
@@ -147,6 +175,8 @@ class AifsImpl : public WeatherModelImpl {
   torch::Tensor data_trainable_, hidden_trainable_, encoder_edge_trainable_, decoder_edge_trainable_;
   GraphTransformerMapper encoder_{nullptr}, decoder_{nullptr};
   std::vector<TransformerLayer> processor_;
+  // Conditional-norm noise (ModelShape::conditional_noise > 0): noise_injector.noise_mlp.
+  NoiseMlp noise_mlp_{nullptr};
 };
 
 // anemoi-models' AnemoiModelEncProcDec state_dict as ours: names mapped, the edges' learned
