@@ -15,7 +15,6 @@ constexpr double kRadians = 3.14159265358979323846 / 180.0;
 torch::nn::LayerNorm layer_norm(int64_t channels) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({channels}));  // eps 1e-5, as torch.nn.LayerNorm
 }
-torch::nn::LayerNorm aifs_layer_norm(int64_t channels) { return layer_norm(channels); }
 
 // anemoi's node attributes: [sin lat, sin lon, cos lat, cos lon] of the coordinates in radians.
 torch::Tensor sin_cos(const LatLonPoints& p) {
@@ -115,25 +114,6 @@ torch::Tensor GraphTransformerMapperImpl::forward(const torch::Tensor& src_in, c
 }
 
 // ---- the processor ----
-
-ConditionalLayerNormImpl::ConditionalLayerNormImpl(int64_t channels, int64_t condition) : channels(channels) {
-  scale = register_module("scale", torch::nn::Linear(condition, channels));
-  bias = register_module("bias", torch::nn::Linear(condition, channels));
-  torch::NoGradGuard no_grad;
-  for (auto& p : parameters()) p.zero_();  // anemoi's zero_init
-}
-
-torch::Tensor ConditionalLayerNormImpl::forward(const torch::Tensor& x, const torch::Tensor& cond) {
-  const torch::Tensor normed = torch::layer_norm(x, {channels}, {}, {}, 1e-5);
-  return normed * (scale->forward(cond) + 1.0) + bias->forward(cond);
-}
-
-NoiseMlpImpl::NoiseMlpImpl(int64_t noise_channels) {
-  mlp = register_module("mlp", anemoi_mlp(noise_channels, kNoiseMlpHidden, noise_channels));
-  layer_norm = register_module("layer_norm", aifs_layer_norm(noise_channels));
-}
-
-torch::Tensor NoiseMlpImpl::forward(const torch::Tensor& noise) { return layer_norm->forward(mlp->forward(noise)); }
 
 TransformerLayerImpl::TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window,
                                            int64_t condition)
@@ -250,7 +230,7 @@ AifsImpl::AifsImpl(const AifsOptions& options, const ModelShape& shape) : Weathe
     // anemoi's module path noise_injector.noise_mlp, so that state_dicts keep its names.
     auto injector = std::make_shared<torch::nn::Module>("NoiseConditioning");
     noise_mlp_ = injector->register_module("noise_mlp", NoiseMlp(k));
-    register_module("noise_injector", injector);
+    register_block("noise_injector", injector);  // a block: train.freeze and the block list see it
   }
   for (int64_t i = 0; i < options.processor_layers; ++i)
     processor_.push_back(register_block("processor" + std::to_string(i),

@@ -18,6 +18,10 @@
 //                             summing alpha (v_j + e_ij)), a projection with a self term, the
 //                             residual of the embedded hidden node and an MLP (GELU, ratio
 //                             model.mlp_ratio) with its residual
+//   noise_injector            only with ModelShape::conditional_noise (AIFS-ENS): the last input
+//                             channels (an ensemble member's noise fields) averaged onto the hidden
+//                             nodes over the encoder's edges and embedded by anemoi's noise MLP; the
+//                             processor's LayerNorms are then conditional on it
 //   processor0 .. P-1         pre-norm transformer layers on the hidden nodes: multi-head
 //                             self-attention (no q/k/v bias), each node attending to the nodes within
 //                             model.window_size places of it (anemoi's sliding window in SDPA), and
@@ -40,6 +44,7 @@
 
 #include "models/aifs/aifs_graph.h"
 #include "models/aifs/aifs_options.h"
+#include "models/noise_conditioning.h"
 #include "models/registry.h"
 #include "models/weather_model.h"
 
@@ -87,32 +92,6 @@ class GraphTransformerMapperImpl : public torch::nn::Module {
   torch::nn::Sequential node_data_extractor{nullptr};  // decoder: LayerNorm, Linear
 };
 TORCH_MODULE(GraphTransformerMapper);
-
-// anemoi's ConditionalLayerNorm (layers/normalization.py, autocast off as AIFS-ENS configures it):
-// LayerNorm without affine parameters, times 1 + scale(cond), plus bias(cond), scale and bias
-// Linears of the conditioning vector initialised at zero, so that it starts as a plain LayerNorm
-// and the noise has no effect until training moves them.
-class ConditionalLayerNormImpl : public torch::nn::Module {
- public:
-  ConditionalLayerNormImpl(int64_t channels, int64_t condition);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond);  // [B, N, C], [B, N, condition]
-
-  int64_t channels;
-  torch::nn::Linear scale{nullptr}, bias{nullptr};
-};
-TORCH_MODULE(ConditionalLayerNorm);
-
-// anemoi's noise MLP (NoiseConditioning.noise_mlp: MLP(layer_norm=True)): Linear(k, hidden), GELU,
-// Linear(hidden, k), LayerNorm(k). Its output is the conditioning vector of every processor norm.
-constexpr int64_t kNoiseMlpHidden = 32;  // noise_mlp_hidden_dim of anemoi's AIFS-ENS configuration
-class NoiseMlpImpl : public torch::nn::Module {
- public:
-  explicit NoiseMlpImpl(int64_t noise_channels);
-  torch::Tensor forward(const torch::Tensor& noise);
-  torch::nn::Sequential mlp{nullptr};
-  torch::nn::LayerNorm layer_norm{nullptr};
-};
-TORCH_MODULE(NoiseMlp);
 
 // anemoi's TransformerProcessorBlock: x + attention(LN(x)), then + MLP(LN(x)). With condition > 0
 // both LayerNorms are conditional (AIFS-ENS) and forward takes the conditioning vector.

@@ -115,10 +115,10 @@ int64_t aifs_parameter_count(const AifsOptions& o, const ModelShape& s) {
   n += mapper_params(C, data_in, C, M, edge_dim, s.out_channels, false);
   // A conditional norm has no affine parameters, but Linears of the noise embedding to its scale
   // and bias; the noise MLP is Linear, GELU, Linear, LayerNorm.
-  const int64_t norms = k > 0 ? 2 * 2 * linear_params(k, C) : 2 * norm_params(C);
+  const int64_t norms = k > 0 ? 2 * conditional_norm_params(C, k) : 2 * norm_params(C);
   const int64_t layer = norms + 3 * linear_params(C, C, false) + linear_params(C, C) + linear_params(C, M) +
                         linear_params(M, C);
-  if (k > 0) n += linear_params(k, kNoiseMlpHidden) + linear_params(kNoiseMlpHidden, k) + norm_params(k);
+  if (k > 0) n += noise_mlp_params(k);
   return n + o.processor_layers * layer;
 }
 
