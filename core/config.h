@@ -177,6 +177,14 @@ struct TrainConfig {
   double crps_alpha = 0.95;
   int64_t noise_channels = 4;
   double noise_std = 1.0;
+  // train.noise_injection: how the model takes the noise fields. "input": as its last input
+  // channels (every model). "conditional_norm": anemoi's NoiseConditioning (AIFS-ENS): the fields
+  // are still drawn and appended by the rollout (the same stream), but the model takes them out of
+  // its input, embeds them by a small MLP on its processor's nodes and modulates the processor's
+  // LayerNorms with them (zero-initialised, so an untrained model ignores the noise). Only models
+  // with a processor of LayerNorms take it (docs/ensembles.md); others are refused by name.
+  std::string noise_injection = "input";
+  bool conditional_noise() const { return ensemble() && noise_injection == "conditional_norm"; }
   // train.loss: "auto" (mse for one member, crps for an ensemble), "mse" or "crps".
   std::string loss = "auto";
   bool ensemble() const { return ensemble_members > 1; }

@@ -94,6 +94,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"train.crps_alpha", {"", "afCRPS alpha: 1 = fair CRPS, 0 = kernel CRPS (ensembles)"}},
       {"train.noise_channels", {"", "noise fields appended to an ensemble member's input, redrawn every rollout step"}},
       {"train.noise_std", {"", "standard deviation of the ensemble's noise fields"}},
+      {"train.noise_injection", {"", "how the model takes the noise: input (extra input channels, every model) or "
+                                     "conditional_norm (anemoi's noise-conditioned LayerNorms: aifs, vit)"}},
       {"train.loss", {"", "auto (mse for one member, crps for an ensemble), mse, or crps (the afCRPS over the members)"}},
       {"memory.limit", {"", "device budget for tune-batch and estimate (0 = the device's size)"}},
       {"memory.margin", {"", "share of the budget tune-batch keeps free"}},

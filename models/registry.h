@@ -44,6 +44,9 @@ struct ModelEntry {
   // The reference implementations whose checkpoints this architecture reads and writes
   // (models/reference_model.h); empty for our own designs.
   std::vector<ReferenceModel> references;
+  // Takes an ensemble's noise through conditional LayerNorms (train.noise_injection =
+  // "conditional_norm", ModelShape::conditional_noise); else only as input channels.
+  bool conditional_noise = false;
 };
 
 // Typed wrappers: the functions take the model's own options struct.

@@ -1,6 +1,9 @@
 #include "models/weather_model.h"
 
+#include <string>
+
 #include "core/error.h"
+#include "models/registry.h"
 
 namespace wxtrain::models {
 
@@ -26,6 +29,18 @@ ModelShape model_shape(const RunConfig& config) {
              static_cast<int64_t>(config.data.lon_coords.size()) == s.lon) {
     s.latitudes = config.data.lat_coords;
     s.longitudes = config.data.lon_coords;
+  }
+  if (config.train.conditional_noise()) {
+    if (!find_model(config.model.name).conditional_noise) {
+      std::string takers;
+      for (const ModelEntry& e : model_registry())
+        if (e.conditional_noise) takers += (takers.empty() ? "" : ", ") + e.schema.name;
+      throw ConfigError(config.path + ": train.noise_injection = \"conditional_norm\" is not supported by model.name = \"" +
+                        config.model.name + "\": it has no processor of LayerNorms to condition (models that take it: " +
+                        takers + "; docs/ensembles.md); use train.noise_injection = \"input\" (noise fields as input "
+                        "channels)");
+    }
+    s.conditional_noise = layout.noise;
   }
   return s;
 }

@@ -38,6 +38,11 @@ struct ModelShape {
   // number of cells, and latitudes/longitudes hold one value per cell. Models that need a
   // rectangle (convolutions, patches, windows) refuse it by name; the graph models take it.
   bool point_set = false;
+  // train.noise_injection = "conditional_norm" (docs/ensembles.md): the last conditional_noise
+  // input channels are an ensemble member's noise fields, which the model takes out of its input
+  // and feeds to the conditional LayerNorms of its processor instead of reading them as channels.
+  // 0: whatever noise fields there are, are ordinary input channels.
+  int64_t conditional_noise = 0;
 };
 
 ModelShape model_shape(const RunConfig& config);  // from [data] (sources or variables/grid)

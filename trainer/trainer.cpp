@@ -742,7 +742,9 @@ void print_header(const Run& run) {
                             : std::string())
               << "), afCRPS loss with alpha " << t.crps_alpha
               << ", " << t.noise_channels << " noise channel(s) of std " << t.noise_std
-              << " appended to the input, redrawn every rollout step\n";
+              << (t.conditional_noise() ? " redrawn every rollout step, taken through the processor's conditional "
+                                          "LayerNorms (train.noise_injection)\n"
+                                        : " appended to the input, redrawn every rollout step\n");
   if (!t.rollout_schedule.empty()) {
     std::cerr << "rollout curriculum:";
     for (size_t i = 0; i < t.rollout_schedule.size(); ++i) {

@@ -115,11 +115,17 @@ torch::Tensor GraphTransformerMapperImpl::forward(const torch::Tensor& src_in, c
 
 // ---- the processor ----
 
-TransformerLayerImpl::TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window)
+TransformerLayerImpl::TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window,
+                                           int64_t condition)
     : heads(heads), window(window) {
   TORCH_CHECK(channels % heads == 0, "aifs: channels ", channels, " not divisible by heads ", heads);
-  layer_norm_attention = register_module("layer_norm_attention", layer_norm(channels));
-  layer_norm_mlp = register_module("layer_norm_mlp", layer_norm(channels));
+  if (condition > 0) {
+    cond_norm_attention = register_module("layer_norm_attention", ConditionalLayerNorm(channels, condition));
+    cond_norm_mlp = register_module("layer_norm_mlp", ConditionalLayerNorm(channels, condition));
+  } else {
+    layer_norm_attention = register_module("layer_norm_attention", layer_norm(channels));
+    layer_norm_mlp = register_module("layer_norm_mlp", layer_norm(channels));
+  }
   auto no_bias = [&] { return torch::nn::Linear(torch::nn::LinearOptions(channels, channels).bias(false)); };
   lin_q = register_module("lin_q", no_bias());
   lin_k = register_module("lin_k", no_bias());
@@ -147,14 +153,19 @@ torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tens
   return torch::cat(parts, 2);
 }
 
-torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x) {
+torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cond) {
   const int64_t B = x.size(0), N = x.size(1), C = x.size(2), d = C / heads;
-  const torch::Tensor h = layer_norm_attention->forward(x);
+  TORCH_CHECK(cond.defined() == static_cast<bool>(cond_norm_attention),
+              "aifs: a processor layer with conditional norms needs the noise conditioning, and only it");
+  auto norm = [&](torch::nn::LayerNorm plain, ConditionalLayerNorm conditional, const torch::Tensor& t) {
+    return conditional ? conditional->forward(t, cond) : plain->forward(t);
+  };
+  const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
   auto split = [&](const torch::Tensor& t) { return t.view({B, N, heads, d}).transpose(1, 2); };  // [B, H, N, d]
   const torch::Tensor o =
       sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(h)), split(lin_v->forward(h)), window);
   torch::Tensor y = x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
-  return y + mlp->forward(layer_norm_mlp->forward(y));
+  return y + mlp->forward(norm(layer_norm_mlp, cond_norm_mlp, y));
 }
 
 // ---- chunks ----
@@ -208,12 +219,23 @@ AifsImpl::AifsImpl(const AifsOptions& options, const ModelShape& shape) : Weathe
   const int64_t C = options.num_channels, mlp = aifs_mlp_hidden(options);
   const int64_t cell_features = 4 + options.data_trainable, hidden_features = 4 + options.hidden_trainable;
   const int64_t edge_dim = 3 + options.edge_trainable;
-  encoder_ = register_block("encoder", GraphTransformerMapper(shape.in_channels, cell_features, 0, hidden_features, C,
+  // Conditional-norm noise: the last k input channels are noise fields, not read by the mappers.
+  const int64_t k = shape.conditional_noise, in = shape.in_channels - k;
+  if (k < 0 || in <= 0)
+    throw ConfigError("aifs: " + std::to_string(k) + " conditional noise channel(s) of " +
+                      std::to_string(shape.in_channels) + " input channels leave no input");
+  encoder_ = register_block("encoder", GraphTransformerMapper(in, cell_features, 0, hidden_features, C,
                                                               options.mapper_num_heads, mlp, edge_dim, /*out_channels=*/0));
+  if (k > 0) {
+    // anemoi's module path noise_injector.noise_mlp, so that state_dicts keep its names.
+    auto injector = std::make_shared<torch::nn::Module>("NoiseConditioning");
+    noise_mlp_ = injector->register_module("noise_mlp", NoiseMlp(k));
+    register_block("noise_injector", injector);  // a block: train.freeze and the block list see it
+  }
   for (int64_t i = 0; i < options.processor_layers; ++i)
     processor_.push_back(register_block("processor" + std::to_string(i),
-                                        TransformerLayer(C, options.num_heads, mlp, options.window_size)));
-  decoder_ = register_block("decoder", GraphTransformerMapper(0, 0, shape.in_channels, cell_features, C,
+                                        TransformerLayer(C, options.num_heads, mlp, options.window_size, k)));
+  decoder_ = register_block("decoder", GraphTransformerMapper(0, 0, in, cell_features, C,
                                                               options.mapper_num_heads, mlp, edge_dim, shape.out_channels));
   // anemoi's TrainableTensor: zeros.
   if (options.data_trainable > 0)
@@ -231,8 +253,13 @@ AifsImpl::AifsImpl(const AifsOptions& options, const ModelShape& shape) : Weathe
 
 std::vector<ChannelAxis> AifsImpl::channel_axes() const {
   const int64_t last = 1;  // node_data_extractor: LayerNorm (0), Linear (1)
-  return {{"encoder.emb_nodes_src.weight", 1, true},
-          {"decoder.emb_nodes_dst.weight", 1, true},
+  // Conditional-norm noise channels are not columns of the embeddings: the axes skip them.
+  const int64_t k = shape().conditional_noise;
+  ChannelAxis src{"encoder.emb_nodes_src.weight", 1, true}, dst{"decoder.emb_nodes_dst.weight", 1, true};
+  src.skip_begin = dst.skip_begin = shape().in_channels - k;
+  src.skip_count = dst.skip_count = k;
+  return {src,
+          dst,
           {"decoder.node_data_extractor." + std::to_string(last) + ".weight", 0, false},
           {"decoder.node_data_extractor." + std::to_string(last) + ".bias", 0, false}};
 }
@@ -278,7 +305,24 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
     if (trainable.defined()) parts.push_back(trainable.to(x.scalar_type()));
     return torch::cat(parts, 1);
   };
-  const torch::Tensor data = x.flatten(2).transpose(1, 2);                  // [B, Nd, C_in]
+  torch::Tensor data = x.flatten(2).transpose(1, 2);                        // [B, Nd, C_in]
+  // anemoi's NoiseConditioning with noise_edges_name = (data, to, hidden), row-normalised: the
+  // members' noise fields, drawn by the rollout on the data grid, averaged onto each hidden node
+  // over its encoder edges (the cells within its cut-off), then the noise MLP. No gradient flows
+  // into the noise (anemoi: requires_grad = False).
+  torch::Tensor cond;
+  if (const int64_t k = shape().conditional_noise; k > 0) {
+    const torch::Tensor noise = data.narrow(2, data.size(2) - k, k).detach();
+    data = data.narrow(2, 0, data.size(2) - k);
+    const torch::Tensor& senders = encoder_edges_.senders;
+    const torch::Tensor& receivers = encoder_edges_.receivers;
+    const torch::Tensor sums = torch::zeros({B, hidden_.size(), k}, noise.options())
+                                   .index_add(1, receivers, noise.index_select(1, senders));
+    // A hidden node without edges gets zero noise (a zero row of the matrix), not a division by 0.
+    const torch::Tensor counts =
+        torch::zeros({hidden_.size()}, noise.options()).index_add(0, receivers, torch::ones_like(receivers, noise.options()));
+    cond = noise_mlp_->forward(sums / counts.clamp_min(1).view({1, -1, 1}));  // [B, Nh, k]
+  }
   const torch::Tensor cells = with(latlons_data_, data_trainable_);         // [Nd, 4 + data_trainable]
   const torch::Tensor hidden = with(latlons_hidden_, hidden_trainable_);    // [Nh, 4 + hidden_trainable]
   const torch::Tensor encoder_edges = with(encoder_edges_.features, encoder_edge_trainable_);
@@ -318,11 +362,14 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
     }
     const ops::BlockFn fn = [layers](const std::vector<torch::Tensor>& in) {
       torch::Tensor h = in[0];
-      for (const auto& layer : layers) h = layer->forward(h);
+      const torch::Tensor c = in.size() > 1 ? in[1] : torch::Tensor();
+      for (const auto& layer : layers) h = layer->forward(h, c);
       return std::vector<torch::Tensor>{h};
     };
-    latent = (on && options_.checkpoint_processor && torch::GradMode::is_enabled()) ? ops::checkpoint(fn, {latent}, params)[0]
-                                                                                    : fn({latent})[0];
+    const std::vector<torch::Tensor> in = cond.defined() ? std::vector<torch::Tensor>{latent, cond}
+                                                         : std::vector<torch::Tensor>{latent};
+    latent = (on && options_.checkpoint_processor && torch::GradMode::is_enabled()) ? ops::checkpoint(fn, in, params)[0]
+                                                                                    : fn(in)[0];
   }
   if (options_.latent_skip) latent = latent + processor_input;
 
@@ -332,8 +379,10 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
 }
 
 ModelEntry aifs_entry() {
-  return make_model_entry<AifsOptions, AifsImpl>(aifs_schema(), &aifs_parameter_count, &aifs_activation_memory,
-                                                 {/*gemms=*/true, /*convolutions=*/false}, &aifs_buffer_bytes);
+  ModelEntry e = make_model_entry<AifsOptions, AifsImpl>(aifs_schema(), &aifs_parameter_count, &aifs_activation_memory,
+                                                         {/*gemms=*/true, /*convolutions=*/false}, &aifs_buffer_bytes);
+  e.conditional_noise = true;
+  return e;
 }
 
 }  // namespace wxtrain::models

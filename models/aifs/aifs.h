@@ -18,6 +18,10 @@
 //                             summing alpha (v_j + e_ij)), a projection with a self term, the
 //                             residual of the embedded hidden node and an MLP (GELU, ratio
 //                             model.mlp_ratio) with its residual
+//   noise_injector            only with ModelShape::conditional_noise (AIFS-ENS): the last input
+//                             channels (an ensemble member's noise fields) averaged onto the hidden
+//                             nodes over the encoder's edges and embedded by anemoi's noise MLP; the
+//                             processor's LayerNorms are then conditional on it
 //   processor0 .. P-1         pre-norm transformer layers on the hidden nodes: multi-head
 //                             self-attention (no q/k/v bias), each node attending to the nodes within
 //                             model.window_size places of it (anemoi's sliding window in SDPA), and
@@ -40,6 +44,7 @@
 
 #include "models/aifs/aifs_graph.h"
 #include "models/aifs/aifs_options.h"
+#include "models/noise_conditioning.h"
 #include "models/registry.h"
 #include "models/weather_model.h"
 
@@ -88,14 +93,16 @@ class GraphTransformerMapperImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GraphTransformerMapper);
 
-// anemoi's TransformerProcessorBlock: x + attention(LN(x)), then + MLP(LN(x)).
+// anemoi's TransformerProcessorBlock: x + attention(LN(x)), then + MLP(LN(x)). With condition > 0
+// both LayerNorms are conditional (AIFS-ENS) and forward takes the conditioning vector.
 class TransformerLayerImpl : public torch::nn::Module {
  public:
-  TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window);
-  torch::Tensor forward(const torch::Tensor& x);  // [B, N, C]
+  TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window, int64_t condition = 0);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond = {});  // [B, N, C], [B, N, condition]
 
   int64_t heads, window;
   torch::nn::LayerNorm layer_norm_attention{nullptr}, layer_norm_mlp{nullptr};
+  ConditionalLayerNorm cond_norm_attention{nullptr}, cond_norm_mlp{nullptr};  // registered under the names above
   torch::nn::Linear lin_q{nullptr}, lin_k{nullptr}, lin_v{nullptr}, projection{nullptr};
   torch::nn::Sequential mlp{nullptr};
 };
@@ -147,6 +154,8 @@ class AifsImpl : public WeatherModelImpl {
   torch::Tensor data_trainable_, hidden_trainable_, encoder_edge_trainable_, decoder_edge_trainable_;
   GraphTransformerMapper encoder_{nullptr}, decoder_{nullptr};
   std::vector<TransformerLayer> processor_;
+  // Conditional-norm noise (ModelShape::conditional_noise > 0): noise_injector.noise_mlp.
+  NoiseMlp noise_mlp_{nullptr};
 };
 
 // anemoi-models' AnemoiModelEncProcDec state_dict as ours: names mapped, the edges' learned

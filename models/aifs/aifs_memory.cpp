@@ -107,13 +107,18 @@ Block mapper_chunk(const std::string& name, const Widths& w, const ChunkSizes& c
 int64_t aifs_parameter_count(const AifsOptions& o, const ModelShape& s) {
   const AifsSizes g = aifs_sizes(o, s);
   const int64_t C = o.num_channels, M = aifs_mlp_hidden(o), edge_dim = 3 + o.edge_trainable;
-  const int64_t data_in = s.in_channels + 4 + o.data_trainable, hidden_in = 4 + o.hidden_trainable;
+  const int64_t k = s.conditional_noise;  // noise channels taken out of the input, into the norms
+  const int64_t data_in = s.in_channels - k + 4 + o.data_trainable, hidden_in = 4 + o.hidden_trainable;
   int64_t n = static_cast<int64_t>(g.data) * o.data_trainable + static_cast<int64_t>(g.hidden) * o.hidden_trainable +
               static_cast<int64_t>(g.encoder_edges + g.decoder_edges) * o.edge_trainable;
   n += mapper_params(data_in, hidden_in, C, M, edge_dim, 0, true);
   n += mapper_params(C, data_in, C, M, edge_dim, s.out_channels, false);
-  const int64_t layer = 2 * norm_params(C) + 3 * linear_params(C, C, false) + linear_params(C, C) +
-                        linear_params(C, M) + linear_params(M, C);
+  // A conditional norm has no affine parameters, but Linears of the noise embedding to its scale
+  // and bias; the noise MLP is Linear, GELU, Linear, LayerNorm.
+  const int64_t norms = k > 0 ? 2 * conditional_norm_params(C, k) : 2 * norm_params(C);
+  const int64_t layer = norms + 3 * linear_params(C, C, false) + linear_params(C, C) + linear_params(C, M) +
+                        linear_params(M, C);
+  if (k > 0) n += noise_mlp_params(k);
   return n + o.processor_layers * layer;
 }
 
@@ -125,7 +130,8 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
   const Widths& w = f.widths;
   const AifsSizes g = aifs_sizes(o, s);
   const double C = static_cast<double>(o.num_channels), M = static_cast<double>(aifs_mlp_hidden(o));
-  const double data_in = static_cast<double>(s.in_channels + 4 + o.data_trainable);
+  const double k = static_cast<double>(s.conditional_noise);
+  const double data_in = static_cast<double>(s.in_channels - s.conditional_noise + 4 + o.data_trainable);
   const double hidden_in = static_cast<double>(4 + o.hidden_trainable), edge_dim = static_cast<double>(3 + o.edge_trainable);
   const double Nh = g.hidden, Nd = g.data, H = static_cast<double>(o.num_heads), out = static_cast<double>(s.out_channels);
   ModelMemory m;
@@ -148,23 +154,41 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
   (void)window;
   // Inference keeps nothing between layers: a block per layer, so that only one layer's tensors are
   // counted at a time (the chunks matter for checkpointed training only).
+  // Conditional-norm noise: the noise MLP on the hidden nodes (never checkpointed), whose output
+  // every processor layer reads; a conditional norm saves its input, the normalised tensor and
+  // 1 + scale(noise) for the product, and the noise embedding for its two Linears.
+  if (k > 0) {
+    const double hid = static_cast<double>(kNoiseMlpHidden);
+    Block b;
+    b.name = "noise_injector";
+    b.layers.push_back(conv_or_linear(w, Nh * k, Nh * hid));
+    b.layers.push_back(activation(Nh * hid, w.low));
+    b.layers.push_back(conv_or_linear(w, Nh * hid, Nh * k));
+    b.layers.push_back(norm(w, Nh * k, Nh));
+    b.output = Nh * k * w.high;
+    finish(std::move(b), false, 0);
+  }
+  auto layer_norm = [&]() -> Layer {
+    if (k <= 0) return norm(w, Nh * C, Nh);
+    return {"conditional norm", 3 * Nh * C * w.high + 8 * Nh + Nh * k * w.high, Nh * C * w.high, 2 * Nh * C * w.high};
+  };
   const int64_t groups = f.inference ? o.processor_layers : o.processor_chunks;
   const int64_t per_chunk = o.processor_layers / groups;
   for (int64_t c = 0; c < groups; ++c) {
     Block b;
     b.name = "processor" + std::to_string(c);
     for (int64_t l = 0; l < per_chunk; ++l) {
-      b.layers.push_back(norm(w, Nh * C, Nh));
+      b.layers.push_back(layer_norm());
       b.layers.push_back({"q/k/v", Nh * C * (w.autocast ? 3 * w.low : w.high), Nh * C * w.high, 3 * Nh * C * w.low});
       b.layers.push_back({"attention", (4 * Nh * C) * w.low + Nh * H * 4, 3 * Nh * C * w.low, Nh * C * w.low});
       b.layers.push_back(conv_or_linear(w, Nh * C, Nh * C));
-      b.layers.push_back(norm(w, Nh * C, Nh));
+      b.layers.push_back(layer_norm());
       b.layers.push_back(conv_or_linear(w, Nh * C, Nh * M));
       b.layers.push_back(activation(Nh * M, w.low));
       b.layers.push_back(conv_or_linear(w, Nh * M, Nh * C));
     }
     b.output = Nh * C * w.high;
-    finish(std::move(b), o.checkpoint_processor, Nh * C * w.high);
+    finish(std::move(b), o.checkpoint_processor, Nh * (C + k) * w.high);
   }
   for (size_t i = 0; i < g.decoder.size(); ++i)
     finish(mapper_chunk("decoder" + std::to_string(i), w, g.decoder[i], C, data_in, C,

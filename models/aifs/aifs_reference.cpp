@@ -53,16 +53,29 @@ StateDict aifs_state_from_anemoi(const StateDict& anemoi, const AifsImpl& model,
     out[ours] = it->second;
     used.insert(theirs);
   };
-  const int64_t in_channels = model.shape().in_channels;
+  // Conditional-norm noise channels are not read by the embeddings.
+  const int64_t in_channels = model.shape().in_channels - model.shape().conditional_noise;
+  // AnemoiEnsModelEncProcDec (its noise_injector in the state_dict) appends one more input column
+  // after the node features: the forecast step, min(1, fcstep) (0 at the first rollout step, 1
+  // after). wxtrain's model does not know the step: the column is dropped, which is exact at fcstep
+  // 0 (where anemoi multiplies it by zero), and the model with noise channels must say so.
+  bool ensemble = false;
+  for (const auto& [name, tensor] : anemoi) ensemble = ensemble || starts_with(name, "noise_injector.");
+  if (ensemble != (model.shape().conditional_noise > 0))
+    throw Error(std::string("anemoi's state_dict is ") + (ensemble ? "an ensemble model's (noise_injector)" : "a deterministic model's") +
+                ", this AIFS " + (ensemble ? "has no" : "has") + " conditional-norm noise (train.noise_injection)");
+  const int64_t fcstep_columns = ensemble ? 1 : 0;
+  const int64_t node_features = 4 + model.options().data_trainable;
   // anemoi's one embedding of [input channels, node features] is ours two: columns split.
   auto split_columns = [&](const std::string& theirs, const std::string& channels, const std::string& position) {
     auto it = anemoi.find(theirs);
     if (it == anemoi.end()) throw Error("anemoi's state_dict has no " + theirs);
-    if (it->second.dim() != 2 || it->second.size(1) <= in_channels)
+    if (it->second.dim() != 2 || it->second.size(1) != in_channels + node_features + fcstep_columns)
       throw Error("anemoi's " + theirs + " is " + std::to_string(it->second.dim() == 2 ? it->second.size(1) : -1) +
-                  " columns wide; this model reads " + std::to_string(in_channels) + " input channels and node features");
+                  " columns wide; this model reads " + std::to_string(in_channels) + " input channels and " +
+                  std::to_string(node_features) + " node features" + (ensemble ? " (and anemoi a forecast step)" : ""));
     out[channels] = it->second.narrow(1, 0, in_channels).contiguous();
-    out[position] = it->second.narrow(1, in_channels, it->second.size(1) - in_channels).contiguous();
+    out[position] = it->second.narrow(1, in_channels, node_features).contiguous();
     used.insert(theirs);
   };
   for (const auto& [name, tensor] : anemoi) {
@@ -97,6 +110,9 @@ StateDict aifs_state_from_anemoi(const StateDict& anemoi, const AifsImpl& model,
       // Our layer holds the attention's Linears itself: attention.lin_q is lin_q.
       if (starts_with(inner, "attention.")) inner = inner.substr(std::string("attention.").size());
       take(name, "processor" + rest.substr(0, dot) + "." + inner);
+    } else if (starts_with(name, "noise_injector.noise_mlp.")) {
+      out[name] = tensor;  // the same module path (NoiseConditioning.noise_mlp: mlp.0, mlp.2, layer_norm)
+      used.insert(name);
     } else if (name == "node_attributes.latlons_data") {
       take(name, "latlons_data");
     } else if (name == "node_attributes.latlons_hidden") {

@@ -32,16 +32,26 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockOptions& option
   const int64_t D = options.embed_dim();
   const auto hidden = static_cast<int64_t>(static_cast<double>(D) * options.mlp_ratio());
   TORCH_CHECK(hidden > 0, "TransformerBlock: mlp_ratio ", options.mlp_ratio(), " leaves no hidden units");
-  norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
+  if (options.condition() > 0) {
+    cond_norm1 = register_module("norm1", ConditionalLayerNorm(D, options.condition()));
+    cond_norm2 = register_module("norm2", ConditionalLayerNorm(D, options.condition()));
+  } else {
+    norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
+    norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
+  }
   attn = register_module("attn", SelfAttention(D, options.heads()));
-  norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
   fc1 = register_module("fc1", torch::nn::Linear(D, hidden));
   fc2 = register_module("fc2", torch::nn::Linear(hidden, D));
 }
 
-torch::Tensor TransformerBlockImpl::forward(torch::Tensor x) {
-  x = x + attn(norm1(ops::cuda_autocast_fp32(x)));
-  return x + ops::apply_linear(fc2, torch::gelu(ops::apply_linear(fc1, norm2(ops::cuda_autocast_fp32(x)))));
+torch::Tensor TransformerBlockImpl::forward(torch::Tensor x, const torch::Tensor& cond) {
+  TORCH_CHECK(cond.defined() == static_cast<bool>(cond_norm1),
+              "vit: a block with conditional norms needs the noise embedding, and only it");
+  auto norm = [&](torch::nn::LayerNorm plain, ConditionalLayerNorm conditional, const torch::Tensor& t) {
+    return conditional ? conditional->forward(ops::cuda_autocast_fp32(t), cond) : plain(ops::cuda_autocast_fp32(t));
+  };
+  x = x + attn(norm(norm1, cond_norm1, x));
+  return x + ops::apply_linear(fc2, torch::gelu(ops::apply_linear(fc1, norm(norm2, cond_norm2, x))));
 }
 
 PatchEmbedImpl::PatchEmbedImpl(int64_t in_channels, int64_t embed_dim, int64_t patch_size, int64_t num_patches) {
@@ -83,11 +93,23 @@ ViTImpl::ViTImpl(const ViTOptions& options, const ModelShape& shape) : WeatherMo
   patch_ = options.patch_size;
   patches_lat_ = ceil_div(shape.lat, patch_);
   patches_lon_ = ceil_div(shape.lon, patch_);
-  embed_ = register_block("embed", PatchEmbed(shape.in_channels, options.embed_dim, patch_, patches_lat_ * patches_lon_));
+  // Conditional-norm noise (docs/ensembles.md): the last k input channels are noise fields, which
+  // the patch embedding does not read; each token's noise is their mean over its patch's cells.
+  const int64_t k = shape.conditional_noise;
+  if (k < 0 || k >= shape.in_channels)
+    throw ConfigError("vit: " + std::to_string(k) + " conditional noise channel(s) of " +
+                      std::to_string(shape.in_channels) + " input channels leave no input");
+  embed_ = register_block("embed", PatchEmbed(shape.in_channels - k, options.embed_dim, patch_, patches_lat_ * patches_lon_));
+  if (k > 0) {
+    auto injector = std::make_shared<torch::nn::Module>("NoiseConditioning");
+    noise_mlp_ = injector->register_module("noise_mlp", NoiseMlp(k));
+    register_block("noise_injector", injector);  // a block: train.freeze and the block list see it
+  }
   for (int64_t i = 0; i < options.depth; ++i) {
     blocks_.push_back(register_block(
         "block" + std::to_string(i),
-        TransformerBlock(TransformerBlockOptions(options.embed_dim, options.heads).mlp_ratio(options.mlp_ratio))));
+        TransformerBlock(
+            TransformerBlockOptions(options.embed_dim, options.heads).mlp_ratio(options.mlp_ratio).condition(k))));
   }
   head_ = register_block("head", PatchHead(options.embed_dim, patch_, shape.out_channels));
 }
@@ -96,7 +118,10 @@ std::vector<ChannelAxis> ViTImpl::channel_axes() const {
   // The head's p*p*C outputs per token are viewed as [p, p, C] in forward (channel last): channel c
   // owns entries c, c + C, ... — channel-minor. The conv weight is [D, C_in, p, p].
   const int64_t pp = patch_ * patch_;
-  return {{"embed.proj.weight", 1, true},
+  ChannelAxis embed{"embed.proj.weight", 1, true};
+  embed.skip_begin = shape().in_channels - shape().conditional_noise;  // noise channels: not conv inputs
+  embed.skip_count = shape().conditional_noise;
+  return {embed,
           {"head.proj.weight", 0, false, pp, false},
           {"head.proj.bias", 0, false, pp, false}};
 }
@@ -110,6 +135,21 @@ torch::Tensor ViTImpl::forward(torch::Tensor x) {
               shape().lon, " grid, got ", lat, " x ", lon);
   const int64_t pad_lat = nh * p - lat, pad_lon = nw * p - lon;
 
+  // Conditional-norm noise: per token the mean of the noise over its patch's grid cells (padding
+  // cells left out), embedded by the noise MLP; no gradient flows into the noise.
+  torch::Tensor cond;
+  if (const int64_t k = shape().conditional_noise; k > 0) {
+    torch::Tensor noise = x.narrow(1, x.size(1) - k, k).detach();
+    x = x.narrow(1, 0, x.size(1) - k);
+    torch::Tensor cells = torch::ones({1, 1, lat, lon}, noise.options());
+    if (pad_lat || pad_lon) {
+      noise = torch::constant_pad_nd(noise, {0, pad_lon, 0, pad_lat});
+      cells = torch::constant_pad_nd(cells, {0, pad_lon, 0, pad_lat});
+    }
+    const torch::Tensor sums = torch::avg_pool2d(noise, {p, p}, {p, p}) / torch::avg_pool2d(cells, {p, p}, {p, p});
+    cond = noise_mlp_->forward(sums.flatten(2).transpose(1, 2));  // [B, N, k]
+  }
+
   // The lambdas hold the blocks by shared_ptr (by value, see run_block) and call non-const forward.
   std::shared_ptr<PatchEmbedImpl> embed = embed_.ptr();
   x = run_block(
@@ -120,7 +160,13 @@ torch::Tensor ViTImpl::forward(torch::Tensor x) {
       x);
   for (const TransformerBlock& b : blocks_) {
     std::shared_ptr<TransformerBlockImpl> block = b.ptr();
-    x = run_block(*block, [block](const torch::Tensor& in) { return block->forward(in); }, x);
+    if (cond.defined())
+      x = run_block(*block, ops::BlockFn([block](const std::vector<torch::Tensor>& in) {
+                      return std::vector<torch::Tensor>{block->forward(in[0], in[1])};
+                    }),
+                    {x, cond})[0];
+    else
+      x = run_block(*block, [block](const torch::Tensor& in) { return block->forward(in); }, x);
   }
   std::shared_ptr<PatchHeadImpl> head = head_.ptr();
   const int64_t out_c = shape().out_channels;
@@ -133,8 +179,10 @@ torch::Tensor ViTImpl::forward(torch::Tensor x) {
 }
 
 ModelEntry vit_entry() {
-  return make_model_entry<ViTOptions, ViTImpl>(vit_schema(), &vit_parameter_count, &vit_activation_memory,
-                                               {/*gemms=*/true, /*convolutions=*/true});  // the patch embedding is a conv
+  ModelEntry e = make_model_entry<ViTOptions, ViTImpl>(vit_schema(), &vit_parameter_count, &vit_activation_memory,
+                                                       {/*gemms=*/true, /*convolutions=*/true});  // the patch embedding is a conv
+  e.conditional_noise = true;
+  return e;
 }
 
 }  // namespace wxtrain::models

@@ -5,7 +5,10 @@
 // model.depth pre-norm transformer blocks, and projected back to patch_size^2 x out_channels values
 // per patch, which are reassembled into the grid and cropped.
 //
-// Blocks, in forward order: embed, block0 .. block{depth-1}, head.
+// Blocks, in forward order: embed, [noise_injector,] block0 .. block{depth-1}, head. With
+// ModelShape::conditional_noise the last input channels are noise fields that the embedding does not
+// read: averaged per patch and embedded by noise_injector, they condition every block's LayerNorms.
+#include "models/noise_conditioning.h"
 #include "models/registry.h"
 #include "models/vit/vit_options.h"
 #include "models/weather_model.h"
@@ -17,6 +20,9 @@ struct TransformerBlockOptions {
   TORCH_ARG(int64_t, embed_dim);
   TORCH_ARG(int64_t, heads);           // must divide embed_dim
   TORCH_ARG(double, mlp_ratio) = 4.0;  // MLP hidden width = embed_dim * mlp_ratio
+  // > 0: norm1 and norm2 are conditional LayerNorms of a noise embedding this wide (AIFS-ENS's
+  // noise conditioning, models/noise_conditioning.h).
+  TORCH_ARG(int64_t, condition) = 0;
 };
 
 // Multi-head self-attention over [B, N, D] tokens with one fused qkv projection.
@@ -30,14 +36,16 @@ class SelfAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SelfAttention);
 
-// x + attn(LayerNorm(x)), then x + mlp(LayerNorm(x)) with a GELU MLP.
+// x + attn(LayerNorm(x)), then x + mlp(LayerNorm(x)) with a GELU MLP; with options.condition > 0
+// both LayerNorms are conditional and forward takes the noise embedding [B, N, condition].
 class TransformerBlockImpl : public torch::nn::Module {
  public:
   explicit TransformerBlockImpl(const TransformerBlockOptions& options);
-  torch::Tensor forward(torch::Tensor x);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& cond = {});
 
   TransformerBlockOptions options;
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+  ConditionalLayerNorm cond_norm1{nullptr}, cond_norm2{nullptr};  // registered as norm1, norm2
   SelfAttention attn{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
@@ -89,6 +97,7 @@ class ViTImpl : public WeatherModelImpl {
   PatchEmbed embed_{nullptr};
   std::vector<TransformerBlock> blocks_;
   PatchHead head_{nullptr};
+  NoiseMlp noise_mlp_{nullptr};  // conditional-norm noise: noise_injector.noise_mlp
 };
 
 // estimate --analytic (vit_memory.cpp): exact parameters, and activations block by block.

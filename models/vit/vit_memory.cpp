@@ -8,11 +8,13 @@ namespace wxtrain::models {
 int64_t vit_parameter_count(const ViTOptions& c, const ModelShape& s) {
   const int64_t D = c.embed_dim, p = c.patch_size, hidden = mlp_hidden(c.embed_dim, c.mlp_ratio);
   const int64_t patches = ceil_div(s.lat, p) * ceil_div(s.lon, p);
-  const int64_t embed = conv_params(s.in_channels, D, p, true) + patches * D;  // + pos_embed
-  const int64_t block = norm_params(D) + linear_params(D, 3 * D) + linear_params(D, D) + norm_params(D) +
-                        linear_params(D, hidden) + linear_params(hidden, D);
+  const int64_t k = s.conditional_noise;  // noise channels taken out of the input, into the norms
+  const int64_t embed = conv_params(s.in_channels - k, D, p, true) + patches * D;  // + pos_embed
+  const int64_t norms = k > 0 ? 2 * conditional_norm_params(D, k) : 2 * norm_params(D);
+  const int64_t block = norms + linear_params(D, 3 * D) + linear_params(D, D) + linear_params(D, hidden) +
+                        linear_params(hidden, D);
   const int64_t head = norm_params(D) + linear_params(D, p * p * s.out_channels);
-  return embed + c.depth * block + head;
+  return embed + c.depth * block + head + (k > 0 ? noise_mlp_params(k) : 0);
 }
 
 ModelMemory vit_activation_memory(const ViTOptions& c, const ModelShape& s, const FormulaSettings& f) {
@@ -24,13 +26,32 @@ ModelMemory vit_activation_memory(const ViTOptions& c, const ModelShape& s, cons
   // The residual stream is fp32 under autocast: the bf16 patch tokens plus the fp32 pos_embed promote.
   const double stream = w.high;
 
-  m.blocks.push_back(patch_embed_block(s.in_channels, w, p, D, N, stream));
+  const double k = static_cast<double>(s.conditional_noise);
+  m.blocks.push_back(patch_embed_block(s.in_channels - s.conditional_noise, w, p, D, N, stream));
+  // Conditional-norm noise: the noise MLP on the tokens (outside every block, never checkpointed),
+  // whose output each block reads; a conditional norm saves, beyond a LayerNorm, the normalised
+  // tensor and 1 + scale(noise) for their product, and the noise embedding for its two Linears.
+  if (k > 0) {
+    const double hid = static_cast<double>(kNoiseMlpHidden);
+    Block b;
+    b.name = "noise_injector";
+    b.layers.push_back(conv_or_linear(w, N * k, N * hid));
+    b.layers.push_back(activation(N * hid, w.low));
+    b.layers.push_back(conv_or_linear(w, N * hid, N * k));
+    b.layers.push_back(norm(w, N * k, N));
+    b.inputs = f.checkpointing ? b.saved() : 0;
+    if (f.checkpointing) b.layers.clear();
+    b.output = N * k * w.high;
+    m.blocks.push_back(b);
+  }
+  const Layer conditional{"conditional norm", 2 * N * D * stream + N * k * w.high, 0, 2 * N * D * stream};
 
   for (int64_t i = 0; i < c.depth; ++i) {
     Block b;
     b.name = "block" + std::to_string(i);
     // x + proj(softmax(q k^T) v), q k v from qkv(norm1(x)); norm1's input is the block input.
     b.layers.push_back({"norm", 8 * N, ND * stream, ND * stream});
+    if (k > 0) b.layers.push_back(conditional);
     b.layers.push_back(conv_or_linear(w, ND, 3 * ND));                   // qkv
     b.layers.push_back({"matmul q k", 2 * ND * w.low, 3 * ND * w.low, scores * w.low});  // contiguous q, k copies
     if (w.low < w.high) {
@@ -46,7 +67,8 @@ ModelMemory vit_activation_memory(const ViTOptions& c, const ModelShape& s, cons
     }
     b.layers.push_back(conv_or_linear(w, ND, ND));                        // proj on the merged heads (a copy)
     add_mlp_half(b, w, N, ND, NH, stream);  // norm2 keeps the first residual sum
-    b.inputs = ND * stream;
+    if (k > 0) b.layers.push_back(conditional);
+    b.inputs = ND * stream + N * k * w.high;  // with the noise embedding it reads
     b.carry = ND * stream;  // the residual branch's gradient
     b.output_grad = ND * stream;
     b.weights = static_cast<double>(linear_params(D, 3 * D) + linear_params(D, D) + linear_params(D, hidden) +

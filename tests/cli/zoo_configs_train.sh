@@ -38,11 +38,22 @@ for config in "$@"; do
   if [ -z "$report" ]; then
     printf '%s\n' "$output"; echo "FAIL: $name printed no validation table"; fail=1; continue
   fi
-  while read -r variable lead model persistence _; do
+  # An ensemble's table (its legend names the fair CRPS) goes on "climatology-RMSE model-ACC
+  # persistence-ACC model-CRPS persistence-CRPS ...": its CRPS must beat persistence's too.
+  ensemble=0
+  if grep -q 'fair CRPS' <<<"$output"; then ensemble=1; fi
+  while read -r variable lead model persistence _clim _macc _pacc crps pcrps _; do
     if awk -v m="$model" -v p="$persistence" 'BEGIN { exit !(m < p) }'; then
       echo "  $variable $lead: RMSE $model < persistence $persistence"
     else
       echo "FAIL: $name: $variable at $lead has RMSE $model, persistence $persistence"; fail=1
+    fi
+    if [ "$ensemble" = 1 ]; then
+      if awk -v m="$crps" -v p="$pcrps" 'BEGIN { exit !(m != "" && m < p) }'; then
+        echo "  $variable $lead: CRPS $crps < persistence $pcrps"
+      else
+        echo "FAIL: $name: $variable at $lead has CRPS $crps, persistence $pcrps"; fail=1
+      fi
     fi
   done <<<"$report"
   # On a point set the start names the grid and its area weights, and the scores say how they weigh.

@@ -190,6 +190,107 @@ TEST(AifsReference, ImportedWeightsGiveAnemoisOutputAndGradients) {
   }
 }
 
+// AIFS-ENS: anemoi's AnemoiEnsModelEncProcDec with NoiseConditioning (4 noise channels, noise MLP of
+// 32, conditional LayerNorms in the processor; the noise on the data grid projected onto the hidden
+// nodes through the encoder's edges, row-normalised) against ours with train.noise_injection =
+// "conditional_norm": the same noise fed to both (the members' last 4 input channels here, anemoi's
+// torch.randn there), every weight random (the conditional norms start at zero, where the noise
+// would not matter), anemoi's state_dict imported by name.
+TEST(AifsReference, EnsembleNoiseConditioningGivesAnemoisOutputAndGradients) {
+  REQUIRE_FIXTURE(dir);
+  if (!fs::exists(fs::path(dir) / "ens_io.pt")) GTEST_SKIP() << "the fixture has no AIFS-ENS part (ens_io.pt)";
+  const nlohmann::json ens = load_json(fs::path(dir) / "ens.json");
+  auto [config, shape] = fixture_model(load_json(fs::path(dir) / "grid.json"));
+  const int64_t k = ens.at("noise_channels");
+  shape.in_channels += k;
+  shape.conditional_noise = k;
+  const StateDict graph = testing::load_tensor_dict((fs::path(dir) / "graph.pt").string());
+  const StateDict state = testing::load_tensor_dict((fs::path(dir) / "ens_state.pt").string());
+  const StateDict io = testing::load_tensor_dict((fs::path(dir) / "ens_io.pt").string());
+  const int64_t C = config.options.as<AifsOptions>().num_channels;
+  // anemoi's embeddings have one more column each (its forecast-step input, dropped: fcstep 0).
+  {
+    const WeatherModel model = build_model(config, shape);
+    int64_t n = 0;
+    for (const auto& p : model->parameters()) n += p.numel();
+    EXPECT_EQ(n + 2 * C, ens.at("parameters").get<int64_t>());
+    EXPECT_EQ(find_model("aifs").parameter_count(config, shape), n);
+  }
+  for (const bool checkpointing : {false, true}) {
+    const WeatherModel model = build_model(config, shape);
+    model->set_checkpointing(checkpointing);
+    const auto& aifs = dynamic_cast<const AifsImpl&>(*model);
+    {
+      // An untrained model ignores the noise: the conditional norms start at zero.
+      torch::NoGradGuard no_grad;
+      const torch::Tensor x = io.at("x").view({io.at("x").size(0), shape.in_channels, shape.lat, shape.lon});
+      torch::Tensor other = x.clone();
+      other.narrow(1, shape.in_channels - k, k).normal_();
+      EXPECT_TRUE(torch::equal(model->forward(x), model->forward(other))) << "fresh conditional norms read the noise";
+    }
+    const StateDict ours =
+        aifs_state_from_anemoi(state, aifs, graph.at("encoder.provider_index"), graph.at("decoder.provider_index"));
+    {
+      torch::NoGradGuard no_grad;
+      std::set<std::string> loaded;
+      for (auto& item : model->named_parameters()) {
+        ASSERT_TRUE(ours.count(item.key())) << "the mapping gives no " << item.key();
+        ASSERT_EQ(item.value().sizes(), ours.at(item.key()).sizes()) << item.key();
+        item.value().copy_(ours.at(item.key()));
+        loaded.insert(item.key());
+      }
+      for (auto& item : model->named_buffers())
+        if (ours.count(item.key())) item.value().copy_(ours.at(item.key())), loaded.insert(item.key());
+      for (const auto& [name, t] : ours) EXPECT_TRUE(loaded.count(name)) << name << " is not in the model";
+    }
+    const torch::Tensor x = io.at("x").view({io.at("x").size(0), shape.in_channels, shape.lat, shape.lon}).clone();
+    x.requires_grad_(true);
+    const torch::Tensor y = model->forward(x).flatten(2);
+    const torch::Tensor reference = io.at("y");
+    const double scale = reference.abs().max().item<double>();
+    const double error = (y - reference).abs().max().item<double>() / scale;
+    // The noise matters now: other noise moves the output by far more than the tolerance.
+    double moved = 0;
+    {
+      torch::NoGradGuard no_grad;
+      torch::Tensor other = x.detach().clone();
+      other.narrow(1, shape.in_channels - k, k).normal_();
+      moved = (model->forward(other).flatten(2) - reference).abs().max().item<double>() / scale;
+    }
+    std::printf("[ aifs-ens vs anemoi ] checkpointing %d: output max |diff| / max |y| = %.2e (other noise: %.2e)\n",
+                checkpointing, error, moved);
+    EXPECT_LT(error, 1e-5);
+    EXPECT_GT(moved, 1e-2) << "the noise does not reach the output";
+    (y * io.at("w")).sum().backward();
+    StateDict their_grads;
+    for (const auto& [name, t] : io)
+      if (name.rfind("grad.", 0) == 0 && name != "grad.x") their_grads[name.substr(5)] = t;
+    const StateDict grads =
+        aifs_state_from_anemoi(their_grads, aifs, graph.at("encoder.provider_index"), graph.at("decoder.provider_index"));
+    double largest = 0;
+    for (const auto& [name, g] : grads) largest = std::max(largest, g.abs().max().item<double>());
+    double worst = 0;
+    std::string worst_name;
+    for (auto& item : model->named_parameters()) {
+      ASSERT_TRUE(grads.count(item.key())) << "anemoi has no gradient for " << item.key();
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      const torch::Tensor g = grads.at(item.key());
+      const double e =
+          (item.value().grad() - g).abs().max().item<double>() / std::max(g.abs().max().item<double>(), 1e-3 * largest);
+      if (e > worst) worst = e, worst_name = item.key();
+    }
+    // The noise channels get no gradient (anemoi's noise has none); the state channels anemoi's.
+    const torch::Tensor gx = io.at("grad.x");
+    const torch::Tensor ours_gx = x.grad().flatten(2);
+    const double ex = (ours_gx.narrow(1, 0, gx.size(1)) - gx).abs().max().item<double>() / gx.abs().max().item<double>();
+    EXPECT_EQ(ours_gx.narrow(1, gx.size(1), k).abs().max().item<double>(), 0.0);
+    std::printf("[ aifs-ens vs anemoi ] checkpointing %d: input gradient %.2e, worst parameter gradient %.2e (%s)\n",
+                checkpointing, ex, worst, worst_name.c_str());
+    EXPECT_LT(ex, 1e-4);
+    EXPECT_LT(worst, 1e-4) << worst_name;
+  }
+}
+
 TEST(AifsReference, ParameterCountIsAnemois) {
   REQUIRE_FIXTURE(dir);
   const nlohmann::json grid = load_json(fs::path(dir) / "grid.json");

@@ -261,6 +261,101 @@ TEST_P(ZooTest, Bf16AutocastForwardAndBackward) {
 INSTANTIATE_TEST_SUITE_P(Models, ZooTest, ::testing::Values("unet", "vit", "gnn", "fourcastnet", "graphcast", "pangu", "aifs"),
                          [](const auto& info) { return info.param; });
 
+// ---- train.noise_injection = "conditional_norm" (docs/ensembles.md) ----
+
+// The models that take an ensemble's noise through conditional LayerNorms: 5 input channels plus 4
+// noise fields, on a grid no patch or window divides.
+class ConditionalNoiseTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConditionalNoiseTest, FreshNormsIgnoreTheNoiseTrainedOnesReadIt) {
+  ModelShape shape{9, 3, 17, 23};
+  shape.conditional_noise = 4;
+  const ModelConfig config = small(GetParam());
+  WeatherModel model = build_seeded(config, shape);
+  EXPECT_EQ(find_model(GetParam()).parameter_count(config, shape), count_parameters(*model));
+  const std::set<std::string> blocks(model->block_names().begin(), model->block_names().end());
+  int64_t conditional = 0;
+  for (const auto& item : model->named_parameters()) {
+    EXPECT_TRUE(blocks.count(item.key().substr(0, item.key().find('.')))) << item.key();
+    if (item.key().find(".scale.") != std::string::npos || item.key().find(".bias.") != std::string::npos) {
+      EXPECT_EQ(item.value().abs().max().item<double>(), 0.0) << item.key() << " does not start at zero";
+      ++conditional;
+    }
+  }
+  EXPECT_GT(conditional, 0) << "no conditional norms";
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({2, 9, 17, 23});
+  torch::Tensor other = x.clone();
+  other.narrow(1, 5, 4).normal_();
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(model->forward(x), model->forward(other)));
+    // A trained model's norms have left zero: the noise moves the output.
+    for (auto& item : model->named_parameters())
+      if (item.key().find(".scale.") != std::string::npos || item.key().find(".bias.") != std::string::npos)
+        item.value().normal_(0, 0.3);
+    const double moved = (model->forward(x) - model->forward(other)).abs().max().item<double>();
+    EXPECT_GT(moved, 1e-2) << "the noise does not reach the output";
+  }
+  // Gradients reach the conditional norms and the noise MLP, never the noise fields, and are the
+  // same with checkpointing.
+  std::map<std::string, torch::Tensor> grads[2];
+  for (int on = 0; on < 2; ++on) {
+    model->zero_grad();
+    model->set_checkpointing(on == 1);
+    const torch::Tensor xi = x.clone().requires_grad_(true);
+    model->forward(xi).square().sum().backward();
+    EXPECT_EQ(xi.grad().narrow(1, 5, 4).abs().max().item<double>(), 0.0);
+    EXPECT_GT(xi.grad().narrow(1, 0, 5).abs().max().item<double>(), 0.0);
+    for (const auto& item : model->named_parameters()) {
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      grads[on][item.key()] = item.value().grad().clone();
+    }
+  }
+  double largest = 0;
+  for (const auto& [name, g] : grads[0]) largest = std::max(largest, g.abs().max().item<double>());
+  for (const auto& [name, g] : grads[0]) {
+    if (name.find("noise_injector.") == 0 || name.find(".scale.") != std::string::npos)
+      EXPECT_GT(g.abs().max().item<double>(), 0.0) << name;
+    // To round-off of the gradient's size (the recompute may sum in another order), floored at 1e-3
+    // of the largest: AIFS's attention key bias has a gradient of zero in exact arithmetic.
+    const double size = std::max(g.abs().max().item<double>(), 1e-3 * largest);
+    EXPECT_LT((g - grads[1][name]).abs().max().item<double>() / size, 1e-4) << name;
+  }
+}
+
+TEST(ConditionalNoise, RunFilesSayWhichModelTakesIt) {
+  auto run = [](const std::string& model) {
+    return parse_config("[model]\nname = \"" + model + "\"\n[data]\nvariables = [\"a\"]\ngrid = [8, 8]\n"
+                        "[train]\nensemble_members = 2\nnoise_injection = \"conditional_norm\"\n",
+                        "ens.toml");
+  };
+  EXPECT_EQ(model_shape(run("vit")).conditional_noise, 4);
+  RunConfig input = run("vit");
+  input.train.noise_injection = "input";
+  // The noise fields stay in the input (the rollout appends them as before); the model takes them out.
+  EXPECT_EQ(model_shape(run("vit")).in_channels, model_shape(input).in_channels);
+  EXPECT_EQ(model_shape(input).conditional_noise, 0);
+  EXPECT_EQ(model_shape(run("aifs")).conditional_noise, 4);
+  for (const std::string name : {"unet", "gnn", "graphcast", "fourcastnet", "pangu"}) {
+    try {
+      model_shape(run(name));
+      ADD_FAILURE() << name << " took conditional_norm";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("model.name = \"" + name + "\""), std::string::npos) << what;
+      EXPECT_NE(what.find("train.noise_injection"), std::string::npos) << what;
+    }
+  }
+  // One member: no noise, nothing to condition on.
+  RunConfig one = run("vit");
+  one.train.ensemble_members = 1;
+  EXPECT_EQ(model_shape(one).conditional_noise, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ConditionalNoiseTest, ::testing::Values("vit", "aifs"),
+                         [](const auto& info) { return info.param; });
+
 // ---- parameter counts from the architectures' formulas ----
 
 TEST(UNet, ParameterCountMatchesTheArchitecture) {

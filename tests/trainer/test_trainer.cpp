@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <iterator>
 #include <thread>
 
@@ -39,6 +40,17 @@ TrainSummary run(const std::string& dir, const std::string& extra = "", TrainOpt
 }
 
 TensorMap weights_at(const std::string& dir) { return load_checkpoint(dir + "/checkpoint.pt").model; }
+
+// run() with another [model] table.
+TrainSummary run_model(const std::string& model, const std::string& dir, const std::string& extra = "",
+                       TrainOptions options = {}, const std::vector<std::string>& overrides = {}) {
+  options.quiet = true;
+  const std::string text = testing_support::storm_run_text(dir, extra, model);
+  RunConfig config = parse_config(text, dir + "/run.toml", overrides);
+  auto dataset = std::make_shared<data::Dataset>(config.data);
+  data::take_grid(config, *dataset);
+  return train(config, dataset, {text, overrides}, options);
+}
 
 }  // namespace
 
@@ -112,6 +124,52 @@ TEST(Trainer, ResumedEnsembleRunContinuesTheNoiseStreamBitForBit) {
   EXPECT_EQ(scores.rfind("step,lead,lead_hours,variable,forecaster,rmse,acc,crps,spread,spread_skill,"
                          "rank_0,rank_1,rank_2,rank_3,rank_4\n", 0), 0u);
   EXPECT_EQ(scores, text(split + "/validation.csv"));
+}
+
+TEST(Trainer, ConditionalNormEnsembleResumesBitForBitAndItsMembersDiffer) {
+  // train.noise_injection = "conditional_norm" (a ViT: its blocks' LayerNorms take the noise): the
+  // noise is drawn from the same checkpointed stream, so a resumed run ends on the uninterrupted
+  // run's weights; the conditional norms start at zero and training moves them, so the members
+  // differ (the validation's spread is not zero).
+  const std::string model = "name = \"vit\"\npatch_size = 4\nembed_dim = 24\ndepth = 2\nheads = 3\n";
+  const std::string ensemble = "ensemble_members = 4\nnoise_injection = \"conditional_norm\"\nval_every = 2\n";
+  const std::vector<std::string> steps = {"train.steps=4"};
+  const std::string straight = fresh_dir("cn_straight"), split = fresh_dir("cn_split");
+  run_model(model, straight, ensemble, {}, steps);
+  TrainOptions first_half;
+  first_half.stop_after = 2;
+  run_model(model, split, ensemble, first_half, steps);
+  TrainOptions resume;
+  resume.resume = true;
+  TrainSummary b = run_model(model, split, ensemble, resume, steps);
+  EXPECT_EQ(b.first_step, 2);
+  EXPECT_EQ(b.last_step, 4);
+  TensorMap wa = weights_at(straight), wb = weights_at(split);
+  ASSERT_EQ(wa.size(), wb.size());
+  int conditional = 0;
+  for (const auto& [name, t] : wa) {
+    EXPECT_TRUE(torch::equal(t, wb.at(name))) << name << " differs after resume";
+    if (name.find(".scale.") != std::string::npos || name.find(".bias.") != std::string::npos) {
+      ++conditional;
+      EXPECT_GT(t.abs().max().item<double>(), 0.0) << name << " is still zero after training";
+    }
+  }
+  EXPECT_EQ(conditional, 2 * 2 * 4);  // 2 blocks x 2 norms x (scale, bias) x (weight, bias)
+  EXPECT_GT(wa.count("noise_injector.noise_mlp.mlp.0.weight"), 0u);
+  // Every validation row of the model has a spread above zero: its members differ.
+  std::ifstream csv(straight + "/validation.csv");
+  std::string line;
+  std::getline(csv, line);
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    if (cells.size() < 9 || cells[4] != "model") continue;
+    ++rows;
+    EXPECT_GT(std::stod(cells[8]), 0.0) << line;
+  }
+  EXPECT_GT(rows, 0);
 }
 
 TEST(Trainer, SigtermFinishesTheStepSavesAndStops) {

@@ -14,6 +14,10 @@ Writes into OUT_DIR:
                  without anemoi's residual (the last input state; our trainer adds it), the weight
                  of the scalar loss sum(y * w), and the gradients of that loss for the input and
                  every parameter (grad.<name>)
+  ens_state.pt, ens_io.pt   the same for AnemoiEnsModelEncProcDec with NoiseConditioning (AIFS-ENS,
+                 4 noise channels): x [B x E, C_in + 4, cells] holds each member's noise fields as
+                 its last 4 channels (wxtrain's layout; anemoi's torch.randn is made to return them),
+                 fcstep 0, every weight random, the zero-initialised conditional norms too
 The hidden grid's latitudes come from numpy's Gauss-Legendre nodes (an implementation of the
 Gaussian latitudes independent of ours; anemoi's own o-grids are downloaded from ECMWF, which the
 tests do not do).
@@ -135,3 +139,54 @@ with open(os.path.join(out, "grid.json"), "w") as f:
 print(f"anemoi AIFS fixture: {cells} cells, {len(hid_lat)} hidden nodes, "
       f"{graph_out['encoder.senders'].numel()} encoder edges, {graph_out['decoder.senders'].numel()} decoder edges, "
       f"{n_params} parameters -> {out}")
+
+# ---- AIFS-ENS: AnemoiEnsModelEncProcDec with NoiseConditioning ----
+NOISE = 4
+ens, _ = build_model(graph, ["t", "u", "v"], ["cos_lat"], ["tp"], n_step_input=N_STEP_INPUT, channels=CHANNELS,
+                     heads=HEADS, layers=LAYERS, window=WINDOW, trainable=TRAINABLE, noise_channels=NOISE)
+# Random weights: the conditional norms' scale and bias start at zero (the noise would not matter).
+with torch.no_grad():
+    for name, p in ens.named_parameters():
+        p.copy_(torch.randn_like(p) * (0.5 if p.dim() == 1 else 1.0 / max(1, p.shape[-1]) ** 0.5))
+ens.train()
+E = 3
+V = len(data_indices["data"].model.input)
+xe = torch.randn(B, N_STEP_INPUT, E, cells, V)
+xe.requires_grad_(True)
+noise = torch.randn(B, E, cells, NOISE)  # anemoi's noise_shape with the data grid (noise_edges_name)
+real_randn = torch.randn
+
+
+def fixed_noise(*args, size=None, **kwargs):
+    shape = tuple(size) if size is not None else tuple(args[0] if len(args) == 1 and not isinstance(args[0], int) else args)
+    assert shape == tuple(noise.shape), f"anemoi asked for noise of shape {shape}, expected {tuple(noise.shape)}"
+    return noise.clone().to(kwargs.get("dtype", torch.float32))
+
+
+torch.randn = fixed_noise
+try:
+    ye_full = ens({"data": xe}, fcstep=0)["data"]  # [B, 1, E, cells, outputs]
+finally:
+    torch.randn = real_randn
+skip = torch.zeros_like(ye_full)
+skip[..., prog_out] = xe[:, -1:, :, :, :][..., prog_in]
+ye = (ye_full - skip)[:, 0]  # [B, E, cells, outputs]
+we = torch.randn_like(ye)
+(ye * we).sum().backward()
+rows = B * E
+# Ours: rows sample-major (b * E + e, anemoi's "(batch ensemble)"), channels step * V + variable, then
+# the member's noise fields.
+xe_ours = xe.detach().permute(0, 2, 1, 4, 3).reshape(rows, N_STEP_INPUT * V, cells)
+xe_ours = torch.cat([xe_ours, noise.reshape(rows, cells, NOISE).permute(0, 2, 1)], dim=1)
+grad_xe = xe.grad.permute(0, 2, 1, 4, 3).reshape(rows, N_STEP_INPUT * V, cells)
+io = {"x": xe_ours.contiguous(), "y": ye.detach().reshape(rows, cells, -1).permute(0, 2, 1).contiguous(),
+      "w": we.reshape(rows, cells, -1).permute(0, 2, 1).contiguous(), "grad.x": grad_xe.contiguous()}
+for name, p in ens.named_parameters():
+    io["grad." + name] = p.grad.detach().clone()
+torch.save(io, os.path.join(out, "ens_io.pt"))
+torch.save({k: v.detach().clone() for k, v in ens.state_dict().items()}, os.path.join(out, "ens_state.pt"))
+with open(os.path.join(out, "ens.json"), "w") as f:
+    json.dump({"members": E, "noise_channels": NOISE, "parameters": sum(p.numel() for p in ens.parameters()),
+               "state_keys": list(ens.state_dict().keys())}, f, indent=1)
+print(f"anemoi AIFS-ENS fixture: {E} members, {NOISE} noise channels, "
+      f"{sum(p.numel() for p in ens.parameters())} parameters")

@@ -46,9 +46,16 @@ def build_graph(data_lat, data_lon, hid_lat, hid_lon, cutoff_factor=0.6, neighbo
     return graph
 
 
-def build_model(graph, prognostic, forcing, diagnostic, n_step_input, channels, heads, layers, window, trainable):
+def build_model(graph, prognostic, forcing, diagnostic, n_step_input, channels, heads, layers, window, trainable,
+                noise_channels=0):
     """AnemoiModelEncProcDec with graph-transformer mappers, a transformer processor (SDPA: flash
-    attention is not on the CPU) and the residual SkipConnection, one dataset "data"."""
+    attention is not on the CPU) and the residual SkipConnection, one dataset "data".
+
+    noise_channels > 0: AnemoiEnsModelEncProcDec as AIFS-ENS configures it, NoiseConditioning
+    (noise_std 1, noise_channels_dim = noise_channels, noise_mlp_hidden_dim 32) with the processor's
+    LayerNorms ConditionalLayerNorm (zero-initialised, autocast off); the noise drawn on the data grid
+    and projected onto the hidden nodes through the encoder's edges, row-normalised
+    (noise_edges_name), as wxtrain draws it on the data grid."""
     variables = prognostic + forcing + diagnostic
     name_to_index = {v: i for i, v in enumerate(variables)}
     data_config = OmegaConf.create({"forcing": forcing, "diagnostic": diagnostic})
@@ -76,6 +83,22 @@ def build_model(graph, prognostic, forcing, diagnostic, n_step_input, channels, 
         "residual": {"_target_": "anemoi.models.layers.residual.SkipConnection"},
         "bounding": [],
     }})
+    if noise_channels > 0:
+        from anemoi.models.models import AnemoiEnsModelEncProcDec
+
+        config.model.model._target_ = "anemoi.models.models.AnemoiEnsModelEncProcDec"
+        config.model.model.condition_on_residual = False
+        config.model.condition_on_residual = False
+        config.model.noise_injector = {
+            "_target_": "anemoi.models.layers.ensemble.NoiseConditioning", "noise_std": 1,
+            "noise_channels_dim": noise_channels, "noise_mlp_hidden_dim": 32, "layer_kernels": None,
+            "noise_edges_name": ["data", "to", "hidden"], "row_normalize_noise_matrix": True}
+        config.model.processor.layer_kernels = {"LayerNorm": {
+            "_target_": "anemoi.models.layers.normalization.ConditionalLayerNorm", "_partial_": True,
+            "condition_shape": noise_channels, "zero_init": True, "autocast": False}}
+        model = AnemoiEnsModelEncProcDec(model_config=config, data_indices=data_indices, statistics={"data": {}},
+                                         n_step_input=n_step_input, n_step_output=1, graph_data=graph)
+        return model, data_indices
     model = AnemoiModelEncProcDec(model_config=config, data_indices=data_indices, statistics={"data": {}},
                                   n_step_input=n_step_input, n_step_output=1, graph_data=graph)
     return model, data_indices

@@ -1,0 +1,41 @@
+#pragma once
+// anemoi's noise conditioning (AIFS-ENS; anemoi-models layers/ensemble.py NoiseConditioning and
+// layers/normalization.py ConditionalLayerNorm), shared by the models that take an ensemble's noise
+// through conditional LayerNorms (train.noise_injection = "conditional_norm", docs/ensembles.md):
+// the noise fields, averaged onto the processor's nodes or tokens, embedded by NoiseMlp, modulate
+// each processor LayerNorm through ConditionalLayerNorm.
+#include <torch/torch.h>
+
+namespace wxtrain::models {
+
+// ConditionalLayerNorm (autocast off, as AIFS-ENS configures it): LayerNorm without affine
+// parameters, times 1 + scale(cond), plus bias(cond); scale and bias are Linears of the
+// conditioning vector initialised at zero, so that it starts as a plain LayerNorm and the noise
+// has no effect until training moves them.
+class ConditionalLayerNormImpl : public torch::nn::Module {
+ public:
+  ConditionalLayerNormImpl(int64_t channels, int64_t condition);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond);  // [B, N, C], [B, N, condition]
+
+  int64_t channels;
+  torch::nn::Linear scale{nullptr}, bias{nullptr};
+};
+TORCH_MODULE(ConditionalLayerNorm);
+
+// NoiseConditioning.noise_mlp (anemoi's MLP(layer_norm=True)): Linear(k, hidden), GELU,
+// Linear(hidden, k), LayerNorm(k). Its output is the conditioning vector of every processor norm.
+constexpr int64_t kNoiseMlpHidden = 32;  // noise_mlp_hidden_dim of anemoi's AIFS-ENS configuration
+class NoiseMlpImpl : public torch::nn::Module {
+ public:
+  explicit NoiseMlpImpl(int64_t noise_channels);
+  torch::Tensor forward(const torch::Tensor& noise);
+  torch::nn::Sequential mlp{nullptr};  // "0" Linear, "1" GELU, "2" Linear, as anemoi names them
+  torch::nn::LayerNorm layer_norm{nullptr};
+};
+TORCH_MODULE(NoiseMlp);
+
+// Parameters of the above, for estimate --analytic.
+int64_t conditional_norm_params(int64_t channels, int64_t condition);
+int64_t noise_mlp_params(int64_t noise_channels);
+
+}  // namespace wxtrain::models
