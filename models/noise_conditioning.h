@@ -34,6 +34,16 @@ class NoiseMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(NoiseMlp);
 
+// anemoi's `noise_injector` module holding the noise MLP under the name its state_dicts use
+// (noise_injector.noise_mlp.*); the models register it as a block of its own, so train.freeze and
+// the block list see it.
+class NoiseInjectorImpl : public torch::nn::Module {
+ public:
+  explicit NoiseInjectorImpl(int64_t noise_channels) : noise_mlp(register_module("noise_mlp", NoiseMlp(noise_channels))) {}
+  NoiseMlp noise_mlp;
+};
+TORCH_MODULE(NoiseInjector);
+
 // Parameters of the above, for estimate --analytic.
 int64_t conditional_norm_params(int64_t channels, int64_t condition);
 int64_t noise_mlp_params(int64_t noise_channels);

@@ -228,9 +228,7 @@ AifsImpl::AifsImpl(const AifsOptions& options, const ModelShape& shape) : Weathe
                                                               options.mapper_num_heads, mlp, edge_dim, /*out_channels=*/0));
   if (k > 0) {
     // anemoi's module path noise_injector.noise_mlp, so that state_dicts keep its names.
-    auto injector = std::make_shared<torch::nn::Module>("NoiseConditioning");
-    noise_mlp_ = injector->register_module("noise_mlp", NoiseMlp(k));
-    register_block("noise_injector", injector);  // a block: train.freeze and the block list see it
+    noise_mlp_ = register_block("noise_injector", NoiseInjector(k))->noise_mlp;
   }
   for (int64_t i = 0; i < options.processor_layers; ++i)
     processor_.push_back(register_block("processor" + std::to_string(i),

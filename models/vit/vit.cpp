@@ -101,9 +101,7 @@ ViTImpl::ViTImpl(const ViTOptions& options, const ModelShape& shape) : WeatherMo
                       std::to_string(shape.in_channels) + " input channels leave no input");
   embed_ = register_block("embed", PatchEmbed(shape.in_channels - k, options.embed_dim, patch_, patches_lat_ * patches_lon_));
   if (k > 0) {
-    auto injector = std::make_shared<torch::nn::Module>("NoiseConditioning");
-    noise_mlp_ = injector->register_module("noise_mlp", NoiseMlp(k));
-    register_block("noise_injector", injector);  // a block: train.freeze and the block list see it
+    noise_mlp_ = register_block("noise_injector", NoiseInjector(k))->noise_mlp;
   }
   for (int64_t i = 0; i < options.depth; ++i) {
     blocks_.push_back(register_block(
