@@ -199,7 +199,12 @@ TEST(ZeroDataParallel, BadOptionsAreConfigErrors) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("Invalid optimizer type: adamx"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(ZeroDataParallel(local(), make_groups(model, 0.0), OptimizerOptions{}, 3, 25.0), ConfigError);
+  try {  // stage 3 trains (distributed/sharded_parameters.h); 4 is no stage
+    ZeroDataParallel dp(local(), make_groups(model, 0.0), OptimizerOptions{}, 4, 25.0);
+    FAIL() << "zero_stage 4 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("distributed.zero_stage = 4: expected 0, 1, 2 or 3"), std::string::npos) << e.what();
+  }
   auto frozen = make_model(8);
   auto groups = make_groups(frozen, 0.0);
   groups[0].params[0].set_requires_grad(false);
