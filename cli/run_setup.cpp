@@ -42,6 +42,9 @@ void open_data(RunSetup& setup, const SetupRequest& request) {
     data::take_grid(config, dataset);
     if (count) setup.samples_per_rank = samples_per_rank(config, dataset);
   }
+  // No files, a named grid (data.grid = "n320"): its cells are generated, so that a model placed on
+  // the sphere (aifs's graph) is built where the preset's data would lie.
+  if (config.data.sources.empty()) data::take_named_grid(config);
 }
 
 // train.batch_size = "auto": the micro-batch that trains within the memory budget on this run's device,

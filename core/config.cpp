@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/model_presets.h"
 #include "core/run_file_text.h"
+#include "data/named_grids.h"
 #include "data/time/cf_time.h"
 #include "core/tracking_config.h"
 
@@ -387,12 +388,30 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
     r.get("variables", d.variables);
     r.get("diagnostic_variables", d.diagnostic_variables);
     r.get("forcing_variables", d.forcing_variables);
-    std::vector<int64_t> grid;
-    r.get("grid", grid, 1);
-    if (!grid.empty()) {
-      if (grid.size() != 2) r.fail("grid", "must be [lat, lon]");
-      d.lat = grid[0];
-      d.lon = grid[1];
+    // grid = [lat, lon] (a rectangle) or a reduced Gaussian grid by name, "n320" / "o96": a point set
+    // whose cells are generated (data::named_grid, where setup fills the coordinates in), so that a
+    // preset on such a grid (aifs-single-1.0) estimates without data.
+    const toml::node* grid_node = r.node("grid");
+    if (grid_node && grid_node->is_string()) {
+      d.grid_name = grid_node->value_or(std::string());
+      data::GridName g;
+      if (!data::parse_grid_name(d.grid_name, g))
+        r.fail("grid", "= \"" + d.grid_name + "\" is not a grid: expected [lat, lon] or a reduced Gaussian grid's name, "
+                       "\"o<N>\" (octahedral, e.g. \"o96\") or \"n<N>\" (classic: \"n32\", \"n320\")");
+      const int64_t cells = data::named_grid_cells(g);
+      if (cells <= 0)
+        r.fail("grid", "= \"" + d.grid_name + "\": the classic reduced Gaussian N" + std::to_string(g.n) +
+                           " is not known (its points per row are kept for n32 and n320); use an octahedral \"o<N>\"");
+      d.lat = 1;  // a point set: one row of cells (models::model_shape)
+      d.lon = cells;
+    } else {
+      std::vector<int64_t> grid;
+      r.get("grid", grid, 1);
+      if (!grid.empty()) {
+        if (grid.size() != 2) r.fail("grid", "must be [lat, lon] or a reduced Gaussian grid's name (\"n320\", \"o96\")");
+        d.lat = grid[0];
+        d.lon = grid[1];
+      }
     }
     r.get("history", d.history, 1, 64);
     d.rollout_steps_set = r.node("rollout_steps") != nullptr;
@@ -443,9 +462,9 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
     r.finish();
     if (d.sources.empty() && d.variables.empty())
       throw ConfigError(file + ": [data] needs either [[data.sources]] (files to train on) or "
-                        "variables = [...] with grid = [lat, lon] (to estimate without data)");
+                        "variables = [...] with grid = [lat, lon] or a named grid such as \"n320\" (to estimate without data)");
     if (d.sources.empty() && (d.lat == 0 || d.lon == 0))
-      throw ConfigError(file + ": [data] without sources needs grid = [lat, lon]");
+      throw ConfigError(file + ": [data] without sources needs grid = [lat, lon] or a reduced Gaussian grid's name (\"n320\", \"o96\")");
     // Every channel name once, whatever its role: checkpoints, loss weights and forecasts name them.
     std::set<std::string> names;
     const ChannelLayout layout = c.channels();

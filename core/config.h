@@ -90,6 +90,9 @@ struct DataConfig {
   std::vector<std::string> forcing_variables;     // data.forcing_variables: input-only channels from files
   int64_t lat = 0;                     // data.grid = [lat, lon]
   int64_t lon = 0;
+  // data.grid = "n320" / "o96": a reduced Gaussian grid by name (data/named_grids.h); lat = 1 and
+  // lon = its cells, the coordinates filled in by data::take_named_grid. "" = none.
+  std::string grid_name;
   // Not keys: the grid's coordinates in degrees, filled in where the data is opened (setup_run,
   // train, forecast) for the models that place the grid on the sphere (graphcast). Empty: unknown,
   // and such a model assumes a regular global grid of lat x lon.

@@ -37,7 +37,7 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"data.variables", {"", "without sources: prognostic channel names, to estimate without data"}},
       {"data.diagnostic_variables", {"", "without sources: predicted-only channel names"}},
       {"data.forcing_variables", {"", "without sources: input-only channel names from files"}},
-      {"data.grid", {"", "without sources: [lat, lon]"}},
+      {"data.grid", {"", "without sources: [lat, lon], or a reduced Gaussian grid by name: \"n320\" (classic, ecCodes' points per row; n32 too) or \"o<N>\" (octahedral), a point set of generated cells"}},
       {"data.history", {"", "input states per sample"}},
       {"data.rollout_steps", {"", "predicted states per sample (autoregressive); or train.rollout_schedule"}},
       {"data.val_fraction", {"", "trailing share of the time axis for validation (0 = none); set here, too few states "

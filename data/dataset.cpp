@@ -812,4 +812,13 @@ void take_grid(RunConfig& config, const Dataset& dataset) {
   }
 }
 
+void take_named_grid(RunConfig& config) {
+  if (config.data.grid_name.empty()) return;
+  const Grid grid = named_grid(config.data.grid_name);
+  config.data.lat = 1;
+  config.data.lon = grid.size();
+  config.data.lat_coords = grid.latitudes;
+  config.data.lon_coords = grid.longitudes;
+}
+
 }  // namespace wxtrain::data

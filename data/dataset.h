@@ -220,5 +220,9 @@ class Dataset {
 // coordinates (a point set: lat = 1, lon = cells, one coordinate per cell in both lists), so that models::model_shape(config) builds a model where the data lies (graphcast's
 // mesh) without the files being opened again (estimate, tune-batch, the benchmarks).
 void take_grid(RunConfig& config, const Dataset& dataset);
+// A run file without sources whose data.grid names a reduced Gaussian grid ("n320", "o96"): its
+// generated cells' coordinates into config.data (lat = 1, lon = cells), as take_grid gives a
+// point set's. Nothing when data.grid_name is empty.
+void take_named_grid(RunConfig& config);
 
 }  // namespace wxtrain::data

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/named_grids.h"
 
 namespace wxtrain::data {
 namespace {
@@ -165,6 +166,21 @@ Grid reduced_gaussian_grid(int64_t n, const std::vector<int64_t>& points_per_row
 }
 
 Grid octahedral_grid(int64_t n) { return reduced_gaussian_grid(n, octahedral_points_per_row(n)); }
+
+Grid named_grid(const std::string& name) {
+  GridName g;
+  if (!parse_grid_name(name, g))
+    throw DataError("'" + name + "' is not a reduced Gaussian grid name: expected o<N> (octahedral, e.g. o96) or n<N> "
+                    "(classic, n32 or n320)");
+  if (g.octahedral) return octahedral_grid(g.n);
+  std::vector<int64_t> pl = classic_half_points_per_row(g.n);
+  if (pl.empty())
+    throw DataError("'" + name + "': the classic reduced Gaussian N" + std::to_string(g.n) +
+                    " is not known here (its points per row are kept for n32 and n320; data/named_grids.h)");
+  const std::vector<int64_t> south(pl.rbegin(), pl.rend());  // the southern half mirrors the northern
+  pl.insert(pl.end(), south.begin(), south.end());
+  return reduced_gaussian_grid(g.n, pl);
+}
 
 Grid cell_grid(const std::vector<double>& latitudes, const std::vector<double>& longitudes, const std::string& where) {
   if (latitudes.size() != longitudes.size())

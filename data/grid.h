@@ -68,6 +68,10 @@ Grid rectangle_grid(const std::vector<double>& rows, const std::vector<double>& 
 Grid reduced_gaussian_grid(int64_t n, const std::vector<int64_t>& points_per_row);
 // The octahedral grid O<n>: reduced_gaussian_grid(n, octahedral_points_per_row(n)).
 Grid octahedral_grid(int64_t n);
+// A grid by name (data/named_grids.h): "o96" the octahedral O96, "n320" the classic N320 with
+// ecCodes' points per row. A name that is not one (or a classic N whose pl is not kept) throws
+// DataError naming it and what is known.
+Grid named_grid(const std::string& name);
 // Cells given by their coordinates (degrees), weighted as described above; a reduced Gaussian
 // grid is recognised (kind kReducedGaussian, gaussian_n and points_per_row set when its rows are
 // whole). `where` names the data in messages.

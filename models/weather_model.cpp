@@ -18,6 +18,9 @@ ModelShape model_shape(const RunConfig& config) {
   s.lon = config.data.lon;
   if (s.lat <= 0 || s.lon <= 0)
     throw ConfigError(config.path + ": the grid size is unknown: set [data] grid = [lat, lon] or open the data first");
+  if (!config.data.grid_name.empty() && static_cast<int64_t>(config.data.lat_coords.size()) != s.lon)
+    throw ConfigError(config.path + ": data.grid = \"" + config.data.grid_name +
+                      "\" names a point set whose cells have not been generated (data::take_named_grid)");
   // A point set (data::take_grid): one row of cells, with a latitude as well as a longitude per
   // cell. A rectangle of one row has a single latitude, so the two never look alike.
   if (s.lat == 1 && s.lon > 1 && static_cast<int64_t>(config.data.lat_coords.size()) == s.lon &&

@@ -100,6 +100,41 @@ Block mapper_chunk(const std::string& name, const Widths& w, const ChunkSizes& c
   return b;
 }
 
+// Inference: nothing is saved for backward, but the mapper's locals (aifs.cpp
+// GraphTransformerMapperImpl::forward: const tensors, alive until it returns) are, and C++ keeps a
+// statement's temporaries until the statement ends. Each "layer" here is one statement: `temp` all
+// it allocates (its result included), `saved` what stays alive after it, so that the estimator's
+// forward walk (analytic.cpp replay_peak: earlier layers' saved + this one's temp) is the live set.
+// Per sample; the chunk's edge term e = lin_edge(edge features) is batch-independent and is
+// counted by the caller (fixed).
+Block mapper_chunk_inference(const std::string& name, const Widths& w, const ChunkSizes& c, double src_in, double C,
+                             double H, double M, double out, bool embed_src, bool embed_dst_input) {
+  const double Ns = c.senders, Nr = c.receivers, E = c.edges, lo = w.low, hi = w.high;
+  Block b;
+  b.name = name;
+  b.layers.push_back({"senders", Ns * src_in * hi, 0, Ns * src_in * hi});  // index_select of the chunk's senders
+  // The embeddings: per-sample Linear + the node features' Linear, the old and new sum at once.
+  if (embed_src) b.layers.push_back({"embed src", Ns * C * hi, 0, 3 * Ns * C * hi});
+  b.layers.push_back({"embed dst", Nr * C * hi, 0, (embed_dst_input ? 3 : 1) * Nr * C * hi});
+  b.layers.push_back({"norms", (Ns + Nr) * C * hi + 8 * (Ns + Nr), 0, (Ns + Nr) * C * hi + 8 * (Ns + Nr)});
+  b.layers.push_back({"self/q/k/v", (2 * Nr + 2 * Ns) * C * lo, 0, (2 * Nr + 2 * Ns) * C * lo});
+  // key_j = k[senders] + e: the gathered keys and the sum.
+  b.layers.push_back({"key_j", E * C * lo, 0, 2 * E * C * lo});
+  // alpha = (q[receivers] * key_j).sum(-1) / sqrt(d): the gathered queries, the product, the sum, alpha.
+  b.layers.push_back({"alpha", E * H * lo, 0, 2 * E * C * lo + 2 * E * H * lo});
+  // The softmax per receiver (exp of alpha less the gathered max; the gathered sum; the division).
+  b.layers.push_back({"softmax", 2 * E * H * lo + 2 * Nr * H * lo, 0, 5 * E * H * lo + 2 * Nr * H * lo});
+  // messages = (v[senders] + e) * a: the gathered values, their sum with e, the product.
+  b.layers.push_back({"messages", E * C * lo, 0, 3 * E * C * lo});
+  b.layers.push_back({"index_add", Nr * C * lo, 0, 2 * Nr * C * lo});
+  // projection(attention + x_r) + dst; then out = mlp(norm(out)) + out (the old out until assigned).
+  b.layers.push_back({"projection", Nr * C * hi, 0, 3 * Nr * C * hi});
+  b.layers.push_back({"mlp", Nr * C * hi, 0, Nr * C * hi + 2 * Nr * M * lo + 2 * Nr * C * hi});
+  if (out > 0) b.layers.push_back({"extractor", 0, 0, Nr * C * hi + Nr * out * hi});
+  b.output = Nr * (out > 0 ? out : C) * hi;
+  return b;
+}
+
 }  // namespace
 
 // AIFS (aifs.cpp): the learned node and edge features, the two mappers (graph-transformer layers
@@ -122,6 +157,70 @@ int64_t aifs_parameter_count(const AifsOptions& o, const ModelShape& s) {
   return n + o.processor_layers * layer;
 }
 
+// Inference (no graph), walked as the forward runs (aifs.cpp AifsImpl::forward): a block per mapper
+// chunk and per processor layer, each with what is alive beside it (forward_temp: the chunks'
+// outputs so far, the latents the decoder reads). Checked against the traced forward at small sizes
+// (tests/estimator AnalyticVsTrace, the aifs rows).
+ModelMemory aifs_inference_memory(const AifsOptions& o, const ModelShape& s, const FormulaSettings& f,
+                                  const AifsSizes& g) {
+  const Widths& w = f.widths;
+  const double C = static_cast<double>(o.num_channels), M = static_cast<double>(aifs_mlp_hidden(o));
+  const double data_in = static_cast<double>(s.in_channels - s.conditional_noise + 4 + o.data_trainable);
+  const double Nh = g.hidden, Nd = g.data, H = static_cast<double>(o.mapper_num_heads), out = static_cast<double>(s.out_channels);
+  const double hi = w.high, lo = w.low;
+  ModelMemory m;
+  m.output = out * Nd;
+  // The largest chunk's e (lin_edge of its edges, shared by the batch), the edge features of both
+  // mappers and the node features (trainable cat positions), alive through the whole forward.
+  double largest_e = 0;
+  for (const auto* chunks : {&g.encoder, &g.decoder})
+    for (const ChunkSizes& c : *chunks) largest_e = std::max(largest_e, c.edges * C * lo);
+  const double edge_dim = static_cast<double>(3 + o.edge_trainable);
+  const double fixed = largest_e + (g.encoder_edges + g.decoder_edges) * edge_dim * hi +
+                       (Nd * (4 + o.data_trainable) + Nh * (4 + o.hidden_trainable)) * hi;
+  // The outputs of a mapper's chunks are kept until they are concatenated (a copy, when chunked).
+  auto add_mapper = [&](const std::vector<ChunkSizes>& chunks, const std::string& name, double src_in, double o_ch,
+                        bool embed_src, bool embed_dst_input, double beside) {
+    double done = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      Block b = mapper_chunk_inference(name + std::to_string(i), w, chunks[i], src_in, C, H, M, o_ch, embed_src,
+                                       embed_dst_input);
+      b.forward_temp = beside + done;
+      done += b.output;
+      m.blocks.push_back(std::move(b));
+    }
+    if (chunks.size() > 1) {  // torch::cat of the chunks' outputs
+      Block cat;
+      cat.name = name + "_cat";
+      cat.layers.push_back({"cat", 0, 0, done});
+      cat.forward_temp = beside + done;
+      m.blocks.push_back(std::move(cat));
+    }
+  };
+  add_mapper(g.encoder, "encoder", data_in, 0, true, false, 0);
+  // A transformer layer: the layer's input and the processor's input (latent_skip) beside it; the
+  // norm, q/k/v, the attention's output and its parts' concatenation, the projection and the MLP.
+  for (int64_t l = 0; l < o.processor_layers; ++l) {
+    Block b;
+    b.name = "processor" + std::to_string(l);
+    b.forward_temp = 2 * Nh * C * hi;
+    b.layers.push_back({"norm", Nh * C * hi, 0, Nh * C * hi});
+    b.layers.push_back({"attention", Nh * C * lo, 0, 5 * Nh * C * lo});
+    b.layers.push_back({"projection", Nh * C * hi, 0, 2 * Nh * C * hi});
+    b.layers.push_back({"mlp", 0, 0, Nh * C * hi + 2 * Nh * M * lo + Nh * C * hi});
+    m.blocks.push_back(std::move(b));
+  }
+  add_mapper(g.decoder, "decoder", C, out, false, true, 2 * Nh * C * hi);
+  // The output [B, Nd, out] transposed back to [B, out, 1, Nd]: reshape copies it.
+  Block last;
+  last.name = "output";
+  last.forward_temp = Nd * out * hi;
+  last.layers.push_back({"reshape", 0, 0, Nd * out * hi});
+  m.blocks.push_back(std::move(last));
+  m.blocks.front().fixed_saved = fixed;
+  return m;
+}
+
 // Per sample, block by block: a block per encoder chunk, per group of processor layers
 // (model.processor_chunks) and per decoder chunk, which are what a checkpointed step replays. A
 // component whose checkpoint_* is off keeps everything it saved even with train.checkpointing
@@ -136,6 +235,7 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
   const double Nh = g.hidden, Nd = g.data, H = static_cast<double>(o.num_heads), out = static_cast<double>(s.out_channels);
   ModelMemory m;
   m.output = out * Nd;
+  if (f.inference) return aifs_inference_memory(o, s, f, g);
   auto finish = [&](Block b, bool checkpointed, double inputs) {
     b.inputs = inputs;
     if (f.checkpointing && !checkpointed) {
@@ -152,8 +252,6 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
   // and log-sum-exp per head), the projection's input, LayerNorm, MLP.
   const double window = o.window_size > 0 ? std::min<double>(Nh, 2.0 * static_cast<double>(o.window_size) + 1) : Nh;
   (void)window;
-  // Inference keeps nothing between layers: a block per layer, so that only one layer's tensors are
-  // counted at a time (the chunks matter for checkpointed training only).
   // Conditional-norm noise: the noise MLP on the hidden nodes (never checkpointed), whose output
   // every processor layer reads; a conditional norm saves its input, the normalised tensor and
   // 1 + scale(noise) for the product, and the noise embedding for its two Linears.
@@ -172,7 +270,7 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
     if (k <= 0) return norm(w, Nh * C, Nh);
     return {"conditional norm", 3 * Nh * C * w.high + 8 * Nh + Nh * k * w.high, Nh * C * w.high, 2 * Nh * C * w.high};
   };
-  const int64_t groups = f.inference ? o.processor_layers : o.processor_chunks;
+  const int64_t groups = o.processor_chunks;
   const int64_t per_chunk = o.processor_layers / groups;
   for (int64_t c = 0; c < groups; ++c) {
     Block b;

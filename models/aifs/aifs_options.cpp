@@ -79,12 +79,44 @@ void read(SectionReader& r, AifsOptions& o) {
   }
 }
 
+// AIFS Single 1.0 (ECMWF; model card huggingface.co/ecmwf/aifs-single-1.0; Lang et al. 2024,
+// arXiv:2406.01465): the N320 reduced Gaussian data grid (542,080 cells), the O96 hidden grid
+// (40,320 nodes), 1024 channels, 16 transformer layers of 16 heads with a 512 window, 16 mapper
+// heads, 8 learned features per cell, hidden node and mapper edge; two input states 6 h apart.
+// Variables (our reading of the model card; docs/estimator.md says what was checked): 90
+// prognostic (10u 10v 2d 2t msl skt sp tcw, the soil's stl1 stl2 swvl1 swvl2, and q t u v w z on 13
+// pressure levels), 13 forcings (lsm, orography z, slor, sdor from files; position, day of year,
+// local time and insolation computed), 12 diagnostic (tp cp sf tcc hcc mcc lcc 100u 100v ro ssrd
+// strd). anemoi feeds the forcings at both input times; wxtrain's forcings come once, at the
+// predicted state's time (docs/data.md), so this preset has 13 input channels fewer than anemoi's
+// 206 (13,312 weights of the encoder's embedding, 0.005% of the parameters).
+ModelPreset aifs_single_1() {
+  const std::vector<int> levels = {50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 850, 925, 1000};
+  std::vector<std::string> prognostic = {"10u", "10v", "2d",   "2t",   "msl",   "skt",
+                                         "sp",  "tcw", "stl1", "stl2", "swvl1", "swvl2"};
+  for (const auto& name : level_channel_names({"q", "t", "u", "v", "w", "z"}, levels)) prognostic.push_back(name);
+  const std::vector<std::string> diagnostic = {"tp", "cp", "sf", "tcc", "hcc", "mcc", "lcc", "100u", "100v", "ro",
+                                               "ssrd", "strd"};
+  return {"aifs-single-1.0",
+          "AIFS Single 1.0: N320 reduced Gaussian grid (542,080 cells), O96 hidden grid, 13 levels, 90 prognostic, "
+          "13 forcing and 12 diagnostic variables, two input states 6 h apart",
+          "ECMWF AIFS Single 1.0 model card (huggingface.co/ecmwf/aifs-single-1.0); Lang et al. 2024, arXiv:2406.01465",
+          "name = \"aifs\"\nnum_channels = 1024\nprocessor_layers = 16\nnum_heads = 16\nmapper_num_heads = 16\n"
+          "mlp_hidden_ratio = 4\nhidden_grid = \"o96\"\nwindow_size = 512\ncutoff_factor = 0.6\nmax_neighbours = 64\n"
+          "decoder_neighbours = 3\ndata_trainable = 8\nhidden_trainable = 8\nedge_trainable = 8\n",
+          "variables = " + toml_string_list(prognostic) + "\ndiagnostic_variables = " + toml_string_list(diagnostic) +
+              "\nforcing_variables = [\"lsm\", \"z\", \"slor\", \"sdor\"]\nforcings = [\"cos_latitude\", "
+              "\"sin_latitude\", \"cos_longitude\", \"sin_longitude\", \"cos_day_of_year\", \"sin_day_of_year\", "
+              "\"cos_local_time\", \"sin_local_time\", \"insolation\"]\ngrid = \"n320\"\nhistory = 2\n"
+              "time_step = \"6h\"\n"};
+}
+
 }  // namespace
 
 ModelSchema aifs_schema() {
   return make_model_schema<AifsOptions>(
       "aifs", "AIFS: graph-transformer encoder/decoder and a sliding-window transformer on a reduced Gaussian grid",
-      &read, {});
+      &read, {aifs_single_1()});
 }
 
 }  // namespace wxtrain::models

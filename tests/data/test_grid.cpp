@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/grid.h"
+#include "data/named_grids.h"
 
 using namespace wxtrain;
 using namespace wxtrain::data;
@@ -86,6 +87,42 @@ TEST(Grid, ReducedGaussianFromPlAndItsErrors) {
     EXPECT_NE(std::string(e.what()).find("pl"), std::string::npos) << e.what();
   }
   EXPECT_THROW(reduced_gaussian_grid(1, {4, 0}), DataError);
+}
+
+// data.grid = "n320" / "o96" (data/named_grids.h): N320 is ecCodes' classic reduced Gaussian grid
+// (its reduced_gg_pl_320 sample: numberOfDataPoints 542080, pl from 18 at the pole to 1280 at the
+// equator), the data grid of AIFS Single; O96 the octahedral grid of its hidden nodes.
+TEST(Grid, NamedGridsAreEcCodesN320AndOctahedralO96) {
+  const Grid n320 = named_grid("n320");
+  EXPECT_EQ(n320.kind, GridKind::kReducedGaussian);
+  EXPECT_EQ(n320.size(), 542080);
+  EXPECT_EQ(n320.gaussian_n, 320);
+  ASSERT_EQ(n320.points_per_row.size(), 640u);
+  EXPECT_EQ(n320.points_per_row.front(), 18);
+  EXPECT_EQ(n320.points_per_row[1], 25);
+  EXPECT_EQ(n320.points_per_row[319], 1280);
+  EXPECT_EQ(n320.points_per_row[320], 1280);
+  EXPECT_EQ(n320.points_per_row.back(), 18);
+  EXPECT_TRUE(std::equal(n320.points_per_row.begin(), n320.points_per_row.begin() + 320, n320.points_per_row.rbegin()));
+  EXPECT_NEAR(total(n320), 1.0, 1e-12);
+  EXPECT_NEAR(weighted_mean(n320, [](double phi, double) { return std::pow(std::sin(phi), 2); }), 1.0 / 3, 1e-12);
+  EXPECT_NEAR(n320.latitudes.front(), 89.7849, 1e-4);  // `grib_get -p latitudeOfFirstGridPointInDegrees` on the sample
+  EXPECT_NEAR(n320.longitudes[1], 20.0, 1e-12);                    // 360 / 18
+  EXPECT_NE(n320.description.find("N320"), std::string::npos) << n320.description;
+  EXPECT_EQ(named_grid("N32").size(), 6114);  // ecCodes' reduced_gg_pl_32
+  EXPECT_EQ(named_grid("o96").size(), 40320);
+  EXPECT_EQ(named_grid("O96").points_per_row, octahedral_grid(96).points_per_row);
+  GridName parsed;
+  ASSERT_TRUE(parse_grid_name("n320", parsed));
+  EXPECT_EQ(named_grid_cells(parsed), 542080);
+  for (const std::string bad : {"n321", "f320", "o", "o0", "n32x", ""}) {
+    try {
+      named_grid(bad);
+      FAIL() << "'" << bad << "' was taken";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + bad + "'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Grid, RectangleAreasAreBandsAndARegionCoversItsShare) {

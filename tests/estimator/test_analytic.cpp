@@ -370,6 +370,55 @@ INSTANTIATE_TEST_SUITE_P(Zoo, AnalyticVsTrace,
                                            Case{"pangu", Precision::kBf16Mixed, true}),
                          case_name);
 
+// AIFS (models/aifs): the storm grid's 1,188 cells onto O4 (208 hidden nodes), 32 channels, 2
+// transformer layers; the mappers' edges dominate, as at N320 on O96. Training with and without
+// checkpointing, and inference (no graph: what is alive at once, aifs_memory.cpp), against the
+// trace; one and four mapper chunks.
+RunConfig aifs_case(Precision precision, bool checkpointing, int64_t chunks) {
+  RunConfig r;
+  r.model = parse_config("[model]\nname = \"aifs\"\nnum_channels = 32\nnum_heads = 4\nmapper_num_heads = 4\n"
+                         "processor_layers = 2\nwindow_size = 40\nhidden_grid = \"o4\"\nencoder_chunks = " +
+                             std::to_string(chunks) + "\ndecoder_chunks = " + std::to_string(chunks) +
+                             "\n[data]\nvariables = [\"a\"]\ngrid = [8, 8]\n",
+                         "aifs.toml")
+                .model;
+  r.train.precision = precision;
+  r.train.checkpointing = checkpointing;
+  r.train.device = "cuda";  // the formulas follow the unfused path a GPU runs
+  return r;
+}
+
+TEST(AnalyticVsTrace, AifsFollowsTheTrace) {
+  const models::ModelShape shape = storm_shape();
+  for (const Mode mode : {Mode::kTrain, Mode::kInference}) {
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
+      for (const bool checkpointing : {false, true}) {
+        if (mode == Mode::kInference && checkpointing) continue;  // nothing to replay without a graph
+        for (const int64_t chunks : {int64_t{1}, int64_t{4}}) {
+          const RunConfig r = aifs_case(precision, checkpointing, chunks);
+          const ActivationFit traced = trace_activations(r, shape, mode, {4, 16});
+          const ActivationFit analytic = analytic_activations(r, shape, mode);
+          EXPECT_EQ(analytic.num_params, traced.num_params);
+          EXPECT_EQ(analytic.traced_states, traced.traced_states);
+          for (double batch : {4.0, 16.0}) {
+            const double error = analytic.at(batch) / traced.at(batch) - 1;
+            std::printf("[ analytic ] aifs %-9s %-10s ckpt=%d chunks %lld batch %2.0f: traced %9.0f analytic %9.0f "
+                        "error %+.1f%%\n",
+                        mode == Mode::kTrain ? "train" : "inference", to_string(precision).c_str(), checkpointing,
+                        static_cast<long long>(chunks), batch, traced.at(batch), analytic.at(batch), 100 * error);
+            // The zoo-wide 15% (AnalyticVsTrace.WithinFifteenPercent); measured -12%..+13% (train
+            // fp32 unchecked and inference fp32 one chunk the worst; docs/estimator.md). Not yet
+            // the 8% GraphCast and Pangu hold.
+            const double bound = 0.15;
+            EXPECT_LT(std::abs(error), bound) << (mode == Mode::kTrain ? "train " : "inference ") << to_string(precision)
+                                              << " ckpt " << checkpointing << " chunks " << chunks << " batch " << batch;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The storm grid placed where the data lies (20-60N, 140-52.5W): GraphCast's regional mesh.
 models::ModelShape storm_region_shape() {
   models::ModelShape regional = storm_shape();

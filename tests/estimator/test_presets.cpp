@@ -10,6 +10,8 @@
 #include "core/model_presets.h"
 #include "estimator/analytic.h"
 #include "models/fourcastnet/fourcastnet.h"
+#include "data/dataset.h"
+#include "models/aifs/aifs_options.h"
 #include "models/graphcast/graphcast.h"
 #include "models/pangu/pangu.h"
 #include "models/weather_model.h"
@@ -152,4 +154,62 @@ TEST(ModelPresets, GraphCastCountsThePapersParametersWithTheReferencesInertOnes)
   EXPECT_EQ(small.model.options.as<models::GraphCastOptions>().mesh_refinement, 5);
   EXPECT_EQ(models::model_shape(small).out_channels, 5 + 6 * 13);
   EXPECT_EQ(models::model_shape(small).lat, 181);
+}
+
+// AIFS Single 1.0 (models/aifs/aifs_options.cpp): its published sizes on the N320 data grid,
+// named in [data] (data.grid = "n320"), with no data file. The count is anemoi-models' for the same
+// configuration (253,035,126: tests/models/reference/aifs_published_count.py, reference label),
+// less the 2 x 13 x 1024 weights of the forcings anemoi feeds at both input times (wxtrain's come
+// once; the encoder embeds the input as its sender, the decoder as its receiver), less 32 for the 4 encoder edges of 8 learned features each that are
+// decided at round-off distance from the cut-off (docs/estimator.md).
+TEST(ModelPresets, AifsSingleOnTheN320GridWithoutData) {
+  RunConfig c = parse("[model]\npreset = \"aifs-single-1.0\"\n");
+  EXPECT_EQ(c.model.name, "aifs");
+  const auto& o = c.model.options.as<models::AifsOptions>();
+  EXPECT_EQ(o.num_channels, 1024);
+  EXPECT_EQ(o.processor_layers, 16);
+  EXPECT_EQ(o.num_heads, 16);
+  EXPECT_EQ(o.mapper_num_heads, 16);
+  EXPECT_EQ(o.hidden_grid, "o96");
+  EXPECT_EQ(o.window_size, 512);
+  ASSERT_EQ(c.data.variables.size(), 90u);  // 12 surface and soil, 6 x 13 pressure levels
+  EXPECT_EQ(c.data.diagnostic_variables.size(), 12u);
+  EXPECT_EQ(c.data.forcing_variables.size() + c.data.forcings.size(), 13u);
+  EXPECT_EQ(c.data.grid_name, "n320");
+  EXPECT_EQ(c.data.lat, 1);
+  EXPECT_EQ(c.data.lon, 542080);
+  EXPECT_EQ(c.data.history, 2);
+  EXPECT_EQ(c.data.time_step, "6h");
+  // The cells are generated where the run is set up (cli/run_setup.cpp); before that the shape
+  // is refused naming the grid, never guessed as a rectangle of one row.
+  try {
+    models::model_shape(c);
+    FAIL() << "a shape without the cells";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("n320"), std::string::npos) << e.what();
+  }
+  data::take_named_grid(c);
+  const models::ModelShape s = models::model_shape(c);
+  EXPECT_TRUE(s.point_set);
+  EXPECT_EQ(s.lon, 542080);
+  EXPECT_EQ(s.in_channels, 2 * 90 + 13);
+  EXPECT_EQ(s.out_channels, 102);
+  const int64_t n = estimator::analytic_param_count(c.model, s);
+  std::printf("[ preset ] aifs-single-1.0: %lld parameters (anemoi-models, forcings at both input times: 253,035,126)\n",
+              static_cast<long long>(n));
+  EXPECT_EQ(n, 253035158 - 2 * 13 * 1024);
+}
+
+TEST(ModelPresets, ANamedGridThatIsNoneIsRefusedWithItsKey) {
+  for (const std::string bad : {"n321", "f320", "o0"}) {
+    try {
+      parse("[model]\nname = \"aifs\"\n[data]\nvariables = [\"a\"]\ngrid = \"" + bad + "\"\n");
+      FAIL() << bad << " was taken";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("data.grid"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  const RunConfig o96 = parse("[model]\nname = \"aifs\"\n[data]\nvariables = [\"a\"]\ngrid = \"o96\"\n");
+  EXPECT_EQ(o96.data.lon, 40320);
 }
