@@ -64,10 +64,9 @@ Result run(const std::string& command, const std::string& log) {
 // written mid-run (step 3) and at the end, validation every 3 steps.
 const std::string kEverything =
     "--set data.rollout_steps=2 --set train.checkpointing=true --set train.rollout_checkpointing=true "
-    "--set train.accumulation=2 --set train.checkpoint_every=3 --set train.val_every=3 --set train.steps=6 "
-    "--set train.batch_size=2";
+    "--set train.accumulation=2 --set train.checkpoint_every=3 --set train.val_every=3 --set train.steps=6";
 
-std::string trained(const std::string& name, bool sharded, const std::string& extra = kEverything) {
+std::string trained(const std::string& name, bool sharded, const std::string& extra = kEverything + " --set train.batch_size=2") {
   const std::string dir = base_dir() + "/" + name;
   if (fs::exists(dir + "/checkpoint.pt")) return dir;
   const Result r = run((sharded ? kMpirun : std::string()) + kWxtrain + " train -c " + run_file() +
@@ -118,6 +117,24 @@ TEST(ModelParallel, TwoBandsTrainTheGnnToTheWeightsOfOneProcess) {
   EXPECT_NE(log.find("bands of 17, 16 latitude rows; halo exchange: 72 nodes x 16 latents, 9216 bytes"),
             std::string::npos)
       << log;
+}
+
+TEST(ModelParallel, TwoDataParallelGroupsOfTwoBandsTrainLikeOneProcess) {
+  // mpirun -np 4, model_parallel = 2: two data-parallel groups of two bands, micro-batch 2 each,
+  // against one process at micro-batch 4 (the same samples per step).
+  const std::string whole = trained("whole_b4", false, kEverything + " --set train.batch_size=4");
+  const std::string dir = base_dir() + "/np4";
+  const Result r = run(std::string(WXTRAIN_MPIEXEC) + " -np 4 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 " +
+                           kWxtrain + " train -c " + run_file() + " --set train.out_dir=" + dir + " " + kEverything +
+                           " --set train.batch_size=2 --set distributed.model_parallel=2",
+                       dir + ".log");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 model-parallel group(s) of 2 ranks"), std::string::npos) << r.output;
+  std::string worst;
+  EXPECT_LE(max_difference(checkpoint_in(whole).model, checkpoint_in(dir).model, &worst), 3e-5) << worst;
+  const auto la = losses(whole), lb = losses(dir);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-5 * std::abs(la[i])) << "step " << i + 1;
 }
 
 TEST(ModelParallel, ASharedRunResumesInOneProcess) {
