@@ -586,6 +586,7 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
     r.get("bucket_mb", d.bucket_mb, 0.001, 1e5);
     r.get_choice("backend", d.backend, {"auto", "mpi", "nccl"});
     r.get("ensemble_group", d.ensemble_group, 1, 1024);
+    r.get("model_parallel", d.model_parallel, 1, 1024);
     point_to_owning_section(r, root.get_as<toml::table>("distributed"));
     r.finish();
     if (c.train.ensemble_members % d.ensemble_group != 0)
@@ -599,6 +600,19 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
       r.fail("zero_stage", "= 3 cannot train train.noise_injection = \"conditional_norm\" yet: the noise MLP runs "
                            "outside the model's blocks, where ZeRO-3 does not gather its parameters; use zero_stage "
                            "2 or noise_injection = \"input\"");
+    if (d.model_parallel > 1) {
+      // Only the gnn splits its graph by region so far; the others would silently run whole.
+      if (c.model.name != "gnn")
+        r.fail("model_parallel", "= " + std::to_string(d.model_parallel) + " needs a model that can shard its grid: "
+                                 "only model.name = \"gnn\" can so far, this run has \"" + c.model.name +
+                                 "\" (set model_parallel = 1)");
+      if (d.ensemble_group > 1)
+        r.fail("model_parallel", "= " + std::to_string(d.model_parallel) + " with ensemble_group = " +
+                                 std::to_string(d.ensemble_group) + ": the two groupings cannot be combined yet");
+      if (d.zero_stage != 0)
+        r.fail("model_parallel", "= " + std::to_string(d.model_parallel) + " with zero_stage = " +
+                                 std::to_string(d.zero_stage) + ": model parallelism runs with zero_stage = 0 only so far");
+    }
   }
 
   {  // [tracking]: checked here with every other key; the trainer reads it with tracking_config().

@@ -3,6 +3,7 @@
 // [batch, variables, lat, lon] (the next state). A model's forward is a sequence of named blocks
 // (submodules registered with register_block); each runs through run_block, which checkpoints it
 // when checkpointing is on. The block list is what the estimator and the docs talk about.
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -103,9 +104,34 @@ struct GridFit {
   std::string grid_change;
 };
 
+// Model parallelism (distributed.model_parallel; docs/distributed.md): the ranks of a group each
+// own a contiguous range of the grid's cells in the order the last two dimensions flatten (a band of
+// latitude rows on a rectangle, a range of cells on a point set). Rank r owns cells
+// [bounds[r], bounds[r + 1]) and its forward takes and returns only those: [B, C, rows, lon] (or
+// [B, C, 1, cells]). `exchange` is the group's differentiable halo exchange
+// (distributed::exchange_halo_rows): send [rows[rank], ...] -> every rank's send rows in rank order.
+struct NodeShard {
+  std::vector<int64_t> bounds;  // group size + 1 cell offsets, 0 .. cells
+  int rank = 0;
+  std::function<torch::Tensor(const torch::Tensor& send, const std::vector<int64_t>& rows)> exchange;
+};
+
 class WeatherModelImpl : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+
+  // Whether set_node_shard is implemented (the gnn so far); the config refuses the others by name.
+  virtual bool can_shard_nodes() const { return false; }
+  // From now on forward runs this rank's cells only (NodeShard). Call after the model is on its
+  // device: the shard's index tensors are built on the buffers' device. The parameters stay whole.
+  virtual void set_node_shard(const NodeShard& shard) {
+    (void)shard;
+    TORCH_CHECK(false, "this model cannot shard its grid over model-parallel ranks");
+  }
+  // After set_node_shard: the nodes one halo exchange moves (every rank's send rows together) and
+  // the values per node (the latent width); an exchange's payload is their product x batch.
+  virtual int64_t halo_exchange_nodes() const { return 0; }
+  virtual int64_t halo_node_width() const { return 0; }
 
   // Every parameter indexed by input or output channel, with how (see ChannelAxis). Everything
   // else is independent of the channel lists: the same shape for any set of variables.

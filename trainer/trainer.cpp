@@ -26,6 +26,7 @@
 #include "data/loader.h"
 #include "data/samples.h"
 #include "distributed/communicator.h"
+#include "distributed/halo_exchange.h"
 #include "trainer/channel_transfer.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/lr_schedule.h"
@@ -231,8 +232,9 @@ Validation validate(Run& run, int64_t step) {
   opts.shuffle = false;
   opts.drop_last = false;
   opts.prefetch = 0;
-  // By data-parallel group: the ranks of an ensemble group validate the same samples.
-  const EnsembleLayout groups = ensemble_layout(run.world.rank, run.world.size, c.distributed.ensemble_group);
+  // By data-parallel group: the ranks of an ensemble group (or a model-parallel group) validate
+  // the same samples.
+  const EnsembleLayout groups = ensemble_layout(run.world.rank, run.world.size, c.distributed.sample_group());
   opts.rank = groups.group;
   opts.world_size = groups.groups;
   opts.device = run.device;
@@ -260,6 +262,10 @@ Validation validate(Run& run, int64_t step) {
   const bool scoring = groups.group_rank == 0;
   scores.expect_ensemble(0, M);
   RolloutSetup setup = run.state->rollout;
+  // Model parallelism: each rank rolls out its band; the group's bands are gathered for the
+  // group's first rank to score (groups.group_rank is the rank in the model-parallel group).
+  const ModelParallelSetup& mp = run.state->model_parallel;
+  setup.boundary = mp.band(setup.boundary);
   if (setup.noise_channels > 0)
     setup.noise = make_noise_generator(c.train.seed + 0x76616cULL + static_cast<uint64_t>(step), groups.group);
 
@@ -277,9 +283,12 @@ Validation validate(Run& run, int64_t step) {
       torch::Tensor prediction;
       {
         AutocastGuard guard(autocast);
-        prediction = rollout(model, tile_members(batch->input.to(dtype), local), tile_members(batch->forcings, local),
-                             L, setup, setup.boundary.defined() ? tile_members(batch->target, local) : batch->target);
+        prediction = rollout(model, tile_members(mp.band(batch->input).to(dtype), local),
+                             tile_members(mp.band(batch->forcings), local), L, setup,
+                             setup.boundary.defined() ? tile_members(mp.band(batch->target), local)
+                                                      : mp.band(batch->target));
         prediction = gather_members(*run.state, prediction);  // collective over the group
+        if (mp.on()) prediction = distributed::allgather_along(mp.comm, prediction, mp.dim, mp.sizes);
       }
       if (!scoring) continue;
       prediction = output_norm.denormalize(prediction.cpu());  // [B * M, L, V, lat, lon], sample-major
@@ -706,8 +715,10 @@ void build_state(Run& run, const StartingPoint& from) {
 void open_loader(Run& run, const StartingPoint& from) {
   const TrainConfig& t = run.config.train;
   data::LoaderOptions options = data::LoaderOptions::from_config(run.config, t.batch_size, t.seed);
-  // Sharded by data-parallel group: the ranks of an ensemble group read the same samples.
-  const EnsembleLayout groups = ensemble_layout(run.world.rank, run.world.size, run.config.distributed.ensemble_group);
+  // Sharded by data-parallel group: the ranks of an ensemble group (or of a model-parallel group)
+  // read the same samples.
+  const EnsembleLayout groups =
+      ensemble_layout(run.world.rank, run.world.size, run.config.distributed.sample_group());
   options.rank = groups.group;
   options.world_size = groups.groups;
   options.device = run.device;
@@ -721,18 +732,35 @@ void open_loader(Run& run, const StartingPoint& from) {
 void print_header(const Run& run) {
   const RunConfig& config = run.config;
   const TrainConfig& t = config.train;
-  const int64_t group = config.distributed.ensemble_group, data_parallel = run.world.size / group;
+  const int64_t group = config.distributed.ensemble_group, data_parallel = run.world.size / config.distributed.sample_group();
+  const int64_t model_parallel = config.distributed.model_parallel;
   std::cerr << "wxtrain train: " << config.model.name << " on " << run.dataset->num_variables() << " channels, grid "
             << run.dataset->num_lat() << " x " << run.dataset->num_lon() << ", " << run.loader->batches_per_epoch()
             << " batches/epoch/rank\n"
             << "effective batch " << t.batch_size * t.accumulation * data_parallel << " = micro-batch "
             << t.batch_size << " x accumulation " << t.accumulation << " x "
             << (group > 1 ? std::to_string(data_parallel) + " ensemble group(s) of " + std::to_string(group) + " ranks"
-                          : std::to_string(run.world.size) + " rank(s)")
+                : model_parallel > 1
+                    ? std::to_string(data_parallel) + " model-parallel group(s) of " + std::to_string(model_parallel) +
+                          " ranks, each rank a band of the grid"
+                    : std::to_string(run.world.size) + " rank(s)")
             << "; precision " << to_string(t.precision) << ", checkpointing " << describe_checkpointing(t)
             << ", ZeRO-" << config.distributed.zero_stage
             << (run.options.resume ? ", resuming at step " + std::to_string(run.first_step) : "") << "\n"
             << describe_loss_weights(config) << "\n";
+  if (const ModelParallelSetup& mp = run.state->model_parallel; mp.on()) {
+    // What one halo exchange moves: forward, an all-gather of every rank's send rows; backward, a
+    // reduce-scatter of the same size. One each way per message-passing layer and rollout step
+    // (a checkpointed layer's replay fetches its halo again).
+    const auto& model = *run.state->model;
+    const int64_t nodes = model.halo_exchange_nodes(), width = model.halo_node_width();
+    const int64_t bytes = nodes * width * t.batch_size * (t.precision == Precision::kBf16 ? 2 : 4);
+    std::cerr << "model parallel: " << mp.size << " ranks per sample, bands of";
+    for (size_t r = 0; r < mp.sizes.size(); ++r) std::cerr << (r ? ", " : " ") << mp.sizes[r];
+    std::cerr << (mp.dim == -2 ? " latitude rows" : " cells") << "; halo exchange: " << nodes << " nodes x " << width
+              << " latents, " << bytes << " bytes per micro-batch of " << t.batch_size
+              << " (each way, per message-passing layer)\n";
+  }
   if (t.ensemble())
     std::cerr << "ensemble: " << t.ensemble_members << " members per sample (the model runs "
               << t.batch_size * t.ensemble_members / group << " rows per micro-batch"
@@ -770,6 +798,11 @@ void start_run(Run& run) {
   run.world = distributed::current_world();
   // A world that distributed.ensemble_group does not divide is refused before anything is written.
   ensemble_layout(run.world.rank, run.world.size, run.config.distributed.ensemble_group);
+  if (const int64_t mp = run.config.distributed.model_parallel; run.world.size % mp != 0)
+    throw ConfigError(run.config.path + ": distributed.model_parallel = " + std::to_string(mp) +
+                      " does not divide the world of " + std::to_string(run.world.size) +
+                      " rank(s): launch a multiple of it (mpirun -np " + std::to_string(mp) + " or more), or set "
+                      "model_parallel to a divisor of the world size");
   run.device = resolve_device(run.config.train.device, run.world.local_rank);
   run.layout = run.config.channels();
   make_directories(run.config.train.out_dir);

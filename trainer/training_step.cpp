@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/grid.h"
 #include "distributed/autograd_gather.h"
+#include "distributed/halo_exchange.h"
 #include "ops/checkpoint.h"
 
 namespace wxtrain::trainer {
@@ -300,7 +301,56 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   state->rollout.noise_group_rank = state->ensemble.group_rank;
   state->rollout.noise_members = state->ensemble.local_members();
   if (state->rollout.noise_channels > 0) state->rollout.noise = make_noise_generator(t.seed, layout_of_groups.group);
+
+  // Model parallelism. A world of one (estimate, tune-batch, profile) runs the model whole.
+  const int64_t MP = config.distributed.model_parallel;
+  if (MP > 1 && world > 1) {
+    if (world % MP != 0)
+      throw ConfigError("distributed.model_parallel = " + std::to_string(MP) + " does not divide the world of " +
+                        std::to_string(world) + " rank(s): a model-parallel group is model_parallel consecutive "
+                        "ranks, so launch a multiple of it (mpirun -np)");
+    if (!state->model->can_shard_nodes())
+      throw ConfigError(config.path + ": distributed.model_parallel = " + std::to_string(MP) + ": model " +
+                        config.model.name + " cannot shard its grid (only the gnn can so far)");
+    ModelParallelSetup& mp = state->model_parallel;
+    mp.size = MP;
+    mp.rank = static_cast<int>(rank % MP);
+    mp.comm = state->comm->split(static_cast<int>(rank / MP), mp.rank);  // collective over the world
+    // Bands of whole rows on a rectangle (the cells' flattened order is row-major, so a band is a
+    // contiguous range of nodes), of cells on a point set; the first ranks take one more when the
+    // count does not divide.
+    mp.dim = shape.point_set ? -1 : -2;
+    const int64_t extent = shape.point_set ? shape.lon : shape.lat, per_cell = shape.point_set ? 1 : shape.lon;
+    if (extent < MP)
+      throw ConfigError(config.path + ": distributed.model_parallel = " + std::to_string(MP) + " needs at least as many " +
+                        (shape.point_set ? "cells" : "latitude rows") + " as ranks, the grid has " +
+                        std::to_string(extent));
+    models::NodeShard shard;
+    shard.rank = mp.rank;
+    shard.bounds.push_back(0);
+    for (int64_t r = 0; r < MP; ++r) {
+      mp.sizes.push_back(extent / MP + (r < extent % MP ? 1 : 0));
+      if (r < mp.rank) mp.start += mp.sizes.back();
+      shard.bounds.push_back(shard.bounds.back() + mp.sizes.back() * per_cell);
+    }
+    mp.length = mp.sizes[static_cast<size_t>(mp.rank)];
+    std::shared_ptr<distributed::Communicator> group = mp.comm;
+    shard.exchange = [group](const torch::Tensor& send, const std::vector<int64_t>& rows) {
+      return distributed::exchange_halo_rows(group, send, rows);
+    };
+    state->model->set_node_shard(shard);
+  }
   return state;
+}
+
+torch::Tensor ModelParallelSetup::band(const torch::Tensor& t) const {
+  if (!on() || !t.defined()) return t;
+  return t.narrow(dim, start, length);
+}
+
+torch::Tensor ModelParallelSetup::band_weights(const torch::Tensor& w) const {
+  if (!on() || !w.defined()) return w;
+  return w.dim() == 1 ? w.narrow(0, start, length) : w.narrow(dim, start, length);
 }
 
 torch::Tensor weighted_mean(const torch::Tensor& error, const torch::Tensor& lat_weights, const torch::Tensor& mask,
@@ -356,6 +406,21 @@ torch::Tensor tile_members(const torch::Tensor& x, int64_t members) {
 torch::Tensor training_loss(const TrainingState& state, const torch::Tensor& prediction, const torch::Tensor& target,
                             const torch::Tensor& mask) {
   const int64_t M = state.ensemble.members;
+  const ModelParallelSetup& mp = state.model_parallel;
+  if (mp.on()) {
+    // prediction, target and mask hold this rank's band. The band's weighted mean times the band's
+    // share of the whole grid's weights is its part of the whole grid's mean: the group's losses sum
+    // to it. A masked loss stays the band's mean: TrainingStep::run weighs it by the band's valid
+    // points, which makes the same sum.
+    const torch::Tensor band = weighted_mse(prediction, target, mp.band_weights(state.lat_weights), mask,
+                                            state.channel_weights, mp.band(state.interior));
+    if (mask.defined()) return band;
+    const int64_t C = prediction.size(-3);
+    torch::Tensor w = state.lat_weights.dim() == 2 ? state.lat_weights : state.lat_weights.view({-1, 1});
+    if (state.interior.defined()) w = w * state.interior;
+    w = (state.channel_weights.view({C, 1, 1}) * w).expand({C, state.model->shape().lat, state.model->shape().lon});
+    return band * (mp.band(w).sum() / w.sum());
+  }
   if (M <= 1) return weighted_mse(prediction, target, state.lat_weights, mask, state.channel_weights, state.interior);
   TORCH_CHECK(prediction.size(0) == target.size(0) * M, "ensemble loss: ", prediction.size(0), " predictions for ",
               target.size(0), " samples of ", M, " members");
@@ -482,31 +547,46 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
   const AutocastState autocast = autocast_for(config.train.precision, state_.device);
   result.loss_scale = scale;
 
+  // Model parallelism: this rank's band of every micro-batch and of the boundary frame.
+  const ModelParallelSetup& mp = state_.model_parallel;
+  std::vector<MicroBatch> banded;
+  RolloutSetup setup = state_.rollout;
+  if (mp.on()) {
+    for (const MicroBatch& mb : micro_batches)
+      banded.push_back({mp.band(mb.input), mp.band(mb.forcings), mp.band(mb.target), mp.band(mb.target_mask)});
+    setup.boundary = mp.band(setup.boundary);
+  }
+  const std::vector<MicroBatch>& batches = mp.on() ? banded : micro_batches;
+
   if (meter_) meter_->reset_peak();
   parallel.zero_grad();
   torch::Tensor loss_sum;  // read once after backward: no host sync between micro-batches on CUDA
-  const auto n = static_cast<int64_t>(micro_batches.size());
+  const auto n = static_cast<int64_t>(batches.size());
   // A masked loss is a mean over the valid points of its micro-batch, so averaging micro-batch (and
   // rank) losses would weight a point by 1 / (valid points of its micro-batch). Weight each
   // micro-batch by its share of the valid points of the whole effective batch instead: the step is
   // then that of one process on the whole batch (at the price of one scalar allreduce).
   std::vector<double> weights(static_cast<size_t>(n), 1.0);
-  if (n > 0 && micro_batches[0].target_mask.defined()) {
+  if (n > 0 && batches[0].target_mask.defined()) {
     torch::NoGradGuard no_grad;
     torch::Tensor w = state_.lat_weights.dim() == 2 ? state_.lat_weights : state_.lat_weights.view({-1, 1});
     if (state_.interior.defined()) w = w * state_.interior;
-    w = state_.channel_weights.view({-1, 1, 1}) * w;
+    w = state_.channel_weights.view({-1, 1, 1}) * mp.band(w);
     double local = 0;
     for (int64_t m = 0; m < n; ++m) {
-      weights[m] = (micro_batches[m].target_mask.narrow(1, 0, rollout_steps).to(torch::kFloat32) * w).sum().item<double>();
+      weights[m] = (batches[m].target_mask.narrow(1, 0, rollout_steps).to(torch::kFloat32) * w).sum().item<double>();
       local += weights[m];
     }
+    // Under model parallelism the world's sum counts each sample's valid points once (each rank
+    // its band's), so the ranks' weighted band losses sum over a group to its samples' loss: the
+    // data-parallel groups, not the ranks, are what the reduction averages over (below).
     const int world = state_.comm ? state_.comm->size() : 1;
+    const int64_t groups = world / mp.size;
     const double total = world > 1 ? state_.comm->sum(local) : local;
-    for (double& v : weights) v = total > 0 ? v * static_cast<double>(n * world) / total : 1.0;
+    for (double& v : weights) v = total > 0 ? v * static_cast<double>(n * groups) / total : 1.0;
   }
   for (int64_t m = 0; m < n; ++m) {
-    const MicroBatch& mb = micro_batches[m];
+    const MicroBatch& mb = batches[m];
     parallel.prepare_backward(/*sync=*/m == n - 1);
     torch::Tensor loss;
     {
@@ -517,7 +597,7 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
       const int64_t M = state_.ensemble.local_members();
       torch::Tensor prediction =
           rollout(model, tile_members(mb.input.to(input_dtype), M), tile_members(mb.forcings, M), rollout_steps,
-                  state_.rollout, state_.rollout.boundary.defined() ? tile_members(target, M) : target);
+                  setup, setup.boundary.defined() ? tile_members(target, M) : target);
       prediction = gather_members(state_, prediction);
       loss = training_loss(state_, prediction, target,
                            mb.target_mask.defined() ? mb.target_mask.narrow(1, 0, rollout_steps) : torch::Tensor());
@@ -533,8 +613,12 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
   // W / G groups (each its own samples). Sum within, mean across = (G / W) x the sum over the
   // world: the reducer's 1 / W times G. (Masked weights above are unchanged by this: the ranks of a
   // group hold the same samples, so the world's sum of valid points is G times the groups'.)
-  const double group = static_cast<double>(state_.ensemble.group);
+  // A model-parallel group of P ranks likewise: each rank's gradient is that of its band's share
+  // of the loss (the halo exchange's backward hands the gradients of halo nodes to their owners),
+  // so the group's gradient is the sum of its P, and the groups are averaged: P / W x the world's sum.
+  const double group = static_cast<double>(state_.ensemble.group * mp.size);
   const bool finite = parallel.finish_backward(group / scale);
+  if (mp.on()) mp.comm->allreduce(loss_sum);  // the bands' shares sum to the samples' loss
   result.loss = loss_sum.item<double>() / static_cast<double>(n);
   if (meter_) {
     result.peak_forward_backward = meter_->snapshot().peak;

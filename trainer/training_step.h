@@ -84,6 +84,26 @@ struct StepResult {
   int64_t peak_optimizer = 0;
 };
 
+// Model parallelism (distributed.model_parallel = P > 1): the P consecutive ranks of a group read
+// the same samples and each runs the model on its own band of the grid (models::NodeShard): rank r
+// of the group holds sizes[r] entries of the grid's `dim` (-2: latitude rows of a rectangle, -1: the
+// cells of a point set) from `start`. The step cuts each micro-batch to the band, the loss is this
+// band's share of the whole grid's weighted loss (so the group's sum is the whole loss), and the
+// gradient is summed within the group and averaged across groups.
+struct ModelParallelSetup {
+  int64_t size = 1;
+  int rank = 0;
+  std::shared_ptr<distributed::Communicator> comm;  // the group's ranks
+  int64_t dim = -2;
+  std::vector<int64_t> sizes;
+  int64_t start = 0, length = 0;
+  bool on() const { return size > 1; }
+  // t [..., lat, lon] cut to this rank's band (t itself when off or undefined).
+  torch::Tensor band(const torch::Tensor& t) const;
+  // Loss weights (TrainingState::lat_weights: [lat] or [1, cells]) cut to the band.
+  torch::Tensor band_weights(const torch::Tensor& w) const;
+};
+
 // Everything a step needs, built once from the run config.
 struct TrainingState {
   RunConfig config;
@@ -105,6 +125,7 @@ struct TrainingState {
   torch::Tensor interior;
   RolloutSetup rollout;
   EnsembleSetup ensemble;
+  ModelParallelSetup model_parallel;
   std::vector<std::string> frozen;  // names of parameters frozen by train.freeze
 };
 
@@ -116,6 +137,7 @@ at::Generator make_noise_generator(uint64_t seed, int group);
 // The data-parallel group of `rank` and the number of groups when `group_size` consecutive ranks
 // share one ensemble (distributed.ensemble_group); throws ConfigError when group_size does not
 // divide the world.
+// (Model-parallel groups use it too, with group_size = distributed.sample_group().)
 struct EnsembleLayout {
   int group = 0;       // data-parallel group: rank / group_size (the loader's shard and noise stream)
   int groups = 1;      // world / group_size

@@ -221,10 +221,15 @@ InteractionLayerImpl::InteractionLayerImpl(int64_t latent, int64_t mlp_layers, b
 
 std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& e,
                                                          const torch::Tensor& senders,
-                                                         const torch::Tensor& receivers) {
+                                                         const torch::Tensor& receivers,
+                                                         const torch::Tensor& h_senders) {
+  // Under model parallelism senders index the owned nodes followed by the halo; the receiver
+  // projection is taken of the same tensor (receivers index its first N rows) so the fused kernel,
+  // which wants equal shapes, still applies.
+  const torch::Tensor& hs = h_senders.defined() ? h_senders : h;
   // Edge update. The sender/receiver parts of the first layer are applied per node, then gathered:
   // E is ~(2r+1)^2 times N. e is [E, L] in the first layer: it broadcasts over the batch.
-  torch::Tensor pre = ops::gather_edges(edge_mlp->project(1, h), edge_mlp->project(2, h), edge_mlp->project(0, e),
+  torch::Tensor pre = ops::gather_edges(edge_mlp->project(1, hs), edge_mlp->project(2, hs), edge_mlp->project(0, e),
                                         senders, receivers);
   // Sum the updated edges (or only their updates) into their receivers. Scoped so that no
   // edge-sized temporary outlives the aggregation into the node MLP below.
@@ -248,6 +253,7 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
 // ---- the model ----
 
 GraphNetImpl::GraphNetImpl(const GraphNetOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+  latent_ = options.latent;
   GridGraph g;
   if (shape.point_set) {
     const CellCoordinates cells = cell_coordinates(shape);
@@ -280,10 +286,76 @@ std::vector<ChannelAxis> GraphNetImpl::channel_axes() const {
           {last + ".bias", 0, false}};
 }
 
+void GraphNetImpl::set_node_shard(const NodeShard& shard) {
+  const int64_t N = num_nodes();
+  const auto P = static_cast<int>(shard.bounds.size()) - 1;
+  TORCH_CHECK(P >= 1 && shard.rank >= 0 && shard.rank < P && shard.bounds.front() == 0 && shard.bounds.back() == N,
+              "gnn: node shard bounds must run from 0 to the ", N, " nodes, one range per rank");
+  const torch::Device device = senders_.device();
+  const torch::Tensor senders = senders_.cpu().contiguous(), receivers = receivers_.cpu().contiguous();
+  const int64_t* snd = senders.data_ptr<int64_t>();
+  const int64_t* rcv = receivers.data_ptr<int64_t>();
+  const int64_t E = senders.numel();
+  auto owner = [&](int64_t node) {
+    return static_cast<int>(std::upper_bound(shard.bounds.begin(), shard.bounds.end(), node) - shard.bounds.begin()) - 1;
+  };
+  // Each rank's edge range (edges are sorted by receiver) and the nodes it reads from other ranks.
+  std::vector<int64_t> edge_begin(static_cast<size_t>(P) + 1);
+  for (int q = 0; q <= P; ++q)
+    edge_begin[static_cast<size_t>(q)] = std::lower_bound(rcv, rcv + E, shard.bounds[static_cast<size_t>(q)]) - rcv;
+  std::vector<std::vector<int64_t>> needs(static_cast<size_t>(P));      // sorted, unique, global ids
+  std::vector<std::vector<int64_t>> sends(static_cast<size_t>(P));      // sorted, unique, global ids
+  for (int q = 0; q < P; ++q) {
+    auto& need = needs[static_cast<size_t>(q)];
+    for (int64_t k = edge_begin[static_cast<size_t>(q)]; k < edge_begin[static_cast<size_t>(q) + 1]; ++k)
+      if (owner(snd[k]) != q) need.push_back(snd[k]);
+    std::sort(need.begin(), need.end());
+    need.erase(std::unique(need.begin(), need.end()), need.end());
+    for (int64_t g : need) sends[static_cast<size_t>(owner(g))].push_back(g);
+  }
+  for (auto& s : sends) {
+    std::sort(s.begin(), s.end());
+    s.erase(std::unique(s.begin(), s.end()), s.end());
+  }
+  const int r = shard.rank;
+  const int64_t n0 = shard.bounds[static_cast<size_t>(r)], n1 = shard.bounds[static_cast<size_t>(r) + 1];
+  owned_ = n1 - n0;
+  send_rows_.clear();
+  std::vector<int64_t> offset(static_cast<size_t>(P) + 1, 0);
+  for (int q = 0; q < P; ++q) {
+    send_rows_.push_back(static_cast<int64_t>(sends[static_cast<size_t>(q)].size()));
+    offset[static_cast<size_t>(q) + 1] = offset[static_cast<size_t>(q)] + send_rows_.back();
+  }
+  const auto& need = needs[static_cast<size_t>(r)];
+  std::vector<int64_t> halo, send_local, local_snd;
+  for (int64_t g : need) {
+    const auto& from = sends[static_cast<size_t>(owner(g))];
+    halo.push_back(offset[static_cast<size_t>(owner(g))] + (std::lower_bound(from.begin(), from.end(), g) - from.begin()));
+  }
+  for (int64_t g : sends[static_cast<size_t>(r)]) send_local.push_back(g - n0);
+  const int64_t e0 = edge_begin[static_cast<size_t>(r)], e1 = edge_begin[static_cast<size_t>(r) + 1];
+  for (int64_t k = e0; k < e1; ++k) {
+    const int64_t g = snd[k];
+    local_snd.push_back(g >= n0 && g < n1 ? g - n0
+                                          : owned_ + (std::lower_bound(need.begin(), need.end(), g) - need.begin()));
+  }
+  auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).to(device); };
+  local_senders_ = on_device(local_snd);
+  local_receivers_ = (receivers.narrow(0, e0, e1 - e0) - n0).to(device);
+  local_edge_features_ = edge_features_.narrow(0, e0, e1 - e0);
+  local_positions_ = node_positions_.narrow(0, n0, owned_);
+  send_index_ = on_device(send_local);
+  halo_index_ = on_device(halo);
+  exchange_ = shard.exchange;
+  sharded_ = P > 1;
+}
+
 torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
-  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) * x.size(3) == num_nodes() &&
-                  x.size(2) == shape().lat,
-              "gnn: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "], got ",
+  const int64_t nodes_here = sharded_ ? owned_ : num_nodes();
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) * x.size(3) == nodes_here &&
+                  (sharded_ || x.size(2) == shape().lat),
+              "gnn: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "]",
+              sharded_ ? " (this rank's " + std::to_string(owned_) + " cells of them)" : std::string(), ", got ",
               x.sizes());
   const int64_t lat = x.size(2), lon = x.size(3);
   // [B, C, lat, lon] -> [B, N, C]
@@ -291,7 +363,8 @@ torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
 
   // The lambdas hold the blocks by shared_ptr (by value, see run_block) and call non-const forward.
   std::shared_ptr<GraphEncoderImpl> encoder = encoder_.ptr();
-  const torch::Tensor positions = node_positions_, edge_features = edge_features_;
+  const torch::Tensor positions = sharded_ ? local_positions_ : node_positions_;
+  const torch::Tensor edge_features = sharded_ ? local_edge_features_ : edge_features_;
   std::vector<torch::Tensor> state = run_block(
       *encoder,
       [encoder, positions, edge_features](const std::vector<torch::Tensor>& in) {
@@ -299,13 +372,25 @@ torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
       },
       {nodes});
 
-  const torch::Tensor senders = senders_, receivers = receivers_;
+  const torch::Tensor senders = sharded_ ? local_senders_ : senders_;
+  const torch::Tensor receivers = sharded_ ? local_receivers_ : receivers_;
+  // Model parallelism: the halo is fetched inside the block, so a checkpointed block's replay
+  // fetches it again (the same collective on every rank of the group, in the same order).
+  const bool sharded = sharded_;
+  const torch::Tensor send_index = send_index_, halo_index = halo_index_;
+  const std::vector<int64_t> send_rows = send_rows_;
+  const auto exchange = exchange_;
   for (const InteractionLayer& p : processors_) {
     std::shared_ptr<InteractionLayerImpl> layer = p.ptr();
     state = run_block(
         *layer,
-        [layer, senders, receivers](const std::vector<torch::Tensor>& in) {
-          return layer->forward(in[0], in[1], senders, receivers);
+        [layer, senders, receivers, sharded, send_index, halo_index, send_rows,
+         exchange](const std::vector<torch::Tensor>& in) {
+          if (!sharded) return layer->forward(in[0], in[1], senders, receivers);
+          // [B, S, L] -> [S, B, L] rows to send -> every rank's -> this rank's halo [B, H, L].
+          const torch::Tensor sent = exchange(in[0].index_select(1, send_index).transpose(0, 1), send_rows);
+          const torch::Tensor halo = sent.index_select(0, halo_index).transpose(0, 1);
+          return layer->forward(in[0], in[1], senders, receivers, torch::cat({in[0], halo}, 1));
         },
         state);
   }

@@ -12,6 +12,8 @@
 //   decoder                       node MLP to the output variables
 // Every MLP has model.mlp_layers Linear layers with SiLU between them and a LayerNorm on the
 // output (except the decoder's).
+#include <numeric>
+
 #include "models/gnn/gnn_options.h"
 #include "models/registry.h"
 #include "models/weather_model.h"
@@ -81,9 +83,11 @@ TORCH_MODULE(GraphEncoder);
 class InteractionLayerImpl : public torch::nn::Module {
  public:
   InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual = true);
-  // h [B, N, L], e [B, E, L] or [E, L] -> {h', e' [B, E, L]}
+  // h [B, N, L], e [B, E, L] or [E, L] -> {h', e' [B, E, L]}. h_senders [B, N + halo, L] (model
+  // parallelism: h followed by the halo nodes other ranks own) is what senders index when given;
+  // receivers index h.
   std::vector<torch::Tensor> forward(const torch::Tensor& h, const torch::Tensor& e, const torch::Tensor& senders,
-                                     const torch::Tensor& receivers);
+                                     const torch::Tensor& receivers, const torch::Tensor& h_senders = {});
 
   GraphMLP edge_mlp{nullptr};  // on [e, h_sender, h_receiver]
   GraphMLP node_mlp{nullptr};  // on [h, sum of incoming e']
@@ -102,7 +106,29 @@ class GraphNetImpl : public WeatherModelImpl {
   int64_t num_nodes() const { return node_positions_.size(0); }
   int64_t num_edges() const { return senders_.size(0); }
 
+  bool can_shard_nodes() const override { return true; }
+  // Keeps the edges whose receivers this rank owns (a contiguous range: edges are sorted by
+  // receiver) and works out the halo: the senders of those edges that other ranks own, fetched
+  // before each processor layer by one exchange of every rank's send rows. The registered buffers
+  // stay the whole graph's, so checkpoints are those of an unsharded run.
+  void set_node_shard(const NodeShard& shard) override;
+  // This rank's halo nodes (0 when not sharded).
+  int64_t halo_nodes() const { return halo_index_.defined() ? halo_index_.numel() : 0; }
+  int64_t halo_exchange_nodes() const override {
+    return std::accumulate(send_rows_.begin(), send_rows_.end(), int64_t{0});
+  }
+  int64_t halo_node_width() const override { return latent_; }
+
  private:
+  // Model parallelism (set_node_shard): the local graph, owned nodes first then the halo.
+  bool sharded_ = false;
+  int64_t owned_ = 0, latent_ = 0;
+  torch::Tensor local_senders_, local_receivers_, local_edge_features_, local_positions_;
+  torch::Tensor send_index_;  // [S] local rows this rank sends
+  torch::Tensor halo_index_;  // [H] rows of the exchange's output that are this rank's halo nodes
+  std::vector<int64_t> send_rows_;  // S of every rank
+  std::function<torch::Tensor(const torch::Tensor&, const std::vector<int64_t>&)> exchange_;
+
   // Buffers, so that they move with the model.
   torch::Tensor senders_, receivers_, edge_features_, node_positions_;
   GraphEncoder encoder_{nullptr};

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 26's communication cost, first slice: the storm gnn (configs/storm_gnn.toml's data, a
+# small gnn) trained by one process on the whole grid and by `mpirun -np 2` with
+# distributed.model_parallel = 2 (two latitude bands, halo exchanged before each message-passing
+# layer), the same samples and steps. Prints each run's median samples/s (metrics.csv, steps after
+# the first two) and their ratio, and the sharded run's header line with the bytes per halo
+# exchange. Run it on a quiet machine: the ratio is a timing.
+#
+#   bench/run_model_parallel_bench.sh [BUILD_DIR] [STEPS] [LATENT]
+#
+# BUILD_DIR (default build) holds cli/wxtrain; runs go to BUILD_DIR/bench/model_parallel.
+# Single-threaded ranks (OMP_NUM_THREADS=1), fp32, micro-batch 4, rollout 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+steps=${2:-20}
+latent=${3:-64}
+wxtrain="$build/cli/wxtrain"
+work="$build/bench/model_parallel"
+export OMP_NUM_THREADS=1
+rm -rf "$work"
+mkdir -p "$work"
+sources=""
+for e in Pstorm:p:p Tstorm:t:t Ustorm:u:u Vstorm:v:v U500storm:u:u500 V500storm:v:v500; do
+  IFS=: read -r file variable name <<< "$e"
+  sources+="[[data.sources]]
+file = \"/usr/share/ncarg/data/cdf/$file.cdf\"
+variable = \"$variable\"
+name = \"$name\"
+"
+done
+cat > "$work/gnn.toml" <<TOML
+[model]
+name = "gnn"
+latent = $latent
+processor_layers = 4
+mlp_layers = 2
+
+[data]
+history = 2
+val_fraction = 0.2
+$sources
+[train]
+batch_size = 4
+lr = 1e-3
+steps = $steps
+seed = 3
+checkpoint_every = 0
+log_every = 1000
+TOML
+common=(train -c "$work/gnn.toml" --set data.rollout_steps=2)
+"$wxtrain" "${common[@]}" --set train.out_dir="$work/whole" > "$work/whole.log" 2>&1
+mpirun -np 2 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 "$wxtrain" "${common[@]}" \
+  --set train.out_dir="$work/bands" --set distributed.model_parallel=2 > "$work/bands.log" 2>&1
+median() {  # samples/s (7th column) of the steps after the first two
+  tail -n +4 "$1/metrics.csv" | cut -d, -f7 | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+whole=$(median "$work/whole")
+bands=$(median "$work/bands")
+grep "^model parallel:" "$work/bands.log"
+echo "samples/s: one process $whole, two bands (per rank) $bands; step time two bands / one process: $(awk -v a="$whole" -v b="$bands" 'BEGIN {printf "%.3f", a / b}')"
