@@ -543,6 +543,7 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
     r.get("crps_alpha", t.crps_alpha, 0.0, 1.0);
     r.get("noise_channels", t.noise_channels, 0, 1024);
     r.get("noise_std", t.noise_std, 0.0, 1e3, Lower::kExclusive);
+    r.get("noise_correlation", t.noise_correlation, 0.0, 1.0);
     r.get_choice("noise_injection", t.noise_injection, {"input", "conditional_norm"});
     r.get_choice("loss", t.loss, {"auto", "mse", "crps"});
     point_to_owning_section(r, root.get_as<toml::table>("train"));

@@ -180,6 +180,12 @@ struct TrainConfig {
   double crps_alpha = 0.95;
   int64_t noise_channels = 4;
   double noise_std = 1.0;
+  // train.noise_correlation: the noise's correlation from one rollout step to the next (an AR(1)
+  // in time per member, each field keeping N(0, noise_std^2)): 0 redraws it every step, 1 keeps a
+  // member's first fields for its whole rollout. Independent per-step noise makes the members'
+  // spread grow as a random walk (sqrt of the lead) while forecast errors grow about linearly;
+  // correlated noise lets the per-step perturbations add up (docs/ensembles.md).
+  double noise_correlation = 0.0;
   // train.noise_injection: how the model takes the noise fields. "input": as its last input
   // channels (every model). "conditional_norm": anemoi's NoiseConditioning (AIFS-ENS): the fields
   // are still drawn and appended by the rollout (the same stream), but the model takes them out of

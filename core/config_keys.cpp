@@ -94,6 +94,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
       {"train.crps_alpha", {"", "afCRPS alpha: 1 = fair CRPS, 0 = kernel CRPS (ensembles)"}},
       {"train.noise_channels", {"", "noise fields appended to an ensemble member's input, redrawn every rollout step"}},
       {"train.noise_std", {"", "standard deviation of the ensemble's noise fields"}},
+      {"train.noise_correlation", {"", "correlation of a member's noise fields from one rollout step to the next "
+                                       "(AR(1) in time): 0 redraws them every step, 1 keeps them for the whole rollout"}},
       {"train.noise_injection", {"", "how the model takes the noise: input (extra input channels, every model) or "
                                      "conditional_norm (anemoi's noise-conditioned LayerNorms: aifs, vit)"}},
       {"train.loss", {"", "auto (mse for one member, crps for an ensemble), mse, or crps (the afCRPS over the members)"}},

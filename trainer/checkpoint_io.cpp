@@ -83,6 +83,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   archive.write("crps_alpha", c10::IValue(c.crps_alpha));
   archive.write("noise_channels", c10::IValue(c.noise_channels));
   archive.write("noise_std", c10::IValue(c.noise_std));
+  archive.write("noise_correlation", c10::IValue(c.noise_correlation));
   if (c.rng_state.defined()) archive.write("rng_state", c.rng_state);
   if (c.noise_rng_state.defined()) archive.write("noise_rng_state", c.noise_rng_state);
   write_map(archive, "model", c.model);
@@ -348,6 +349,7 @@ Checkpoint read_checkpoint(const std::string& path) {
   if (archive.try_read("crps_alpha", v) && v.isDouble()) c.crps_alpha = v.toDouble();
   if (archive.try_read("noise_channels", v) && v.isInt()) c.noise_channels = v.toInt();
   if (archive.try_read("noise_std", v) && v.isDouble()) c.noise_std = v.toDouble();
+  if (archive.try_read("noise_correlation", v) && v.isDouble()) c.noise_correlation = v.toDouble();
   torch::Tensor rng;
   if (archive.try_read("rng_state", rng)) {
     check_tensor(path, "rng_state", rng);

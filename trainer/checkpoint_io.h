@@ -39,6 +39,7 @@ struct Checkpoint {
   double crps_alpha = 0;
   int64_t noise_channels = 0;
   double noise_std = 0;
+  double noise_correlation = 0;
   // JSON: the model's input and output channel names and every channel's role, level, units,
   // source and statistics ("" in checkpoints written before channels were recorded).
   std::string channels;

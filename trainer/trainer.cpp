@@ -471,6 +471,7 @@ Checkpoint make_checkpoint(Run& run, int64_t step) {
   c.crps_alpha = t.crps_alpha;
   c.noise_channels = t.input_noise_channels();
   c.noise_std = t.noise_std;
+  c.noise_correlation = t.noise_correlation;
   return c;
 }
 
@@ -585,9 +586,11 @@ void check_resumed_ensemble(const Run& run, const Checkpoint& c, const std::stri
     std::cerr << "note: " << path << " was written with distributed.ensemble_group = " << c.ensemble_group
               << ", this run has " << run.config.distributed.ensemble_group
               << ": the members are spread over the ranks anew\n";
-  if (t.ensemble() && (c.crps_alpha != t.crps_alpha || c.noise_std != t.noise_std))
-    std::cerr << "note: " << path << " was trained with train.crps_alpha = " << c.crps_alpha << " and noise_std = "
-              << c.noise_std << "; this run continues with " << t.crps_alpha << " and " << t.noise_std << "\n";
+  if (t.ensemble() && (c.crps_alpha != t.crps_alpha || c.noise_std != t.noise_std ||
+                       c.noise_correlation != t.noise_correlation))
+    std::cerr << "note: " << path << " was trained with train.crps_alpha = " << c.crps_alpha << ", noise_std = "
+              << c.noise_std << " and noise_correlation = " << c.noise_correlation << "; this run continues with "
+              << t.crps_alpha << ", " << t.noise_std << " and " << t.noise_correlation << "\n";
 }
 
 StartingPoint load_starting_point(const Run& run) {

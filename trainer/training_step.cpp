@@ -297,6 +297,7 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   }
   state->rollout.noise_channels = t.input_noise_channels();
   state->rollout.noise_std = t.noise_std;
+  state->rollout.noise_correlation = t.noise_correlation;
   state->rollout.noise_group = state->ensemble.group;
   state->rollout.noise_group_rank = state->ensemble.group_rank;
   state->rollout.noise_members = state->ensemble.local_members();
@@ -478,6 +479,8 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
   // input (all of them), then the fed-back predictions one by one.
   std::vector<torch::Tensor> window{input};
   std::vector<torch::Tensor> states;
+  // The last step's unit noise (before noise_std), for train.noise_correlation.
+  torch::Tensor previous_noise = setup.noise_carry ? *setup.noise_carry : torch::Tensor();
   for (int64_t r = 0; r < steps; ++r) {
     std::vector<torch::Tensor> parts = window;
     if (has_forcings) parts.push_back(forcings.select(1, r).to(dtype));
@@ -498,7 +501,14 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
                     .select(1, setup.noise_group_rank)
                     .reshape({rows, setup.noise_channels, input.size(2), input.size(3)});
       }
-      parts.push_back(noise.mul_(setup.noise_std).to(input.device(), dtype));
+      const double rho = setup.noise_correlation;
+      if (rho > 0 && previous_noise.defined()) {
+        TORCH_CHECK(previous_noise.sizes() == noise.sizes(), "rollout: the carried noise ", previous_noise.sizes(),
+                    " does not match this step's ", noise.sizes());
+        noise = previous_noise * rho + noise * std::sqrt(1.0 - rho * rho);
+      }
+      if (rho > 0) previous_noise = noise;
+      parts.push_back((noise * setup.noise_std).to(input.device(), dtype));
     }
     const bool checkpoint_step = setup.checkpoint_steps && torch::GradMode::is_enabled();
     const torch::Tensor out =
@@ -531,6 +541,7 @@ torch::Tensor rollout(models::WeatherModelImpl& model, torch::Tensor input, cons
       window.push_back(next.narrow(1, 0, P).to(dtype));
     }
   }
+  if (setup.noise_carry && previous_noise.defined()) *setup.noise_carry = previous_noise;
   return torch::stack(states, 1);
 }
 

@@ -52,6 +52,12 @@ struct RolloutSetup {
   int64_t noise_channels = 0;
   double noise_std = 1.0;
   at::Generator noise;
+  // train.noise_correlation rho: step r's fields are rho x step r-1's + sqrt(1 - rho^2) x the
+  // fresh draw (the same draws as rho = 0, so the stream does not depend on it), N(0, noise_std^2)
+  // at every step. Within one rollout() call; `noise_carry`, where set, holds the last step's unit
+  // fields across calls (forecast, which rolls a member out one step per call).
+  double noise_correlation = 0.0;
+  torch::Tensor* noise_carry = nullptr;
   // An ensemble group (distributed.ensemble_group = G > 1): the rows are this rank's
   // `noise_members` members of each sample (M / G), the members noise_group_rank * M/G onwards. The
   // noise is drawn for all M members of every sample from the group's shared stream and this

@@ -420,8 +420,11 @@ int run_forecast(const ForecastArgs& args) {
   // whatever the number of members, and member 0 is the forecast without --members.
   setup.noise_channels = config.train.input_noise_channels();
   setup.noise_std = config.train.noise_std;
+  setup.noise_correlation = config.train.noise_correlation;
   const int64_t members = std::max<int64_t>(1, args.members);
   std::vector<at::Generator> member_noise;
+  // Each member's last unit noise fields, carried from step to step (train.noise_correlation).
+  std::vector<torch::Tensor> member_carry(static_cast<size_t>(members));
   for (int64_t m = 0; setup.noise_channels > 0 && m < members; ++m)
     member_noise.push_back(trainer::make_noise_generator(config.train.seed, static_cast<int>(m)));
   const int64_t P = setup.prognostic;
@@ -449,6 +452,7 @@ int run_forecast(const ForecastArgs& args) {
     for (int64_t m = 0; m < members; ++m) {
       torch::Tensor& member_input = inputs[static_cast<size_t>(m)];
       if (!member_noise.empty()) setup.noise = member_noise[static_cast<size_t>(m)];
+      setup.noise_carry = &member_carry[static_cast<size_t>(m)];
       torch::Tensor next;
       {
         AutocastGuard guard(torch::kCPU, torch::kBFloat16, args.precision == "bf16");

@@ -200,6 +200,80 @@ TEST(Ensemble, MembersGetNoiseChannelsAndTheLossIsTheWeightedAfcrps) {
   EXPECT_NEAR(loss.item<double>(), expected, 1e-5 * std::abs(expected));
 }
 
+namespace {
+
+// A model that predicts no change and keeps the noise fields of every call's input (its last
+// `noise` channels), to see what the rollout hands it.
+class NoiseProbe : public models::WeatherModelImpl {
+ public:
+  NoiseProbe(const models::ModelShape& shape, int64_t noise) : WeatherModelImpl(shape), noise_(noise) {}
+  torch::Tensor forward(torch::Tensor x) override {
+    seen.push_back(x.narrow(1, x.size(1) - noise_, noise_).clone());
+    return torch::zeros({x.size(0), shape().out_channels, x.size(2), x.size(3)});
+  }
+  std::vector<models::ChannelAxis> channel_axes() const override { return {}; }
+  std::vector<torch::Tensor> seen;
+
+ private:
+  int64_t noise_;
+};
+
+}  // namespace
+
+TEST(Ensemble, NoiseCorrelationCarriesEachMembersNoiseFromStepToStep) {
+  // 3 channels, 2 members, 2 noise fields of std 2 on a 4 x 5 grid, rolled out 3 steps.
+  const models::ModelShape shape{3 + 2, 3, 4, 5};
+  RolloutSetup setup;
+  setup.prognostic = 3;
+  setup.noise_channels = 2;
+  setup.noise_std = 2.0;
+  const torch::Tensor input = torch::zeros({2, 3, 4, 5});
+  auto probe_with = [&](double rho, torch::Tensor* carry = nullptr, int64_t steps = 3) {
+    NoiseProbe probe(shape, 2);
+    setup.noise = make_noise_generator(7, 0);
+    setup.noise_correlation = rho;
+    setup.noise_carry = carry;
+    rollout(probe, input, {}, steps, setup);
+    return probe.seen;
+  };
+  const std::vector<torch::Tensor> independent = probe_with(0.0), kept = probe_with(1.0), half = probe_with(0.5);
+  ASSERT_EQ(independent.size(), 3u);
+  // rho = 0 redraws every step; rho = 1 keeps a member's first fields for the whole rollout, and
+  // the members still differ; the first step is the same draw whatever rho.
+  EXPECT_FALSE(torch::allclose(independent[0], independent[1]));
+  for (size_t r = 0; r < 3; ++r) EXPECT_TRUE(torch::equal(kept[r], independent[0])) << "step " << r;
+  EXPECT_FALSE(torch::allclose(kept[0][0], kept[0][1]));
+  EXPECT_TRUE(torch::equal(half[0], independent[0]));
+  // rho = 0.5: step r is 0.5 x step r-1 + sqrt(0.75) x the fresh draw (the draws rho = 0 makes).
+  for (size_t r = 1; r < 3; ++r)
+    EXPECT_TRUE(torch::allclose(half[r], 0.5 * half[r - 1] + std::sqrt(0.75) * independent[r], 1e-5, 1e-5))
+        << "step " << r;
+  // The noise keeps its std at every step: over many points its variance stays noise_std^2 = 4.
+  NoiseProbe wide({3 + 2, 3, 64, 64}, 2);
+  setup.noise = make_noise_generator(3, 0);
+  setup.noise_correlation = 0.9;
+  setup.noise_carry = nullptr;
+  rollout(wide, torch::zeros({4, 3, 64, 64}), {}, 4, setup);
+  for (const torch::Tensor& n : wide.seen) EXPECT_NEAR(n.var().item<double>(), 4.0, 0.1);
+  // forecast rolls out one step per call: the carry continues the correlation across calls, as
+  // one rollout of 3 steps does.
+  torch::Tensor carry;
+  setup.noise = make_noise_generator(7, 0);
+  setup.noise_correlation = 0.5;
+  setup.noise_carry = &carry;
+  std::vector<torch::Tensor> stepwise;
+  for (int r = 0; r < 3; ++r) {
+    NoiseProbe probe(shape, 2);
+    rollout(probe, input, {}, 1, setup);
+    stepwise.push_back(probe.seen[0]);
+  }
+  for (size_t r = 0; r < 3; ++r) EXPECT_TRUE(torch::allclose(stepwise[r], half[r], 1e-6, 1e-6)) << "step " << r;
+  // Out of range in a run file: named with the range.
+  const std::string error = config_error("noise_correlation = 1.5\n");
+  EXPECT_NE(error.find("noise_correlation"), std::string::npos) << error;
+  EXPECT_NE(error.find("1.5"), std::string::npos) << error;
+}
+
 TEST(Ensemble, AStepTrainsAndTheNoiseStreamAdvances) {
   RunConfig config = storm("ensemble_members = 3\n");
   auto state = make_state(config);
