@@ -107,6 +107,11 @@ double text_width(const std::string& text, double per_char = kCharWidth) {
 double legend_entry_width(const Series& s) { return 24 + text_width(s.label); }
 
 void legend_entry(std::ostream& o, const Series& s, double x, double y) {
+  if (s.bars) {
+    o << "<rect x=\"" << x + 4 << "\" y=\"" << y - 6 << "\" width=\"12\" height=\"12\" fill=\"" << s.color
+      << "\"/><text x=\"" << x + 24 << "\" y=\"" << y + 4 << "\">" << xml_escape(s.label) << "</text>\n";
+    return;
+  }
   o << "<line x1=\"" << x << "\" y1=\"" << y << "\" x2=\"" << x + 20 << "\" y2=\"" << y << "\" stroke=\"" << s.color
     << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << "/><text x=\"" << x + 24
     << "\" y=\"" << y + 4 << "\">" << xml_escape(s.label) << "</text>\n";
@@ -116,9 +121,15 @@ void legend_entry(std::ostream& o, const Series& s, double x, double y) {
 // when `titled`.
 void draw_plot(std::ostream& o, const PlotSpec& plot, const Frame& f, const Style& style, bool titled) {
   Range xr, yr;
-  for (const Series& s : plot.series)
+  size_t bar_series = 0;
+  for (const Series& s : plot.series) {
+    if (s.bars) ++bar_series;
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
-      if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) xr.add(s.x[i]), yr.add(s.y[i]);
+      if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) {
+        xr.add(s.x[i]), yr.add(s.y[i]);
+        if (s.bars) xr.add(s.x[i] - 0.5), xr.add(s.x[i] + 0.5), yr.add(0);  // bars stand on 0
+      }
+  }
   if (plot.y_includes_zero) yr.add(0);
   const Axis xa = make_axis(xr, style, false, 0);
   const Axis ya = make_axis(yr, style, plot.y_includes_zero, style.headroom);
@@ -151,7 +162,20 @@ void draw_plot(std::ostream& o, const PlotSpec& plot, const Frame& f, const Styl
     o << "<text transform=\"translate(" << f.x - 54 << "," << f.y + f.height / 2
       << ") rotate(-90)\" text-anchor=\"middle\">" << xml_escape(plot.y_label) << "</text>\n";
   }
+  size_t bar_index = 0;
   for (const Series& s : plot.series) {
+    if (s.bars) {
+      // This series' share of the slot's middle 80%, so neighbouring slots keep a gap.
+      const double share = 0.8 / static_cast<double>(bar_series), offset = -0.4 + share * static_cast<double>(bar_index++);
+      for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+        if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
+        const double x0 = X(s.x[i] + offset), x1 = X(s.x[i] + offset + share);
+        const double top = Y(std::max(s.y[i], 0.0)), bottom = Y(std::min(s.y[i], 0.0));
+        o << "<rect x=\"" << x0 << "\" y=\"" << top << "\" width=\"" << x1 - x0 << "\" height=\"" << bottom - top
+          << "\" fill=\"" << s.color << "\"/>\n";
+      }
+      continue;
+    }
     o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"" << style.line_width << "\""
       << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << " points=\"";
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)

@@ -15,6 +15,10 @@ struct Series {
   std::string color = "#1f77b4";
   bool dashed = false;
   bool dots = false;  // a dot at each point, so a series of a single point still shows
+  // Bars from 0 to y at each x instead of a line (a histogram): the bar series of a plot stand side
+  // by side within a unit-wide slot around each x, in the order given; the x axis then reaches
+  // half a unit beyond the outermost x.
+  bool bars = false;
 };
 
 struct PlotSpec {

@@ -588,7 +588,52 @@ std::string scores_svg(const LeadScores& s, const std::string& title) {
       }
     }
   }
+  // An ensemble's rank histograms: per channel, a bar per rank at each of a few leads, against the
+  // flat histogram of a reliable ensemble.
+  static const char* lead_colors[] = {"#9ecae1", "#4292c6", "#08306b"};
+  const std::vector<size_t> leads = rank_histogram_leads(L);
+  for (size_t f = 0; f < F && f < s.ranks.size(); ++f) {
+    if (!s.is_ensemble(f)) continue;
+    for (size_t v = 0; v < V; ++v) {
+      PlotSpec plot;
+      plot.title = s.names[v] + " rank histogram";
+      if (s.forecasters[f] != "model") plot.title = s.forecasters[f] + " " + plot.title;
+      plot.x_label = "rank of the truth";
+      size_t bins = 0;
+      for (size_t i = 0; i < leads.size(); ++i) {
+        const std::vector<double> freq = rank_frequencies(s.ranks[f][leads[i]][v]);
+        if (freq.empty()) continue;
+        bins = std::max(bins, freq.size());
+        Series bars{"lead " + lead_label(s, static_cast<int64_t>(leads[i])), {}, freq, lead_colors[i % 3]};
+        for (size_t r = 0; r < freq.size(); ++r) bars.x.push_back(static_cast<double>(r));
+        bars.bars = true;
+        plot.series.push_back(std::move(bars));
+      }
+      if (bins == 0) continue;
+      Series flat{"flat (reliable)", {-0.5, static_cast<double>(bins) - 0.5}, {1.0, 1.0}, "#333333"};
+      flat.dashed = true;
+      plot.series.push_back(std::move(flat));
+      if (v % columns == 0) figure.rows.emplace_back();
+      figure.rows.back().push_back(std::move(plot));
+    }
+  }
   return render_svg(figure);
+}
+
+std::vector<double> rank_frequencies(const std::vector<double>& counts) {
+  double total = 0;
+  for (double c : counts) total += c;
+  if (counts.empty() || !(total > 0)) return {};
+  std::vector<double> out;
+  for (double c : counts) out.push_back(c * static_cast<double>(counts.size()) / total);
+  return out;
+}
+
+std::vector<size_t> rank_histogram_leads(size_t leads) {
+  std::vector<size_t> out;
+  for (size_t l : {size_t{0}, (leads - 1) / 2, leads - 1})
+    if (leads > 0 && (out.empty() || out.back() != l)) out.push_back(l);
+  return out;
 }
 
 }  // namespace wxtrain::trainer

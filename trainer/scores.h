@@ -215,7 +215,19 @@ void write_scores_csv(const std::string& path, const LeadScores& scores, bool ap
 // grid of CRPS panels ("<channel> CRPS [units]", every forecaster: the deterministic ones' MAE) and
 // one of spread panels ("<channel> spread and RMSE [units]": the ensemble's spread, dashed and
 // labelled "<forecaster> spread", beside its ensemble mean's RMSE: a reliable ensemble's lines
-// meet). Drawn by core/svg_plot.h, as the CLI's plots are.
+// meet), and last a grid of rank-histogram panels ("<channel> rank histogram": bars of the
+// relative frequency of each rank at up to three leads, the first, middle and last, beside a
+// dashed line at 1 where a reliable ensemble's bars end). Drawn by core/svg_plot.h, as the CLI's
+// plots are.
 std::string scores_svg(const LeadScores& scores, const std::string& title);
+
+// A rank histogram's counts (LeadScores::ranks) as relative frequencies: count x bins / total, so
+// every bin of a flat (reliable) histogram is 1 whatever the number of points, a U-shaped
+// (under-dispersive) one is above 1 at both ends. Empty for empty or all-zero counts.
+std::vector<double> rank_frequencies(const std::vector<double>& counts);
+
+// The leads whose rank histograms are drawn and tracked: the first, the middle and the last of
+// `leads` (fewer when there are fewer leads), as indices in increasing order.
+std::vector<size_t> rank_histogram_leads(size_t leads);
 
 }  // namespace wxtrain::trainer

@@ -344,7 +344,8 @@ void print_validation(const Validation& v) { std::cerr << scores_table(v.scores)
 
 // A validation as the tracking sinks show it: per channel and lead the model's RMSE and ACC and
 // persistence's RMSE ("val/rmse/t/6h", "val/acc/t/6h", "val/persistence_rmse/t/6h"; leads in steps,
-// "step1", for data without dates), and the mean skill against persistence at the first lead.
+// "step1", for data without dates), an ensemble's CRPS, spread, spread/skill and rank histograms,
+// and the mean skill against persistence at the first lead.
 tracking::Scalars validation_scalars(const Validation& v) {
   const LeadScores& s = v.scores;
   tracking::Scalars out;
@@ -382,6 +383,16 @@ tracking::Scalars validation_scalars(const Validation& v) {
         add("val/spread_skill/" + at, s.spread[model][k][c] / s.rmse[model][k][c]);
       }
     }
+  // An ensemble's rank histograms at the leads validation.svg draws (the first, middle and last):
+  // each rank's relative frequency (1 = flat, a reliable ensemble), as scalars every sink takes,
+  // "val/rank_hist/t/6h/rank_0" .. "rank_M"; validation.csv has the counts at every lead.
+  if (s.ensemble() && model < s.forecasters.size() && model < s.ranks.size())
+    for (size_t k : rank_histogram_leads(s.lead_steps.size()))
+      for (size_t c = 0; c < s.names.size(); ++c) {
+        const std::vector<double> freq = rank_frequencies(s.ranks[model][k][c]);
+        for (size_t r = 0; r < freq.size(); ++r)
+          add("val/rank_hist/" + s.names[c] + "/" + lead_name(k) + "/rank_" + std::to_string(r), freq[r]);
+      }
   add("val/skill_vs_persistence", v.mean_skill());
   return out;
 }

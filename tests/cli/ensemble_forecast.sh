@@ -58,9 +58,13 @@ for v in p t u v u500 v500; do
     bash -c 'grep -q ">$1 CRPS<" "$2" && grep -q ">$1 spread and RMSE<" "$2"' _ "$v" "$svg"
 done
 check "validation.svg's legend has the model's spread" grep -q ">model spread<" "$svg"
-# 6 variables x (RMSE, ACC, CRPS: 3 forecasters each; spread panel: the model's RMSE and its spread).
-check "validation.svg draws 66 lines, 6 of them the dashed spread" \
-  test "$(grep -c '<polyline' "$svg"):$(grep -c '<polyline[^>]*stroke-dasharray' "$svg")" = "66:6"
+# 6 variables x (RMSE, ACC, CRPS: 3 forecasters each; spread panel: the model's RMSE and its
+# spread; rank histogram: the dashed flat line).
+check "validation.svg draws 72 lines, 12 of them dashed (the spread, the rank histogram's flat line)" \
+  test "$(grep -c '<polyline' "$svg"):$(grep -c '<polyline[^>]*stroke-dasharray' "$svg")" = "72:12"
+for v in p t u v u500 v500; do
+  check "validation.svg has $v's rank histogram" grep -q ">$v rank histogram<" "$svg"
+done
 
 # A deterministic checkpoint has nothing to draw members from: refused with exit 2, saying why.
 "$wxtrain" train -q -c "$config" "${tiny[@]}" --set train.steps=2 --set train.val_every=0 \

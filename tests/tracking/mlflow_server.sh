@@ -3,6 +3,7 @@
 # PYTHON's environment, scripts/install_tracking_test_deps.sh), on 127.0.0.1 with a SQLite store in
 # DIR, read back with MLflow's Python client (check_mlflow.py):
 #   1. server up: the run's parameters, every step's loss, the validation scores and artifacts;
+#      an ensemble run's rank histograms (check_rank_histogram.py);
 #   2. server killed mid-run: training finishes (exit 0) and keeps what it could not send in the
 #      run folder; `wxtrain sync` then fails naming the server while it is down, and once it is
 #      back brings the run to the same contents as run 1's;
@@ -52,6 +53,14 @@ check "exit status 0" test "$code" -eq 0
 check "the run's page is printed" grep -q "MLflow: run [0-9a-f]* at $uri/#/experiments/" <<<"$out"
 check "MLflow holds the run file, every loss, the scores and validation.svg" \
   "$python" "$here/check_mlflow.py" "$uri" "$dir/up"
+
+echo "=== 1b. an ensemble of 3 members: its rank histograms, equal to validation.csv's"
+out="$(train --set train.out_dir="$dir/ensemble" --set train.ensemble_members=3 --set train.steps=4 \
+  --set train.val_lead_steps=3)"; code=$?
+printf '%s\n--- exit status %s\n' "$out" "$code"
+check "exit status 0" test "$code" -eq 0
+check "MLflow holds the rank histograms as validation.csv has them" \
+  "$python" "$here/check_rank_histogram.py" mlflow "$uri" "$dir/ensemble"
 
 echo "=== 2. the server killed mid-run"
 # 0.4 s per batch: 30 steps take long enough to kill the server after the first sends.

@@ -2,7 +2,8 @@
 # tensorboard_reader.sh WXTRAIN PYTHON DIR — a run with tracking.tensorboard = true writes event
 # files that TensorBoard's own reader (check_tensorboard.py, PYTHON with the tensorboard package:
 # scripts/install_tracking_test_deps.sh) reads back equal to metrics.csv; a resumed run adds its
-# steps to the same TensorBoard run; under mpirun -np 2 only rank 0 writes.
+# steps to the same TensorBoard run; an ensemble run's rank histograms are there, equal to
+# validation.csv's (check_rank_histogram.py); under mpirun -np 2 only rank 0 writes.
 set -u
 wxtrain="$1"; python="$2"; dir="$3"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -34,6 +35,14 @@ out="$("$wxtrain" train -q -c "$here/storm_tracking.toml" --set train.out_dir="$
 check "exit status 0" test "$code" -eq 0
 check "event file in $dir/tb/lr2e-3" compgen -G "$dir/tb/lr2e-3/events.out.tfevents.*"
 check "none in the run folder" test -z "$(compgen -G "$dir/named/events.out.tfevents.*")"
+
+echo "=== an ensemble of 3 members: its rank histograms as scalars, equal to validation.csv's"
+run="$dir/ensemble"
+out="$("$wxtrain" train -q -c "$here/storm_tracking.toml" --set train.out_dir="$run" --set tracking.tensorboard=true \
+  --set train.ensemble_members=3 --set train.steps=4 --set train.val_lead_steps=3 2>&1)"; code=$?
+printf '%s\n--- exit status %s\n' "$out" "$code"
+check "exit status 0" test "$code" -eq 0
+check "TensorBoard's reader finds the rank histograms" "$python" "$here/check_rank_histogram.py" tensorboard "$run"
 
 if command -v mpirun >/dev/null; then
   echo "=== mpirun -np 2: rank 0 writes, rank 1 logs nothing"

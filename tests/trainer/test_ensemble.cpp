@@ -498,8 +498,9 @@ TEST(EnsembleScores, SvgDrawsTheCrpsAndTheSpreadBesideTheRmse) {
     for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
     return n;
   };
-  // 2 channels x (RMSE, ACC, CRPS of 3 forecasters + the model's RMSE and spread).
-  EXPECT_EQ(count("<polyline"), 2u * (3 * 3 + 2));
+  // 2 channels x (RMSE, ACC, CRPS of 3 forecasters + the model's RMSE and spread + the rank
+  // histogram's flat line).
+  EXPECT_EQ(count("<polyline"), 2u * (3 * 3 + 2 + 1));
   EXPECT_EQ(count("<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" stroke-dasharray"), 2u);
   // A deterministic validation's figure has neither.
   ScoreAccumulator plain({"t"}, 1, {"model"}, weights);
@@ -507,4 +508,85 @@ TEST(EnsembleScores, SvgDrawsTheCrpsAndTheSpreadBesideTheRmse) {
   const std::string plain_svg = scores_svg(plain.result(1, 0), "deterministic");
   EXPECT_EQ(plain_svg.find("CRPS"), std::string::npos);
   EXPECT_EQ(plain_svg.find("spread"), std::string::npos);
+}
+
+TEST(RankHistogram, RelativeFrequenciesAreOneWhereFlat) {
+  EXPECT_EQ(rank_frequencies({2, 0, 2}), (std::vector<double>{1.5, 0, 1.5}));  // U-shaped: above 1 at the ends
+  EXPECT_EQ(rank_frequencies({5, 5, 5, 5}), (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_TRUE(rank_frequencies({}).empty());
+  EXPECT_TRUE(rank_frequencies({0, 0, 0}).empty());
+  EXPECT_EQ(rank_histogram_leads(1), (std::vector<size_t>{0}));
+  EXPECT_EQ(rank_histogram_leads(2), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(rank_histogram_leads(4), (std::vector<size_t>{0, 1, 3}));
+  EXPECT_EQ(rank_histogram_leads(5), (std::vector<size_t>{0, 2, 4}));
+}
+
+TEST(RankHistogram, SvgDrawsABarPerRankAtThreeLeadsAgainstTheFlatLine) {
+  // Two members at 0 and 1 on a 1 x 2 grid, 4 leads, two channels: channel a's truth is above both
+  // members (rank 2) at lead 1 and below them (rank 0) at the others; channel b's between them.
+  const torch::Tensor weights = torch::ones({1, 2}), clim = torch::zeros({1, 2, 1, 2});
+  torch::Tensor members = torch::zeros({1, 2, 2, 1, 2});
+  members.select(1, 1).fill_(1.0);
+  ScoreAccumulator scores({"a", "b"}, 4, {"model", "persistence"}, weights);
+  for (int64_t l = 0; l < 4; ++l) {
+    torch::Tensor truth = torch::full({1, 2, 1, 2}, 0.5);
+    truth.select(1, 0).fill_(l == 0 ? 2.0 : -1.0);
+    scores.add_ensemble(0, l, members, truth, clim);
+    scores.add(1, l, clim, truth, clim);
+  }
+  const LeadScores s = scores.result(3, 6 * 3600);
+  const std::string svg = scores_svg(s, "ranks");
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_NE(svg.find(">a rank histogram<"), std::string::npos);
+  EXPECT_NE(svg.find(">b rank histogram<"), std::string::npos);
+  EXPECT_NE(svg.find(">rank of the truth<"), std::string::npos);
+  // The legend: leads 6 h, 12 h (the middle of 4) and 24 h; 18 h is not drawn.
+  for (const char* lead : {">lead 6h<", ">lead 12h<", ">lead 24h<", ">flat (reliable)<"})
+    EXPECT_NE(svg.find(lead), std::string::npos) << lead;
+  EXPECT_EQ(svg.find(">lead 18h<"), std::string::npos);
+  // Bars in the three lead colours: 2 channels x 3 bins each (zero-height bars included), plus
+  // one legend square per colour.
+  EXPECT_EQ(count("fill=\"#9ecae1\""), 2u * 3 + 1);
+  EXPECT_EQ(count("fill=\"#4292c6\""), 2u * 3 + 1);
+  EXPECT_EQ(count("fill=\"#08306b\""), 2u * 3 + 1);
+  // Heights: channel b at lead 1 is all rank 1, relative frequency 3 (3 bins); channel a at lead 1
+  // all rank 2. Their tallest bars are the same height, 3x the flat line's height above the axis.
+  auto heights = [&](const std::string& color) {
+    std::vector<double> out;
+    const std::string key = "fill=\"" + color + "\"/>";
+    for (size_t at = svg.find(key); at != std::string::npos; at = svg.find(key, at + 1)) {
+      const size_t rect = svg.rfind("<rect", at), h = svg.find("height=\"", rect);
+      if (h < at) out.push_back(std::stod(svg.substr(h + 8)));
+    }
+    if (!out.empty()) out.erase(out.begin());  // the legend's square, drawn before the panels
+    return out;
+  };
+  const std::vector<double> first = heights("#9ecae1");
+  ASSERT_EQ(first.size(), 6u);
+  // Channel a: ranks 0, 1, 2 -> 0, 0, 3; channel b: 0, 3, 0.
+  EXPECT_EQ(first[0], 0.0);
+  EXPECT_EQ(first[1], 0.0);
+  EXPECT_GT(first[2], 0.0);
+  EXPECT_EQ(first[3], 0.0);
+  EXPECT_NEAR(first[4], first[2], 0.11);
+  EXPECT_EQ(first[5], 0.0);
+  const std::vector<double> last = heights("#08306b");  // channel a at 24 h: all rank 0
+  ASSERT_EQ(last.size(), 6u);
+  EXPECT_NEAR(last[0], first[2], 0.11);
+  EXPECT_EQ(last[2], 0.0);
+  // The SVG parses as XML.
+  const std::string path = ::testing::TempDir() + "/rank_histogram.svg";
+  std::ofstream(path) << svg;
+  const std::string command = "/usr/bin/python3 -c \"import sys, xml.etree.ElementTree as E; "
+                              "r = E.parse(sys.argv[1]).getroot(); "
+                              "assert r.tag == '{http://www.w3.org/2000/svg}svg', r.tag\" " + path;
+  EXPECT_EQ(std::system(command.c_str()), 0) << path;
+  // A deterministic validation draws no rank histogram.
+  ScoreAccumulator plain({"t"}, 1, {"model"}, weights);
+  plain.add(0, 0, torch::ones({1, 1, 1, 2}), torch::zeros({1, 1, 1, 2}), torch::zeros({1, 1, 1, 2}));
+  EXPECT_EQ(scores_svg(plain.result(1, 0), "deterministic").find("rank histogram"), std::string::npos);
 }
