@@ -43,7 +43,9 @@ GraphMLPImpl::GraphMLPImpl(const GraphMLPOptions& options_) : options(options_) 
     const int64_t out = i + 1 == options.layers() ? options.out() : options.hidden();
     layers.push_back(register_module("layer" + std::to_string(i), torch::nn::Linear(options.hidden(), out)));
   }
-  if (options.layer_norm())
+  if (options.layer_norm() && options.condition() > 0)
+    cond_norm = register_module("norm", ConditionalLayerNorm(options.out(), options.condition()));
+  else if (options.layer_norm())
     norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.out()})));
 }
 
@@ -52,8 +54,14 @@ torch::Tensor GraphMLPImpl::project(size_t k, const torch::Tensor& x) {
   return ops::apply_linear(first_linears[k], x);
 }
 
-torch::Tensor GraphMLPImpl::finish(torch::Tensor x) {
+torch::Tensor GraphMLPImpl::finish(torch::Tensor x, const torch::Tensor& cond) {
+  TORCH_CHECK(cond.defined() == static_cast<bool>(cond_norm),
+              "GraphMLP: a conditional norm needs the noise embedding, and only it reads one");
   for (auto& layer : layers) x = ops::apply_linear(layer, silu_between_linears(x));
+  if (cond_norm) {
+    const auto dtype = cond_norm->scale->weight.scalar_type();  // fp32 statistics, as below
+    return cond_norm->forward(x.scalar_type() == dtype ? x : x.to(dtype), cond);
+  }
   if (!norm) return x;
   // LayerNorm in LibTorch 1.13 needs input and affine parameters of one dtype, and CPU autocast
   // hands it the bf16 Linear output: normalise in the parameters' dtype (fp32 statistics).
@@ -61,12 +69,12 @@ torch::Tensor GraphMLPImpl::finish(torch::Tensor x) {
   return norm->forward(x.scalar_type() == dtype ? x : x.to(dtype));
 }
 
-torch::Tensor GraphMLPImpl::forward(const std::vector<torch::Tensor>& inputs) {
+torch::Tensor GraphMLPImpl::forward(const std::vector<torch::Tensor>& inputs, const torch::Tensor& cond) {
   TORCH_CHECK(inputs.size() == first_linears.size(), "GraphMLP: expected ", first_linears.size(), " inputs, got ",
               inputs.size());
   torch::Tensor sum = project(0, inputs[0]);
   for (size_t k = 1; k < inputs.size(); ++k) sum = sum + project(k, inputs[k]);
-  return finish(sum);
+  return finish(sum, cond);
 }
 
 // ---- the grid graph ----
@@ -212,17 +220,20 @@ std::vector<torch::Tensor> GraphEncoderImpl::forward(const torch::Tensor& nodes,
   return {h, e};
 }
 
-InteractionLayerImpl::InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual_)
+InteractionLayerImpl::InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual_,
+                                           int64_t condition)
     : aggregate_residual(aggregate_residual_) {
-  edge_mlp = register_module("edge_mlp",
-                             GraphMLP(GraphMLPOptions({latent, latent, latent}, latent, latent).layers(mlp_layers)));
-  node_mlp = register_module("node_mlp", GraphMLP(GraphMLPOptions({latent, latent}, latent, latent).layers(mlp_layers)));
+  edge_mlp = register_module(
+      "edge_mlp",
+      GraphMLP(GraphMLPOptions({latent, latent, latent}, latent, latent).layers(mlp_layers).condition(condition)));
+  node_mlp = register_module(
+      "node_mlp", GraphMLP(GraphMLPOptions({latent, latent}, latent, latent).layers(mlp_layers).condition(condition)));
 }
 
 std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& e,
                                                          const torch::Tensor& senders,
                                                          const torch::Tensor& receivers,
-                                                         const torch::Tensor& h_senders) {
+                                                         const torch::Tensor& h_senders, const torch::Tensor& cond) {
   // Under model parallelism senders index the owned nodes followed by the halo; the receiver
   // projection is taken of the same tensor (receivers index its first N rows) so the fused kernel,
   // which wants equal shapes, still applies.
@@ -234,19 +245,22 @@ std::vector<torch::Tensor> InteractionLayerImpl::forward(const torch::Tensor& h,
   // Sum the updated edges (or only their updates) into their receivers. Scoped so that no
   // edge-sized temporary outlives the aggregation into the node MLP below.
   torch::Tensor e_new, agg;
+  // Conditional norms: an edge reads its receiver's noise embedding (an owned node under model
+  // parallelism, so no halo of embeddings is needed).
+  const torch::Tensor edge_cond = cond.defined() ? cond.index_select(1, receivers) : torch::Tensor();
   auto aggregate = [&](const torch::Tensor& sent) {
     return torch::zeros({h.size(0), h.size(1), sent.size(-1)}, sent.options()).index_add_(1, receivers, sent);
   };
   if (aggregate_residual) {
-    e_new = e + edge_mlp->finish(pre);
+    e_new = e + edge_mlp->finish(pre, edge_cond);
     agg = aggregate(e_new);
   } else {
-    torch::Tensor update = edge_mlp->finish(pre);
+    torch::Tensor update = edge_mlp->finish(pre, edge_cond);
     agg = aggregate(update);
     e_new = e + update;
   }
 
-  torch::Tensor h_new = h + node_mlp->finish(node_mlp->project(0, h) + node_mlp->project(1, agg));
+  torch::Tensor h_new = h + node_mlp->finish(node_mlp->project(0, h) + node_mlp->project(1, agg), cond);
   return {h_new, e_new};
 }
 
@@ -266,10 +280,17 @@ GraphNetImpl::GraphNetImpl(const GraphNetOptions& options, const ModelShape& sha
   edge_features_ = register_buffer("edge_features", g.edge_features);
   node_positions_ = register_buffer("node_positions", g.node_positions);
 
-  encoder_ = register_block("encoder", GraphEncoder(shape.in_channels, options.latent, options.mlp_layers));
+  // Conditional-norm noise (docs/ensembles.md): the last k input channels are noise fields, which
+  // the encoder does not read.
+  const int64_t k = shape.conditional_noise;
+  if (k < 0 || k >= shape.in_channels)
+    throw ConfigError("gnn: " + std::to_string(k) + " conditional noise channel(s) of " +
+                      std::to_string(shape.in_channels) + " input channels leave no input");
+  encoder_ = register_block("encoder", GraphEncoder(shape.in_channels - k, options.latent, options.mlp_layers));
+  if (k > 0) noise_mlp_ = register_block("noise_injector", NoiseInjector(k))->noise_mlp;
   for (int64_t i = 0; i < options.processor_layers; ++i) {
-    processors_.push_back(
-        register_block("processor" + std::to_string(i), InteractionLayer(options.latent, options.mlp_layers)));
+    processors_.push_back(register_block("processor" + std::to_string(i),
+                                         InteractionLayer(options.latent, options.mlp_layers, true, k)));
   }
   decoder_ = register_block(
       "decoder",
@@ -281,7 +302,10 @@ std::vector<ChannelAxis> GraphNetImpl::channel_axes() const {
   // bias is on first.0), layer{L-1} otherwise.
   const int64_t layers = decoder_->options.layers();
   const std::string last = layers == 1 ? "decoder.first.0" : "decoder.layer" + std::to_string(layers - 1);
-  return {{"encoder.node_mlp.first.0.weight", 1, true},
+  ChannelAxis encoder{"encoder.node_mlp.first.0.weight", 1, true};
+  encoder.skip_begin = shape().in_channels - shape().conditional_noise;  // noise channels: not encoder inputs
+  encoder.skip_count = shape().conditional_noise;
+  return {encoder,
           {last + ".weight", 0, false},
           {last + ".bias", 0, false}};
 }
@@ -360,6 +384,13 @@ torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
   const int64_t lat = x.size(2), lon = x.size(3);
   // [B, C, lat, lon] -> [B, N, C]
   torch::Tensor nodes = x.flatten(2).transpose(1, 2);
+  // Conditional-norm noise: each node's noise fields embedded by the noise MLP, outside every block
+  // as the ViT's; no gradient flows into the noise.
+  torch::Tensor cond;
+  if (const int64_t k = shape().conditional_noise; k > 0) {
+    cond = noise_mlp_->forward(nodes.narrow(2, nodes.size(2) - k, k).detach());  // [B, N, k]
+    nodes = nodes.narrow(2, 0, nodes.size(2) - k);
+  }
 
   // The lambdas hold the blocks by shared_ptr (by value, see run_block) and call non-const forward.
   std::shared_ptr<GraphEncoderImpl> encoder = encoder_.ptr();
@@ -382,17 +413,21 @@ torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
   const auto exchange = exchange_;
   for (const InteractionLayer& p : processors_) {
     std::shared_ptr<InteractionLayerImpl> layer = p.ptr();
+    // The noise embedding is a third input of every layer (so a checkpointed layer replays with it).
+    std::vector<torch::Tensor> inputs = state;
+    if (cond.defined()) inputs.push_back(cond);
     state = run_block(
         *layer,
         [layer, senders, receivers, sharded, send_index, halo_index, send_rows,
          exchange](const std::vector<torch::Tensor>& in) {
-          if (!sharded) return layer->forward(in[0], in[1], senders, receivers);
+          const torch::Tensor layer_cond = in.size() > 2 ? in[2] : torch::Tensor();
+          if (!sharded) return layer->forward(in[0], in[1], senders, receivers, {}, layer_cond);
           // [B, S, L] -> [S, B, L] rows to send -> every rank's -> this rank's halo [B, H, L].
           const torch::Tensor sent = exchange(in[0].index_select(1, send_index).transpose(0, 1), send_rows);
           const torch::Tensor halo = sent.index_select(0, halo_index).transpose(0, 1);
-          return layer->forward(in[0], in[1], senders, receivers, torch::cat({in[0], halo}, 1));
+          return layer->forward(in[0], in[1], senders, receivers, torch::cat({in[0], halo}, 1), layer_cond);
         },
-        state);
+        inputs);
   }
 
   std::shared_ptr<GraphMLPImpl> decoder = decoder_.ptr();
@@ -407,8 +442,11 @@ torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
 
 ModelEntry gnn_entry() {
   // Linear layers only, with index_select/index_add on the edges: GEMMs, no convolutions.
-  return make_model_entry<GraphNetOptions, GraphNetImpl>(gnn_schema(), &gnn_parameter_count, &gnn_activation_memory,
-                                                         {/*gemms=*/true, /*convolutions=*/false}, &gnn_buffer_bytes);
+  ModelEntry e = make_model_entry<GraphNetOptions, GraphNetImpl>(
+      gnn_schema(), &gnn_parameter_count, &gnn_activation_memory, {/*gemms=*/true, /*convolutions=*/false},
+      &gnn_buffer_bytes);
+  e.conditional_noise = true;
+  return e;
 }
 
 }  // namespace wxtrain::models

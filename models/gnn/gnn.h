@@ -12,9 +12,14 @@
 //   decoder                       node MLP to the output variables
 // Every MLP has model.mlp_layers Linear layers with SiLU between them and a LayerNorm on the
 // output (except the decoder's).
+// With ModelShape::conditional_noise (train.noise_injection = "conditional_norm") the last input
+// channels are an ensemble member's noise fields: the encoder does not read them; embedded per node
+// by noise_injector (models/noise_conditioning.h) they condition the LayerNorms that end every
+// processor layer's node MLP (on the node's embedding) and edge MLP (on its receiver's).
 #include <numeric>
 
 #include "models/gnn/gnn_options.h"
+#include "models/noise_conditioning.h"
 #include "models/registry.h"
 #include "models/weather_model.h"
 
@@ -28,6 +33,9 @@ struct GraphMLPOptions {
   TORCH_ARG(int64_t, out);
   TORCH_ARG(int64_t, layers) = 2;      // Linear layers
   TORCH_ARG(bool, layer_norm) = true;  // LayerNorm on the output
+  // > 0 (with layer_norm): the output LayerNorm is conditional on an embedding this wide
+  // (ConditionalLayerNorm, zero-initialised: the MLP starts as the plain one).
+  TORCH_ARG(int64_t, condition) = 0;
 };
 
 // An MLP on the concatenation of several inputs, without materialising the concatenation: the
@@ -39,15 +47,17 @@ class GraphMLPImpl : public torch::nn::Module {
   explicit GraphMLPImpl(const GraphMLPOptions& options);
   // Input k's share of the first layer.
   torch::Tensor project(size_t k, const torch::Tensor& x);
-  // The rest of the MLP, given the summed first-layer projections.
-  torch::Tensor finish(torch::Tensor first);
-  torch::Tensor forward(const std::vector<torch::Tensor>& inputs);
+  // The rest of the MLP, given the summed first-layer projections; `cond` [..., condition] is the
+  // embedding a conditional norm reads (and only it).
+  torch::Tensor finish(torch::Tensor first, const torch::Tensor& cond = {});
+  torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const torch::Tensor& cond = {});
 
   GraphMLPOptions options;
   torch::nn::ModuleList first{nullptr};         // one Linear per input (registered names)
   std::vector<torch::nn::Linear> first_linears;  // the same Linears, typed
   std::vector<torch::nn::Linear> layers;  // layers 1 .. layers-1, registered as layer1, layer2, ...
   torch::nn::LayerNorm norm{nullptr};
+  ConditionalLayerNorm cond_norm{nullptr};  // instead of norm, under the same name
 };
 TORCH_MODULE(GraphMLP);
 
@@ -82,12 +92,15 @@ TORCH_MODULE(GraphEncoder);
 // update MLP(...) (GraphCast's, Lam et al. 2023 eq. 9-11: the residual is added after the round).
 class InteractionLayerImpl : public torch::nn::Module {
  public:
-  InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual = true);
+  // condition > 0: both MLPs' LayerNorms are conditional on a noise embedding this wide.
+  InteractionLayerImpl(int64_t latent, int64_t mlp_layers, bool aggregate_residual = true, int64_t condition = 0);
   // h [B, N, L], e [B, E, L] or [E, L] -> {h', e' [B, E, L]}. h_senders [B, N + halo, L] (model
   // parallelism: h followed by the halo nodes other ranks own) is what senders index when given;
-  // receivers index h.
+  // receivers index h. cond [B, N, condition]: the nodes' noise embedding (conditional layers only);
+  // an edge's norm reads its receiver's.
   std::vector<torch::Tensor> forward(const torch::Tensor& h, const torch::Tensor& e, const torch::Tensor& senders,
-                                     const torch::Tensor& receivers, const torch::Tensor& h_senders = {});
+                                     const torch::Tensor& receivers, const torch::Tensor& h_senders = {},
+                                     const torch::Tensor& cond = {});
 
   GraphMLP edge_mlp{nullptr};  // on [e, h_sender, h_receiver]
   GraphMLP node_mlp{nullptr};  // on [h, sum of incoming e']
@@ -134,6 +147,7 @@ class GraphNetImpl : public WeatherModelImpl {
   GraphEncoder encoder_{nullptr};
   std::vector<InteractionLayer> processors_;
   GraphMLP decoder_{nullptr};
+  NoiseMlp noise_mlp_{nullptr};  // conditional-norm noise: noise_injector.noise_mlp
 };
 
 // estimate --analytic (gnn_memory.cpp): exact parameters, activations block by block, the graph.

@@ -50,10 +50,15 @@ void graph_mlp(Block& b, const Widths& w, double rows, double hidden, double out
 
 int64_t gnn_parameter_count(const GraphNetOptions& c, const ModelShape& s) {
   const int64_t L = c.latent, m = c.mlp_layers;
-  const int64_t encoder = graph_mlp_params({s.in_channels, 2}, L, L, m, true) + graph_mlp_params({3}, L, L, m, true);
-  const int64_t layer = graph_mlp_params({L, L, L}, L, L, m, true) + graph_mlp_params({L, L}, L, L, m, true);
+  const int64_t k = s.conditional_noise;  // noise channels taken out of the input, into the norms
+  const int64_t encoder =
+      graph_mlp_params({s.in_channels - k, 2}, L, L, m, true) + graph_mlp_params({3}, L, L, m, true);
+  // A conditional layer's two MLPs end in ConditionalLayerNorms instead of LayerNorms.
+  const int64_t norms = k > 0 ? 2 * conditional_norm_params(L, k) : 0;
+  const int64_t layer = graph_mlp_params({L, L, L}, L, L, m, k == 0) + graph_mlp_params({L, L}, L, L, m, k == 0) + norms;
   const int64_t decoder = graph_mlp_params({L}, L, s.out_channels, m, false);
-  return encoder + c.processor_layers * layer + decoder;  // the graph itself is buffers, not parameters
+  // The graph itself is buffers, not parameters.
+  return encoder + c.processor_layers * layer + decoder + (k > 0 ? noise_mlp_params(k) : 0);
 }
 
 ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s, const FormulaSettings& f) {
@@ -63,10 +68,13 @@ ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s,
   const double E = static_cast<double>(edges_of(s, c.neighbourhood));
   const double L = static_cast<double>(c.latent);
   const int64_t layers = c.mlp_layers;
+  const int64_t k = s.conditional_noise;
+  const double K = static_cast<double>(k);
 
   Block enc;
   enc.name = "encoder";
-  enc.layers.push_back(conv_or_linear(w, N * s.in_channels, N * L));  // the transposed input's contiguous copy
+  // The transposed input's contiguous copy (the noise channels are narrowed off: a view).
+  enc.layers.push_back(conv_or_linear(w, N * (s.in_channels - k), N * L));
   graph_mlp(enc, w, N, L, L, layers, true);
   enc.layers.push_back(keep(N * L, w.high));
   enc.output_grad = N * L * w.high;
@@ -75,9 +83,29 @@ ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s,
   graph_mlp(edges, w, E, L, L, layers, true);
   enc.fixed_saved = edges.saved() + E * L * w.high;
   enc.fixed_kept = E * L * w.high;
-  enc.weights = static_cast<double>(graph_mlp_params({s.in_channels, 2}, c.latent, c.latent, layers, true) +
+  enc.weights = static_cast<double>(graph_mlp_params({s.in_channels - k, 2}, c.latent, c.latent, layers, true) +
                                     graph_mlp_params({3}, c.latent, c.latent, layers, true));
   m.blocks.push_back(enc);
+  // Conditional-norm noise: the noise MLP on the nodes (outside every block, never checkpointed),
+  // whose output every processor layer reads; a conditional norm saves, beyond a LayerNorm, the
+  // normalised tensor and 1 + scale(noise) for their product, and the embedding for its Linears
+  // (an edge's, gathered from its receiver, E x k).
+  if (k > 0) {
+    const double hid = static_cast<double>(kNoiseMlpHidden);
+    Block b;
+    b.name = "noise_injector";
+    b.layers.push_back(conv_or_linear(w, N * K, N * hid));
+    b.layers.push_back(activation(N * hid, w.low));
+    b.layers.push_back(conv_or_linear(w, N * hid, N * K));
+    b.layers.push_back(norm(w, N * K, N));
+    b.inputs = f.checkpointing ? b.saved() : 0;
+    if (f.checkpointing) b.layers.clear();
+    b.output = N * K * w.high;
+    m.blocks.push_back(b);
+  }
+  auto conditional = [&](double rows) {
+    return Layer{"conditional norm", 2 * rows * L * w.high + rows * K * w.high, 0, 2 * rows * L * w.high};
+  };
 
   for (int64_t i = 0; i < c.processor_layers; ++i) {
     Block b;
@@ -85,21 +113,30 @@ ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s,
     // Edge update: sender and receiver projections gathered onto the edges, plus the edge projection.
     b.layers.push_back(gather(N * L, w.high, 2 * E * L * w.low + N * L * w.low));
     graph_mlp(b, w, E, L, L, layers, true);
+    if (k > 0) {
+      b.layers.push_back(conditional(E));
+      // Measured, not derived (tests/estimator MembersVsTraceGnn): the traced step holds about one
+      // more edge-sized fp32 tensor per conditional edge norm than the terms above (0.89 E x L on
+      // the storm grid at latent 32; without it the formulas are 27% under what the trace adds).
+      b.layers.push_back(keep(E * L, w.high));
+    }
     b.layers.push_back(keep(E * L, w.high));  // e_new: the residual sum
     // Aggregation into the receivers (index_add), saved by the node MLP's projection.
     b.layers.push_back(gather(E * L, w.high));
     b.layers.push_back(keep(N * L, w.low));
     graph_mlp(b, w, N, L, L, layers, true);
+    if (k > 0) b.layers.push_back(conditional(N));
     b.layers.push_back(keep(N * L, w.high));  // h_new
-    b.inputs = N * L * w.high + (i == 0 ? 0 : E * L * w.high);
+    b.inputs = N * L * w.high + (i == 0 ? 0 : E * L * w.high) + N * K * w.high;  // with the noise embedding
     b.carry = N * L * w.high;  // the node residual's gradient, waiting for the edge path's
     // The decoder reads only the nodes: the last layer's edges get no gradient from above.
     b.output_grad = N * L * w.high + (i + 1 == c.processor_layers ? 0 : E * L * w.high);
     // Measured, not derived (tests/estimator): replayed under a checkpoint, the edge path's backward
     // holds about two more edge-sized gradients than the same layer without checkpointing.
     b.replay_grads = 2 * E * L * w.high;
-    b.weights = static_cast<double>(graph_mlp_params({c.latent, c.latent, c.latent}, c.latent, c.latent, layers, true) +
-                                    graph_mlp_params({c.latent, c.latent}, c.latent, c.latent, layers, true));
+    b.weights = static_cast<double>(graph_mlp_params({c.latent, c.latent, c.latent}, c.latent, c.latent, layers, k == 0) +
+                                    graph_mlp_params({c.latent, c.latent}, c.latent, c.latent, layers, k == 0) +
+                                    (k > 0 ? 2 * conditional_norm_params(c.latent, k) : 0));
     m.blocks.push_back(b);
   }
 

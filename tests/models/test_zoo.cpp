@@ -337,7 +337,8 @@ TEST(ConditionalNoise, RunFilesSayWhichModelTakesIt) {
   EXPECT_EQ(model_shape(run("vit")).in_channels, model_shape(input).in_channels);
   EXPECT_EQ(model_shape(input).conditional_noise, 0);
   EXPECT_EQ(model_shape(run("aifs")).conditional_noise, 4);
-  for (const std::string name : {"unet", "gnn", "graphcast", "fourcastnet", "pangu"}) {
+  EXPECT_EQ(model_shape(run("gnn")).conditional_noise, 4);
+  for (const std::string name : {"unet", "graphcast", "fourcastnet", "pangu"}) {
     try {
       model_shape(run(name));
       ADD_FAILURE() << name << " took conditional_norm";
@@ -363,7 +364,7 @@ TEST(ConditionalNoise, RunFilesSayWhichModelTakesIt) {
   EXPECT_EQ(model_shape(one).conditional_noise, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ConditionalNoiseTest, ::testing::Values("vit", "aifs"),
+INSTANTIATE_TEST_SUITE_P(Models, ConditionalNoiseTest, ::testing::Values("vit", "aifs", "gnn"),
                          [](const auto& info) { return info.param; });
 
 // ---- parameter counts from the architectures' formulas ----
@@ -412,6 +413,31 @@ TEST(GraphNet, ParameterCountMatchesTheArchitecture) {
   const int64_t processor = mlp(3 * L, L, true) + mlp(2 * L, L, true);
   const int64_t decoder = mlp(L, 3, false);
   EXPECT_EQ(count_parameters(*build_model(c, s)), encoder + 2 * processor + decoder);
+}
+
+TEST(GraphNet, ConditionalNormsCountTheirParameters) {
+  // With 4 conditional noise channels: the encoder reads the 5 variables only; every processor
+  // MLP's LayerNorm (2 L) becomes a ConditionalLayerNorm (scale and bias Linears from the 4-wide
+  // embedding, 2 (4 + 1) L); the noise MLP is Linear(4, 32), GELU, Linear(32, 4), LayerNorm(4).
+  const ModelConfig c = small("gnn");  // latent 16, 2 processor layers, 3-layer MLPs
+  ModelShape s{9, 3, 17, 23};
+  s.conditional_noise = 4;
+  constexpr int64_t L = 16, k = 4;
+  auto mlp = [](int64_t in, int64_t out, bool norm) {
+    return (in * L + L) + (L * L + L) + (L * out + out) + (norm ? 2 * out : 0);
+  };
+  const int64_t encoder = mlp(5 + 2, L, true) + mlp(3, L, true);
+  const int64_t processor = mlp(3 * L, L, false) + mlp(2 * L, L, false) + 2 * (2 * (k + 1) * L);
+  const int64_t decoder = mlp(L, 3, false);
+  const int64_t noise_mlp = (k * 32 + 32) + (32 * k + k) + 2 * k;
+  const WeatherModel model = build_model(c, s);
+  EXPECT_EQ(count_parameters(*model), encoder + 2 * processor + decoder + noise_mlp);
+  EXPECT_EQ(find_model("gnn").parameter_count(c, s), count_parameters(*model));
+  // The encoder's first Linear reads the variables, not the noise (transfers skip those channels).
+  const auto params = model->named_parameters();
+  EXPECT_EQ(params["encoder.node_mlp.first.0.weight"].size(1), 5);
+  EXPECT_TRUE(params.contains("processor1.edge_mlp.norm.scale.weight"));
+  EXPECT_TRUE(params.contains("noise_injector.noise_mlp.mlp.0.weight"));
 }
 
 TEST(GraphNet, SingleLayerMlpsAreOneLinear) {
