@@ -145,6 +145,11 @@ GpuFit Estimate::fit(const GpuSpec& gpu) const {
   if (config.train.ensemble() && options.mode == Mode::kTrain) {
     f.max_members = max_members(gpu.memory_bytes, gpu, batch());
     f.sure_max_members = sure_max_members(gpu.memory_bytes, gpu, batch());
+    // In ensemble groups of G ranks the members per sample are spread evenly over the group (G
+    // must divide them): the largest multiple of G, each rank holding that / G.
+    const int64_t G = std::max<int64_t>(1, config.distributed.ensemble_group);
+    f.max_members -= f.max_members % G;
+    f.sure_max_members -= f.sure_max_members % G;
   }
   return f;
 }

@@ -49,9 +49,11 @@ struct GpuFit {
   // Largest micro-batch that fits with the measured error band added (error_band.h): the one the
   // estimate is sure of. At most max_batch.
   int64_t sure_max_batch = 0;
-  // An ensemble (train.ensemble_members > 1): the most members per sample (per rank, every rank
-  // holding all members of its samples) that fit at the configured batch, and with the error band
-  // added; 0 when not even 2 fit. 0 for a deterministic run (not asked).
+  // An ensemble (train.ensemble_members > 1): the most members per sample that fit at the
+  // configured batch, and with the error band added; 0 when not even 2 fit, 0 for a deterministic
+  // run (not asked). Without ensemble groups every rank holds all members of its samples; in
+  // groups of G ranks (distributed.ensemble_group) a multiple of G, spread over the group (each
+  // rank rolls out max_members / G of them).
   int64_t max_members = 0;
   int64_t sure_max_members = 0;
 };

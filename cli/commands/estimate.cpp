@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/svg_plot.h"
 #include "core/units.h"
+#include "estimator/analytic.h"
 #include "estimator/estimate.h"
 
 namespace wxtrain::cli {
@@ -92,6 +93,20 @@ void print_sure_batches(const estimator::Estimate& e, const std::vector<estimato
     s.add(row);
   }
   std::cout << s.str();
+}
+
+// "M ensemble members per sample (B x M rows per micro-batch)"; in ensemble groups of G ranks
+// (each rank rolls out M / G members of every sample, and the loss takes all M gathered) "M
+// ensemble members per sample, M/G = m members per rank in groups of G ranks (B x m rows per
+// micro-batch per rank)": the estimate is of one rank of the group.
+std::string ensemble_layout_text(const RunConfig& config, int64_t batch) {
+  const int64_t M = config.train.ensemble_members, G = config.distributed.ensemble_group;
+  const int64_t m = estimator::members_per_sample(config);
+  std::string text = std::to_string(M) + " ensemble members per sample";
+  if (G <= 1) return text + " (" + std::to_string(batch * M) + " rows per micro-batch)";
+  return text + ", " + std::to_string(M) + "/" + std::to_string(G) + " = " + std::to_string(m) +
+         " members per rank in groups of " + std::to_string(G) + " ranks (" + std::to_string(batch * m) +
+         " rows per micro-batch per rank)";
 }
 
 int run_estimate(const EstimateArgs& args) {
@@ -188,6 +203,9 @@ int run_estimate(const EstimateArgs& args) {
     if (ensemble) {
       // How many members per sample (per rank) fit at the batch, beside the batch the members allow.
       j["ensemble_members"] = config.train.ensemble_members;
+      // distributed.ensemble_group ranks share the members of a sample: this rank rolls out M / G.
+      j["ensemble_group"] = config.distributed.ensemble_group;
+      j["members_per_rank"] = estimator::members_per_sample(config);
       j["activation_bytes_per_member"] = e.member_bytes_per_sample();
       for (size_t i = 0; i < fits.size(); ++i) {
         j["gpus"][i]["max_members"] = fits[i].max_members;
@@ -205,9 +223,7 @@ int run_estimate(const EstimateArgs& args) {
               << describe_checkpointing(config.train) << ", micro-batch " << batch << " x accumulation "
               << config.train.accumulation << ", rollout " << config.max_rollout() << ", ZeRO-"
               << config.distributed.zero_stage << " over " << options.world_size << " rank(s)"
-              << (ensemble ? ", " + std::to_string(config.train.ensemble_members) + " ensemble members per sample (" +
-                                 std::to_string(batch * config.train.ensemble_members) + " rows per micro-batch)"
-                           : std::string())
+              << (ensemble ? ", " + ensemble_layout_text(config, batch) : std::string())
               << "\n"
               << "method     " << e.method << ", " << std::fixed;
     std::printf("%.2f s\n\n", seconds);
@@ -227,7 +243,11 @@ int run_estimate(const EstimateArgs& args) {
     if (ensemble) {
       header[2] = "at batch " + std::to_string(batch) + " x " + std::to_string(config.train.ensemble_members) + " members";
       header[4] = "max batch (" + std::to_string(config.train.ensemble_members) + " members)";
-      header.push_back("max members (batch " + std::to_string(batch) + ")");
+      header.push_back("max members (batch " + std::to_string(batch) +
+                       (config.distributed.ensemble_group > 1
+                            ? ", over " + std::to_string(config.distributed.ensemble_group) + " ranks"
+                            : std::string()) +
+                       ")");
     }
     std::vector<bool> right{false, true, true, false, true};
     if (ensemble) right.push_back(true);
