@@ -115,7 +115,7 @@ ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s,
     graph_mlp(b, w, E, L, L, layers, true);
     if (k > 0) {
       b.layers.push_back(conditional(E));
-      // Measured, not derived (tests/estimator MembersVsTraceGnn): the traced step holds about one
+      // Measured, not derived (tests/estimator Zoo/MembersVsTraceGraph): the traced step holds about one
       // more edge-sized fp32 tensor per conditional edge norm than the terms above (0.89 E x L on
       // the storm grid at latent 32; without it the formulas are 27% under what the trace adds).
       b.layers.push_back(keep(E * L, w.high));

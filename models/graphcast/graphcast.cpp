@@ -520,12 +520,19 @@ GraphCastImpl::GraphCastImpl(const GraphCastOptions& options, const ModelShape& 
   graph_.m2g_receivers = register_index_buffer("m2g_receivers", graph_.m2g_receivers);
   graph_.m2g_features = register_buffer("m2g_features", graph_.m2g_features);
 
-  grid2mesh_ =
-      register_block("grid2mesh", Grid2Mesh(shape.in_channels, options.latent, options.mlp_layers, options.edge_block,
-                                            options.grid_position_features));
+  // Conditional-norm noise (docs/ensembles.md): the last k input channels are noise fields, which
+  // grid2mesh does not read; averaged onto the mesh nodes, they condition the processor's norms.
+  const int64_t k = shape.conditional_noise;
+  if (k < 0 || k >= shape.in_channels)
+    throw ConfigError("graphcast: " + std::to_string(k) + " conditional noise channel(s) of " +
+                      std::to_string(shape.in_channels) + " input channels leave no input");
+  grid2mesh_ = register_block("grid2mesh", Grid2Mesh(shape.in_channels - k, options.latent, options.mlp_layers,
+                                                     options.edge_block, options.grid_position_features));
+  if (k > 0) noise_mlp_ = register_block("noise_injector", NoiseInjector(k))->noise_mlp;
   for (int64_t i = 0; i < options.processor_layers; ++i) {
-    processors_.push_back(register_block("processor" + std::to_string(i),
-                                         InteractionLayer(options.latent, options.mlp_layers, options.aggregate_residual)));
+    processors_.push_back(register_block(
+        "processor" + std::to_string(i),
+        InteractionLayer(options.latent, options.mlp_layers, options.aggregate_residual, k)));
   }
   mesh2grid_ = register_block("mesh2grid",
                               Mesh2Grid(options.latent, shape.out_channels, options.mlp_layers, options.edge_block));
@@ -536,7 +543,10 @@ std::vector<ChannelAxis> GraphCastImpl::channel_axes() const {
   const int64_t layers = mesh2grid_->output_mlp->options.layers();
   const std::string last =
       layers == 1 ? "mesh2grid.output_mlp.first.0" : "mesh2grid.output_mlp.layer" + std::to_string(layers - 1);
-  return {{"grid2mesh.grid_embed.first.0.weight", 1, true}, {last + ".weight", 0, false}, {last + ".bias", 0, false}};
+  ChannelAxis grid{"grid2mesh.grid_embed.first.0.weight", 1, true};
+  grid.skip_begin = shape().in_channels - shape().conditional_noise;  // noise channels: not grid2mesh inputs
+  grid.skip_count = shape().conditional_noise;
+  return {grid, {last + ".weight", 0, false}, {last + ".bias", 0, false}};
 }
 
 GridFit GraphCastImpl::fit_checkpoint_to_grid(std::map<std::string, torch::Tensor>& weights,
@@ -582,6 +592,22 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
               x.sizes());
   const int64_t lat = x.size(2), lon = x.size(3);
   torch::Tensor nodes = x.flatten(2).transpose(1, 2);  // [B, C, lat, lon] -> [B, Ng, C]
+  // Conditional-norm noise: each mesh node's noise is the mean of its grid2mesh senders' (as AIFS
+  // averages over its encoder edges; a mesh node without any gets zero), embedded by the noise MLP
+  // outside every block; no gradient flows into the noise.
+  torch::Tensor cond;
+  if (const int64_t k = shape().conditional_noise; k > 0) {
+    const torch::Tensor noise = nodes.narrow(2, nodes.size(2) - k, k).detach();
+    nodes = nodes.narrow(2, 0, nodes.size(2) - k);
+    const torch::Tensor& snd = graph_.g2m_senders;
+    const torch::Tensor& rcv = graph_.g2m_receivers;
+    const torch::Tensor sums = torch::zeros({noise.size(0), graph_.mesh_nodes, k}, noise.options())
+                                   .index_add_(1, rcv, noise.index_select(1, snd));
+    const torch::Tensor counts = torch::zeros({graph_.mesh_nodes}, noise.options())
+                                     .index_add_(0, rcv, torch::ones({rcv.size(0)}, noise.options()))
+                                     .clamp_min(1.0);
+    cond = noise_mlp_->forward(sums / counts.view({1, -1, 1}));  // [B, Nm, k]
+  }
 
   // The lambdas hold the blocks by shared_ptr and the graph's tensors by value (see run_block).
   const GraphCastGraph graph = graph_;
@@ -599,12 +625,15 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
   const torch::Tensor senders = graph.mesh_senders, receivers = graph.mesh_receivers;
   for (const InteractionLayer& p : processors_) {
     std::shared_ptr<InteractionLayerImpl> layer = p.ptr();
+    // The noise embedding is a third input of every layer (so a checkpointed layer replays with it).
+    std::vector<torch::Tensor> inputs = state;
+    if (cond.defined()) inputs.push_back(cond);
     state = run_block(
         *layer,
         [layer, senders, receivers](const std::vector<torch::Tensor>& in) {
-          return layer->forward(in[0], in[1], senders, receivers);
+          return layer->forward(in[0], in[1], senders, receivers, {}, in.size() > 2 ? in[2] : torch::Tensor());
         },
-        state);
+        inputs);
   }
 
   std::shared_ptr<Mesh2GridImpl> decoder = mesh2grid_.ptr();
@@ -623,6 +652,7 @@ ModelEntry graphcast_entry() {
       graphcast_schema(), &graphcast_parameter_count, &graphcast_activation_memory,
       {/*gemms=*/true, /*convolutions=*/false}, &graphcast_buffer_bytes);
   entry.references = {graphcast_reference()};  // PhysicsNeMo's GraphCastNet
+  entry.conditional_noise = true;
   return entry;
 }
 

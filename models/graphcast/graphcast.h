@@ -207,6 +207,7 @@ class GraphCastImpl : public WeatherModelImpl {
   Grid2Mesh grid2mesh_{nullptr};
   std::vector<InteractionLayer> processors_;
   Mesh2Grid mesh2grid_{nullptr};
+  NoiseMlp noise_mlp_{nullptr};  // conditional-norm noise: noise_injector.noise_mlp
 };
 
 // estimate --analytic (graphcast_memory.cpp): exact parameters, activations block by block, the graph.

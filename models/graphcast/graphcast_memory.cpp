@@ -43,12 +43,15 @@ int64_t graphcast_parameter_count(const GraphCastOptions& c, const ModelShape& s
   auto mlp = [&](const std::vector<int64_t>& in, int64_t out = -1, bool norm = true) {
     return graph_mlp_params(in, L, out < 0 ? L : out, m, norm);
   };
-  const std::vector<int64_t> grid_in =
-      c.grid_position_features ? std::vector<int64_t>{s.in_channels, 3} : std::vector<int64_t>{s.in_channels};
+  const int64_t k = s.conditional_noise;  // noise channels taken out of the input, into the norms
+  const std::vector<int64_t> grid_in = c.grid_position_features ? std::vector<int64_t>{s.in_channels - k, 3}
+                                                                 : std::vector<int64_t>{s.in_channels - k};
   const int64_t grid2mesh = mlp(grid_in) + mlp({3}) + 2 * mlp({4}) + mlp({L, L, L}) + mlp({L, L}) + mlp({L});
-  const int64_t processor = mlp({L, L, L}) + mlp({L, L});
+  // A conditional layer's two MLPs end in ConditionalLayerNorms instead of LayerNorms.
+  const int64_t processor = k > 0 ? mlp({L, L, L}, -1, false) + mlp({L, L}, -1, false) + 2 * conditional_norm_params(L, k)
+                                  : mlp({L, L, L}) + mlp({L, L});
   const int64_t mesh2grid = mlp({4}) + mlp({L, L, L}) + mlp({L, L}) + mlp({L}, s.out_channels, false);
-  return grid2mesh + c.processor_layers * processor + mesh2grid;
+  return grid2mesh + c.processor_layers * processor + mesh2grid + (k > 0 ? noise_mlp_params(k) : 0);
 }
 
 // GraphCast (graphcast.cpp), per sample over Ng grid nodes, Nm mesh nodes, Eg grid2mesh,
@@ -72,7 +75,10 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   const bool blocked_m2g = one_edge_block_at_a_time && c.edge_block > 0 && static_cast<double>(c.edge_block) < g.m2g;
   const double Eg = blocked_g2m ? static_cast<double>(c.edge_block) : g.g2m;
   const double Ed = blocked_m2g ? static_cast<double>(c.edge_block) : g.m2g;
-  const double L = static_cast<double>(c.latent), C = static_cast<double>(s.in_channels);
+  const int64_t k = s.conditional_noise;
+  const double K = static_cast<double>(k);
+  // The noise channels are narrowed off the input (a view): grid2mesh reads the others.
+  const double L = static_cast<double>(c.latent), C = static_cast<double>(s.in_channels - k);
   const double O = static_cast<double>(s.out_channels);
   const int64_t layers = c.mlp_layers, Li = c.latent;
   // A latent read by two Linears: under autocast each takes a bf16 copy, otherwise both save it.
@@ -104,8 +110,8 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   enc.fixed_saved = embedding(Nm, 3) + embedding(Eg, 4) + embedding(Em, 4) + (Eg + Nm) * L * read_twice / 2 +
                     Em * L * w.high;
   enc.fixed_kept = Em * L * w.high;  // the mesh edge latents, the processor's input
-  enc.weights = static_cast<double>(graph_mlp_params(c.grid_position_features ? std::vector<int64_t>{s.in_channels, 3}
-                                                                               : std::vector<int64_t>{s.in_channels},
+  enc.weights = static_cast<double>(graph_mlp_params(c.grid_position_features ? std::vector<int64_t>{s.in_channels - k, 3}
+                                                                               : std::vector<int64_t>{s.in_channels - k},
                                                      Li, Li, layers, true) +
                                     graph_mlp_params({3}, Li, Li, layers, true) +
                                     2 * graph_mlp_params({4}, Li, Li, layers, true) +
@@ -113,6 +119,28 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
                                     graph_mlp_params({Li, Li}, Li, Li, layers, true) +
                                     graph_mlp_params({Li}, Li, Li, layers, true));
   m.blocks.push_back(enc);
+
+  // Conditional-norm noise: the grid noise averaged onto the mesh nodes and the noise MLP on them
+  // (outside every block, never checkpointed), whose output every processor layer reads; each
+  // conditional norm as the gnn's (models/gnn/gnn_memory.cpp), without the gnn's measured
+  // edge-sized term: the trace of GraphCast's layer (which sums the edge updates, not the updated
+  // edges) does not hold it (MembersVsTraceGraph).
+  if (k > 0) {
+    const double hid = static_cast<double>(kNoiseMlpHidden);
+    Block b;
+    b.name = "noise_injector";
+    b.layers.push_back(conv_or_linear(w, Nm * K, Nm * hid));
+    b.layers.push_back(activation(Nm * hid, w.low));
+    b.layers.push_back(conv_or_linear(w, Nm * hid, Nm * K));
+    b.layers.push_back(norm(w, Nm * K, Nm));
+    b.inputs = f.checkpointing ? b.saved() : 0;
+    if (f.checkpointing) b.layers.clear();
+    b.output = Nm * K * w.high;
+    m.blocks.push_back(b);
+  }
+  auto conditional = [&](double rows) {
+    return Layer{"conditional norm", 2 * rows * L * w.high + rows * K * w.high, 0, 2 * rows * L * w.high};
+  };
 
   // The processor is the gnn's interaction layer on the mesh; the grid latents wait beside it,
   // and so does their gradient from mesh2grid (carry).
@@ -123,18 +151,21 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
     // layer, whose edges are the batch-independent embedding) edges.
     b.layers.push_back(gather((Nm + (i == 0 ? 0 : Em)) * L, w.high, 2 * Em * L * w.low + Nm * L * w.low));
     graph_mlp(b, w, Em, L, L, layers, true);
+    if (k > 0) b.layers.push_back(conditional(Em));
     b.layers.push_back(keep(Em * L, w.high));  // e_new: the residual sum
     b.layers.push_back(gather(Em * L, w.high));
     b.layers.push_back(keep(Nm * L, w.low));
     graph_mlp(b, w, Nm, L, L, layers, true);
+    if (k > 0) b.layers.push_back(conditional(Nm));
     b.layers.push_back(keep(Nm * L, w.high));  // h_new
-    b.inputs = Nm * L * w.high + (i == 0 ? 0 : Em * L * w.high);
+    b.inputs = Nm * L * w.high + (i == 0 ? 0 : Em * L * w.high) + Nm * K * w.high;  // with the noise embedding
     // Measured, not derived (tests/estimator): the edge path's backward holds about two more
     // edge-sized gradients than the layers' own, checkpointed or not (the gnn's replay_grads).
     // Under autocast the bf16 gradients of the edge Linears live beside their fp32 casts (measured).
     b.carry = (Nm + Ng) * L * w.high + 2 * Em * L * w.high + (w.autocast ? 2 * Em * L * w.low : 0);
-    b.weights = static_cast<double>(graph_mlp_params({Li, Li, Li}, Li, Li, layers, true) +
-                                    graph_mlp_params({Li, Li}, Li, Li, layers, true));
+    b.weights = static_cast<double>(graph_mlp_params({Li, Li, Li}, Li, Li, layers, k == 0) +
+                                    graph_mlp_params({Li, Li}, Li, Li, layers, k == 0) +
+                                    (k > 0 ? 2 * conditional_norm_params(Li, k) : 0));
     m.blocks.push_back(b);
   }
 

@@ -15,6 +15,7 @@
 #include "estimator/estimate.h"
 #include "models/aifs/aifs.h"
 #include "models/gnn/gnn.h"
+#include "models/graphcast/graphcast.h"
 #include "models/registry.h"
 #include "models/unet/unet.h"
 #include "models/vit/vit.h"
@@ -46,6 +47,10 @@ RunConfig ensemble_config(const std::string& model, int64_t members, Precision p
     o.mlp_ratio = 4.0;
   } else if (model == "gnn") {
     auto& o = r.model.options.as<models::GraphNetOptions>();
+    o.latent = 32;
+    o.processor_layers = 2;
+  } else if (model == "graphcast") {
+    auto& o = r.model.options.as<models::GraphCastOptions>();
     o.latent = 32;
     o.processor_layers = 2;
   } else if (model == "aifs") {
@@ -180,29 +185,35 @@ TEST(MembersVsTraceAifs, ConditionalNormAddsWhatTheTraceAdds) {
   }
 }
 
-// The gnn with conditional-norm noise against the same gnn taking the noise as input channels, at 4
-// and 8 members: what the formulas add (the noise MLP, the conditional norms of every processor
-// MLP, on the nodes and on the edges, the encoder without the noise channels) is what the trace
-// adds, within 10% of the difference; and the parameter count is the built model's.
-TEST(MembersVsTraceGnn, ConditionalNormAddsWhatTheTraceAdds) {
+// The gnn and GraphCast with conditional-norm noise against the same model taking the noise as
+// input channels, at 4 and 8 members: what the formulas add (the noise MLP, the conditional norms of
+// every processor MLP, on the nodes and on the edges, the encoder without the noise channels) is
+// what the trace adds, within 10% of the difference; and the parameter count is the built model's.
+class MembersVsTraceGraph : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MembersVsTraceGraph, ConditionalNormAddsWhatTheTraceAdds) {
+  const std::string model = GetParam();
   for (int64_t m : {4, 8}) {
-    const RunConfig input = ensemble_config("gnn", m, Precision::kFp32, false, "input");
-    const RunConfig conditional = ensemble_config("gnn", m, Precision::kFp32, false, "conditional_norm");
+    const RunConfig input = ensemble_config(model, m, Precision::kFp32, false, "input");
+    const RunConfig conditional = ensemble_config(model, m, Precision::kFp32, false, "conditional_norm");
     const models::ModelShape si = models::model_shape(input), sc = models::model_shape(conditional);
     ASSERT_EQ(sc.conditional_noise, 4);
     int64_t built = 0;
     for (const auto& p : models::build_model(conditional.model, sc)->parameters()) built += p.numel();
-    EXPECT_EQ(models::find_model("gnn").parameter_count(conditional.model, sc), built);
+    EXPECT_EQ(models::find_model(model).parameter_count(conditional.model, sc), built);
     const double traced = trace_activations(conditional, sc, Mode::kTrain, {1, 2}).at(2) -
                           trace_activations(input, si, Mode::kTrain, {1, 2}).at(2);
     const double analytic = analytic_activations(conditional, sc, Mode::kTrain).at(2) -
                             analytic_activations(input, si, Mode::kTrain).at(2);
-    std::printf("[ members ] gnn fp32 %lld members batch 2: conditional_norm adds traced %.0f, analytic %.0f bytes "
-                "(%+.1f%%)\n", static_cast<long long>(m), traced, analytic, 100 * (analytic / traced - 1));
+    std::printf("[ members ] %s fp32 %lld members batch 2: conditional_norm adds traced %.0f, analytic %.0f bytes "
+                "(%+.1f%%)\n", model.c_str(), static_cast<long long>(m), traced, analytic, 100 * (analytic / traced - 1));
     EXPECT_GT(traced, 0);
     EXPECT_LT(std::abs(analytic / traced - 1), 0.10);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Zoo, MembersVsTraceGraph, ::testing::Values("gnn", "graphcast"),
+                         [](const auto& info) { return info.param; });
 
 // An ensemble group (distributed.ensemble_group = 2, docs/ensembles.md): a rank runs M / 2 rows per
 // sample and the afCRPS over all M members, the other rank's gathered. In one process the trace runs
