@@ -99,17 +99,17 @@ TEST(ModelParallelGnn, BandsMatchTheWholeModelRadius2Checkpointed) { expect_shar
 
 // The bands' outputs against the whole model's rows, and the ranks' gradients summed against the
 // whole model's: `banded` holds a copy of `whole`'s weights and was cut to this rank's rows
-// [start, start + rows) of x.
+// [start, start + rows) of x (along dim 2, latitude rows; dim 3 on a point set, cells).
 void expect_bands_match(const std::shared_ptr<Communicator>& comm, models::WeatherModelImpl& whole,
                         models::WeatherModelImpl& banded, const torch::Tensor& x, const torch::Tensor& w, int64_t start,
-                        int64_t rows) {
+                        int64_t rows, int64_t dim = 2) {
   const torch::Tensor full = whole.forward(x);
   (full * w).sum().backward();
-  const torch::Tensor band = banded.forward(x.narrow(2, start, rows));
-  ASSERT_EQ(band.sizes(), (std::vector<int64_t>{x.size(0), w.size(1), rows, x.size(3)}));
+  const torch::Tensor band = banded.forward(x.narrow(dim, start, rows));
+  ASSERT_EQ(band.sizes(), full.narrow(dim, start, rows).sizes());
   const double out_scale = full.abs().max().item<double>();
-  EXPECT_LE((band - full.narrow(2, start, rows)).abs().max().item<double>(), 1e-5 * std::max(out_scale, 1.0));
-  (band * w.narrow(2, start, rows)).sum().backward();
+  EXPECT_LE((band - full.narrow(dim, start, rows)).abs().max().item<double>(), 1e-5 * std::max(out_scale, 1.0));
+  (band * w.narrow(dim, start, rows)).sum().backward();
   auto reference = whole.named_parameters();
   // A gradient that is zero in exact arithmetic (attention's key bias: the softmax ignores a shift
   // common to all of a receiver's scores) is round-off in both runs: it is compared against the
@@ -255,5 +255,72 @@ void expect_sharded_aifs_matches_whole(bool checkpointing) {
 
 TEST(ModelParallelAifs, BandsMatchTheWholeModel) { expect_sharded_aifs_matches_whole(false); }
 TEST(ModelParallelAifs, BandsMatchTheWholeModelCheckpointed) { expect_sharded_aifs_matches_whole(true); }
+
+// On a point set the bands are ranges of cells, not whole rows: the 12 x 16 global grid's cells as a
+// list (GraphCast) and the 16 x 24 grid's (AIFS), cut inside a row (cells [0, 100) and [100, 192);
+// [0, 221) and [221, 384)).
+models::ModelShape point_set_of(int64_t lat, int64_t lon) {
+  models::ModelShape shape;
+  shape.in_channels = 3;
+  shape.out_channels = 2;
+  shape.lat = 1;
+  shape.lon = lat * lon;
+  shape.point_set = true;
+  const auto lats = models::global_latitudes(lat), lons = models::global_longitudes(lon);
+  for (int64_t i = 0; i < lat; ++i)
+    for (int64_t j = 0; j < lon; ++j) {
+      shape.latitudes.push_back(lats[static_cast<size_t>(i)]);
+      shape.longitudes.push_back(lons[static_cast<size_t>(j)]);
+    }
+  return shape;
+}
+
+template <typename Model, typename Options>
+void expect_point_set_bands_match(const Options& o, const models::ModelShape& shape, int64_t cut, int seed) {
+  auto comm = fixture::world_comm();
+  const int rank = comm->rank();
+  torch::manual_seed(seed);
+  auto whole = std::make_shared<Model>(o, shape);
+  auto banded = std::make_shared<Model>(o, shape);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : whole->named_parameters())
+      if (p.key().find("trainable") != std::string::npos) p.value().normal_();
+  }
+  copy_weights(*whole, *banded);
+  const int64_t cells = shape.lon;
+  const torch::Tensor x = torch::randn({2, 3, 1, cells}), w = torch::randn({2, 2, 1, cells});
+  models::NodeShard shard;
+  shard.rank = rank;
+  shard.bounds = {0, cut, cells};
+  shard.exchange = [comm](const torch::Tensor& send, const std::vector<int64_t>& r) {
+    return exchange_halo_rows(comm, send, r);
+  };
+  banded->set_node_shard(shard);
+  EXPECT_GT(banded->halo_exchange_nodes(), 0);
+  expect_bands_match(comm, *whole, *banded, x, w, rank == 0 ? 0 : cut, rank == 0 ? cut : cells - cut, 3);
+}
+
+TEST(ModelParallelPointSet, GraphCastBandsOfCellsMatchTheWholeModel) {
+  models::GraphCastOptions o;
+  o.latent = 8;
+  o.processor_layers = 2;
+  o.mlp_layers = 2;
+  o.mesh_refinement = 2;
+  expect_point_set_bands_match<models::GraphCastImpl>(o, point_set_of(12, 16), 100, 14);
+}
+
+TEST(ModelParallelPointSet, AifsBandsOfCellsMatchTheWholeModel) {
+  models::AifsOptions o;
+  o.num_channels = 16;
+  o.num_heads = o.mapper_num_heads = 2;
+  o.mlp_hidden_ratio = 2;
+  o.processor_layers = 2;
+  o.hidden_grid = "o4";
+  o.window_size = 24;
+  o.cutoff_factor = 1.0;
+  o.data_trainable = o.hidden_trainable = o.edge_trainable = 2;
+  expect_point_set_bands_match<models::AifsImpl>(o, point_set_of(16, 24), 221, 15);
+}
 
 }  // namespace
