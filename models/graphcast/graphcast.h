@@ -222,8 +222,8 @@ class GraphCastImpl : public WeatherModelImpl {
   // The rank owning each mesh node, given the grid's bands: the owner of the grid cell halfway
   // (by id) between the lowest and the highest cell the node exchanges edges with (grid2mesh
   // senders, mesh2grid receivers). Bands are whole latitude rows (or runs of cells in their order),
-  // so a mesh node goes to the band its grid neighbourhood lies in, the band nearer the north (lower
-  // ids) where it straddles two. A node with no grid edge (a global mesh can keep some) goes by id:
+  // so a mesh node goes to the band its grid neighbourhood lies in, and where that straddles two, to
+  // the one holding its middle. A node with no grid edge (a global mesh can keep some) goes by id:
   // node m of Nm to rank m x P / Nm.
   std::vector<int> mesh_owners(const std::vector<int64_t>& bounds) const;
   // After set_node_shard: this rank's mesh nodes (whole-graph ids, ascending).
