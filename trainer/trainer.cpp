@@ -27,6 +27,8 @@
 #include "data/samples.h"
 #include "distributed/communicator.h"
 #include "distributed/halo_exchange.h"
+#include "models/aifs/aifs.h"
+#include "models/graphcast/graphcast.h"
 #include "trainer/channel_transfer.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/lr_schedule.h"
@@ -760,6 +762,23 @@ void print_header(const Run& run) {
     std::cerr << (mp.dim == -2 ? " latitude rows" : " cells") << "; halo exchange: " << nodes << " nodes x " << width
               << " latents, " << bytes << " bytes per micro-batch of " << t.batch_size
               << " (each way, per message-passing layer)\n";
+    // The models whose encoder and decoder cross to a second node set run one exchange more before
+    // each (once per rollout step): GraphCast's grid embeddings and mesh latents, AIFS's input rows
+    // (in_channels wide) and hidden latents. A virtual on WeatherModelImpl would say it without
+    // naming the models; models/weather_model.h is everyone's rebuild, so they are asked here.
+    int64_t encoder = 0, decoder = 0, encoder_width = width;
+    if (const auto* g = dynamic_cast<const models::GraphCastImpl*>(&model)) {
+      encoder = g->encoder_exchange_nodes(), decoder = g->decoder_exchange_nodes();
+    } else if (const auto* a = dynamic_cast<const models::AifsImpl*>(&model)) {
+      encoder = a->encoder_exchange_nodes(), decoder = a->decoder_exchange_nodes();
+      encoder_width = model.shape().in_channels;
+    }
+    const int64_t value_bytes = t.precision == Precision::kBf16 ? 2 : 4;
+    if (encoder > 0 || decoder > 0)
+      std::cerr << "model parallel: encoder halo " << encoder << " nodes x " << encoder_width << " values, "
+                << encoder * encoder_width * t.batch_size * value_bytes << " bytes; decoder halo " << decoder
+                << " nodes x " << width << " values, " << decoder * width * t.batch_size * value_bytes
+                << " bytes (each way, per micro-batch and rollout step)\n";
   }
   if (t.ensemble())
     std::cerr << "ensemble: " << t.ensemble_members << " members per sample (the model runs "
