@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Issue 26's communication cost, first slice: the storm gnn (configs/storm_gnn.toml's data, a
-# small gnn) trained by one process on the whole grid and by `mpirun -np 2` with
+# Issue 26's communication cost: a small gnn, GraphCast or AIFS on the storm data (configs/storm_gnn.toml's
+# data) trained by one process on the whole grid and by `mpirun -np 2` with
 # distributed.model_parallel = 2 (two latitude bands, halo exchanged before each message-passing
 # layer), the same samples and steps. Prints each run's median samples/s (metrics.csv, steps after
 # the first two) and their ratio, and the sharded run's header line with the bytes per halo
 # exchange. Run it on a quiet machine: the ratio is a timing.
 #
-#   bench/run_model_parallel_bench.sh [BUILD_DIR] [STEPS] [LATENT]
+#   bench/run_model_parallel_bench.sh [BUILD_DIR] [STEPS] [LATENT] [MODEL]
 #
 # BUILD_DIR (default build) holds cli/wxtrain; runs go to BUILD_DIR/bench/model_parallel.
+# MODEL: gnn (default), graphcast (M4, 4 processor layers, latent LATENT) or aifs (O16 hidden grid,
+# num_channels LATENT, 4 heads, window 64, 4 processor layers).
 # Single-threaded ranks (OMP_NUM_THREADS=1), fp32, micro-batch 4, rollout 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 steps=${2:-20}
 latent=${3:-64}
+model=${4:-gnn}
 wxtrain="$build/cli/wxtrain"
 work="$build/bench/model_parallel"
 export OMP_NUM_THREADS=1
@@ -29,12 +32,28 @@ variable = \"$variable\"
 name = \"$name\"
 "
 done
-cat > "$work/gnn.toml" <<TOML
-[model]
-name = "gnn"
+case "$model" in
+  gnn) model_keys="name = \"gnn\"
+latent = $latent
+processor_layers = 4
+mlp_layers = 2" ;;
+  graphcast) model_keys="name = \"graphcast\"
 latent = $latent
 processor_layers = 4
 mlp_layers = 2
+mesh_refinement = 4" ;;
+  aifs) model_keys="name = \"aifs\"
+num_channels = $latent
+num_heads = 4
+mapper_num_heads = 4
+processor_layers = 4
+hidden_grid = \"o16\"
+window_size = 64" ;;
+  *) echo "MODEL must be gnn, graphcast or aifs, got $model" >&2; exit 2 ;;
+esac
+cat > "$work/gnn.toml" <<TOML
+[model]
+$model_keys
 
 [data]
 history = 2

@@ -123,6 +123,10 @@ int64_t RunConfig::max_rollout() const {
   return longest;
 }
 
+bool model_can_shard_grid(const std::string& model_name) {
+  return model_name == "gnn" || model_name == "graphcast" || model_name == "aifs";
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -602,11 +606,18 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
                            "outside the model's blocks, where ZeRO-3 does not gather its parameters; use zero_stage "
                            "2 or noise_injection = \"input\"");
     if (d.model_parallel > 1) {
-      // Only the gnn splits its graph by region so far; the others would silently run whole.
-      if (c.model.name != "gnn")
+      // The graph models split their graphs by region (models' set_node_shard); the others would
+      // silently run whole.
+      if (!model_can_shard_grid(c.model.name))
         r.fail("model_parallel", "= " + std::to_string(d.model_parallel) + " needs a model that can shard its grid: "
-                                 "only model.name = \"gnn\" can so far, this run has \"" + c.model.name +
+                                 "model.name = \"gnn\", \"graphcast\" or \"aifs\", this run has \"" + c.model.name +
                                  "\" (set model_parallel = 1)");
+      // AIFS-ENS averages the noise onto the hidden nodes over the encoder's edges outside its
+      // sharded mapper.
+      if (c.train.conditional_noise())
+        r.fail("model_parallel", "= " + std::to_string(d.model_parallel) + " with train.noise_injection = "
+                                 "\"conditional_norm\": model parallelism cannot shard the noise conditioning yet; "
+                                 "use noise_injection = \"input\"");
       if (d.ensemble_group > 1)
         r.fail("model_parallel", "= " + std::to_string(d.model_parallel) + " with ensemble_group = " +
                                  std::to_string(d.ensemble_group) + ": the two groupings cannot be combined yet");

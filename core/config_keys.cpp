@@ -112,7 +112,7 @@ const std::map<std::string, std::pair<std::string, std::string>>& key_docs() {
                                           "holds train.ensemble_members / ensemble_group members (must divide both the "
                                           "members and the world size)"}},
       {"distributed.model_parallel", {"", "consecutive ranks sharing one sample, each holding a band of the grid's cells "
-                                          "and exchanging halo nodes (gnn only; must divide the world size)"}},
+                                          "and exchanging halo nodes (gnn, graphcast, aifs; must divide the world size)"}},
       {"tracking.mlflow_uri", {"", "MLflow tracking server, http(s)://host:port (\"\" = off); what it cannot take waits "
                                    "in <out_dir>/mlflow/ for `wxtrain sync`"}},
       {"tracking.experiment", {"", "MLflow experiment of the run (created if missing)"}},

@@ -1,6 +1,7 @@
 #include "estimator/analytic.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "estimator/model_states.h"
 #include "models/registry.h"
@@ -188,40 +189,62 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   // the steps' parts: no step's activations are held then.
   auto loss_base = [&](double kept) { return steps_checkpointed ? step_inputs + ensemble_inputs : kept; };
   double flowing = m.output * 4;  // the gradient of the last predicted state
-  double peak = 0;
+  // The step's peak is the highest of several lines: one per block's backward (its per-sample peak
+  // beside its own batch-independent bytes, Block::fixed_backward), and the loss's. A block with a
+  // large fixed term can hold the peak at a small batch and another block at a large one.
+  std::vector<Line> peaks;
+  auto candidate = [&](double per_sample, double fixed) { peaks.push_back({fixed, per_sample}); };
   if (config.train.checkpointing) {
     // Forward keeps each block's inputs (every kept rollout step); backward replays one block at a time.
     double below = step_inputs + ensemble_inputs + kept_steps * inputs + loss_saved;
-    peak = std::max(peak, loss_base(below - loss_saved) + loss_peak);
+    candidate(loss_base(below - loss_saved) + loss_peak, 0);
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->inputs;
       // The replay's outputs and the gradients that arrived for them are held until it is done.
       const double held = below + b->inputs + b->output + b->output_grad + b->replay_grads;
-      peak = std::max(peak, replay_peak(*b, held));
       double first = 0;
-      peak = std::max(peak, backward_peak(*b, held, first));
+      candidate(replay_peak(*b, held), b->fixed_forward);
+      candidate(backward_peak(*b, held, first), b->fixed_backward);
       flowing = first;
     }
   } else {
     // Forward keeps everything (every kept rollout step); backward frees block by block.
     double below = step_inputs + ensemble_inputs + kept_steps * saved + loss_saved;
-    peak = std::max(peak, loss_base(below - loss_saved) + loss_peak);
+    candidate(loss_base(below - loss_saved) + loss_peak, 0);
+    // The last rollout step's forward, for the blocks whose locals can make it the peak.
+    double before = step_inputs + ensemble_inputs + (kept_steps - 1) * saved;
+    for (const Block& b : m.blocks) {
+      if (b.forward_peak) candidate(replay_peak(b, before), b.fixed_forward);
+      before += b.saved();
+    }
     for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
       below -= b->saved();
-      peak = std::max(peak, backward_peak(*b, below, flowing));
+      candidate(backward_peak(*b, below, flowing), b->fixed_backward);
     }
   }
   // A replayed rollout step hands back the gradient of its whole input (fp32, on its way to the
   // step before) and, in one piece, its parameters' gradients, before they are accumulated: one
   // more set of gradients at the peak (measured on the trace, tests/estimator).
   const double step_replay_grads = steps_checkpointed ? members * in_elems * 4 : 0;
-  fit.forward_backward.per_sample = batch_tensors + peak + step_replay_grads;
   // Autocast's bf16 weight copies: cached and saved for the whole step, or (checkpointed, cache
   // off) one block's at a time during its replay.
   const double cast_weights = w.autocast ? 2 : 0;
-  fit.forward_backward.fixed = config.train.checkpointing ? fixed_kept + cast_weights * worst_weights
-                                                          : fixed_saved + cast_weights * weights;
-  if (steps_checkpointed) fit.forward_backward.fixed += static_cast<double>(fit.num_params) * layout.param_bytes;
+  double fixed = config.train.checkpointing ? fixed_kept + cast_weights * worst_weights : fixed_saved + cast_weights * weights;
+  if (steps_checkpointed) fixed += static_cast<double>(fit.num_params) * layout.param_bytes;
+  // The lines that can be the highest at some batch (none both lower and flatter than another); the
+  // steepest is forward_backward (per_sample() reads it), the others bound it at small batches.
+  std::sort(peaks.begin(), peaks.end(), [](const Line& a, const Line& b) {
+    return a.per_sample != b.per_sample ? a.per_sample > b.per_sample : a.fixed > b.fixed;
+  });
+  double highest_fixed = -1;
+  bool first = true;
+  for (const Line& p : peaks) {
+    if (p.fixed <= highest_fixed) continue;  // a steeper line has at least this fixed part
+    highest_fixed = p.fixed;
+    const Line l{fixed + p.fixed, batch_tensors + p.per_sample + step_replay_grads};
+    (first ? fit.forward_backward : fit.small_batch.emplace_back()) = l;
+    first = false;
+  }
   // Optimizer phase: the batch tensors are still alive; pure bf16 updates an fp32 copy of the grads.
   fit.optimizer.per_sample = batch_tensors;
   fit.optimizer.fixed = config.train.precision == Precision::kBf16 ? 4.0 * static_cast<double>(fit.num_params) : 0.0;

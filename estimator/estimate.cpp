@@ -224,6 +224,28 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   return e;
 }
 
+Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu) {
+  Breakdown b = e.breakdown(batch, std::nullopt);
+  b.activations /= static_cast<double>(std::max<int64_t>(1, ranks));
+  b.overhead = gpu_overhead(b.allocated(), e.libraries, gpu).total();
+  return b;
+}
+
+ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu) {
+  ModelParallelFit f;
+  f.gpu = gpu;
+  for (int64_t p = 1; p <= kMaxModelParallel; ++p) {
+    f.per_rank = model_parallel_breakdown(e, e.batch(), p, gpu);
+    if (f.per_rank.total() <= static_cast<double>(gpu.memory_bytes)) {
+      f.ranks = p;
+      break;
+    }
+  }
+  return f;
+}
+
+bool model_can_shard(const RunConfig& config) { return model_can_shard_grid(config.model.name); }
+
 // Whether AIFS's encoder and decoder chunks save more than its processor blocks in the analytic
 // formulas (per sample, what a step keeps or replays): chunking then lowers the peak. Without a
 // grid (a run file not yet set up) the answer is yes: the mappers dominate at every published size.

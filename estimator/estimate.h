@@ -110,6 +110,27 @@ struct Estimate {
 
 Estimate estimate(const RunConfig& config, const models::ModelShape& shape, const EstimateOptions& options);
 
+// GPUs per model (distributed.model_parallel = P, docs/distributed.md "Model parallelism"): when one
+// GPU does not hold a rank of the run, how many ranks sharing each sample would. A rank of a
+// model-parallel group holds the whole model states (the group replicates the parameters; ZeRO
+// shards them across groups as before) and its band of the grid's activations. This is the
+// projection activations / P: it leaves out the halo nodes a sharded graph also holds (a few rows of
+// the band per message-passing layer) and what does not shrink with the grid (the batch-independent
+// terms shrink here too), so it is a lower bound on P.
+struct ModelParallelFit {
+  GpuSpec gpu;
+  int64_t ranks = 0;         // the smallest P (1..kMaxModelParallel) whose per-rank total fits; 0: none
+  Breakdown per_rank;        // at that P (at kMaxModelParallel when none)
+};
+inline constexpr int64_t kMaxModelParallel = 64;
+// The per-rank memory at `batch` with P ranks sharing each sample, on `gpu` (its overhead included).
+Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu);
+ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu);
+// Whether the run's model can shard its grid over model-parallel ranks today (core/config.h
+// model_can_shard_grid: the graph models). For the others, GPUs per model is a
+// projection for a model not yet shardable.
+bool model_can_shard(const RunConfig& config);
+
 // A setting that makes a run need less memory, as the run file writes it, and the run with it.
 struct MemorySaver {
   std::string setting;  // "train.checkpointing = true"

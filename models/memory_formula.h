@@ -65,6 +65,18 @@ struct Block {
   double output = 0;       // bytes it returns that none of its layers keeps (held by a replay)
   double output_grad = 0;  // bytes of the gradients arriving at its outputs
   double replay_grads = 0; // measured extra gradients in flight when it runs as a checkpoint replay
+  // Batch-independent bytes alive only while its backward (and a checkpoint's replay) runs: a
+  // broadcast term's gradient summed over the batch (AIFS's edge term e), the gradient of a
+  // batch-independent input accumulated over the blocks that read it. Per block, not per sample: the
+  // step's peak is then the highest of one line per block (analytic.cpp).
+  double fixed_backward = 0;
+  // Batch-independent bytes alive while its forward (or a replay) runs: a term computed once for
+  // the batch (AIFS's e).
+  double fixed_forward = 0;
+  // Its forward's end can be the step's peak without checkpointing as well: its layers' `temp`
+  // holds locals that outlive the statements making them (nothing saves them; they are freed when
+  // the block returns), so the forward is walked too (analytic.cpp).
+  bool forward_peak = false;
   double saved() const {
     double s = 0;
     for (const Layer& l : layers) s += l.saved;

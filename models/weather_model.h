@@ -120,7 +120,8 @@ class WeatherModelImpl : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
 
-  // Whether set_node_shard is implemented (the gnn so far); the config refuses the others by name.
+  // Whether set_node_shard is implemented (gnn, graphcast, aifs); the config refuses the others by
+  // name (core/config.h model_can_shard_grid).
   virtual bool can_shard_nodes() const { return false; }
   // From now on forward runs this rank's cells only (NodeShard). Call after the model is on its
   // device: the shard's index tensors are built on the buffers' device. The parameters stay whole.
@@ -132,6 +133,13 @@ class WeatherModelImpl : public torch::nn::Module {
   // the values per node (the latent width); an exchange's payload is their product x batch.
   virtual int64_t halo_exchange_nodes() const { return 0; }
   virtual int64_t halo_node_width() const { return 0; }
+  // The models whose encoder and decoder cross to a second node set (GraphCast's mesh, AIFS's
+  // hidden grid) run one exchange more before each, once per rollout step: its nodes (every rank's
+  // send rows) and values per node. Zero for the others.
+  struct MapperHalos {
+    int64_t encoder_nodes = 0, encoder_width = 0, decoder_nodes = 0, decoder_width = 0;
+  };
+  virtual MapperHalos mapper_halos() const { return {}; }
 
   // Every parameter indexed by input or output channel, with how (see ChannelAxis). Everything
   // else is independent of the channel lists: the same shape for any set of variables.

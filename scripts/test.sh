@@ -45,6 +45,13 @@ echo "test environments ready after $(( $(date +%s) - start )) s"
 # OpenMPI refuses to run as root without these; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "running the tests ($(( $(date +%s) - start )) s so far)"
+# Two tests at a time, each with OpenMP threads for every core (`wxtrain` sets one per core; see
+# docs/architecture.md "Threads"): more threads than cores. libgomp's default lets a thread that
+# waits at a barrier spin for a while first, and a spinning thread holds a core the other test's
+# working thread needs; passive waiting gives it up. Two copies of
+# Trainer.ShortRunOnTheStormBeatsPersistence at once took 186 s with the default and 15 s passive
+# (median of two pairs side by side, on a machine loaded by other builds; docs/benchmarks.md).
+export OMP_WAIT_POLICY=passive
 # Two at a time on two cores: much of a test is starting a process and loading LibTorch, which
 # overlaps well. Tests that need both cores say so (PROCESSORS 2, RUN_SERIAL) and run alone.
 # ctest starts the longest tests first when it knows their times (CTestCostData.txt, which it

@@ -774,6 +774,17 @@ void print_header(const Run& run) {
     std::cerr << (mp.dim == -2 ? " latitude rows" : " cells") << "; halo exchange: " << nodes << " nodes x " << width
               << " latents, " << bytes << " bytes per micro-batch of " << t.batch_size
               << " (each way, per message-passing layer)\n";
+    // The models whose encoder and decoder cross to a second node set run one exchange more before
+    // each (once per rollout step): GraphCast's grid embeddings and mesh latents, AIFS's input rows
+    // (in_channels wide) and hidden latents.
+    const models::WeatherModelImpl::MapperHalos h = model.mapper_halos();
+    const int64_t value_bytes = t.precision == Precision::kBf16 ? 2 : 4;
+    if (h.encoder_nodes > 0 || h.decoder_nodes > 0)
+      std::cerr << "model parallel: encoder halo " << h.encoder_nodes << " nodes x " << h.encoder_width << " values, "
+                << h.encoder_nodes * h.encoder_width * t.batch_size * value_bytes << " bytes; decoder halo "
+                << h.decoder_nodes << " nodes x " << h.decoder_width << " values, "
+                << h.decoder_nodes * h.decoder_width * t.batch_size * value_bytes
+                << " bytes (each way, per micro-batch and rollout step)\n";
   }
   if (t.ensemble())
     std::cerr << "ensemble: " << t.ensemble_members << " members per sample (the model runs "

@@ -312,7 +312,7 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
                         "ranks, so launch a multiple of it (mpirun -np)");
     if (!state->model->can_shard_nodes())
       throw ConfigError(config.path + ": distributed.model_parallel = " + std::to_string(MP) + ": model " +
-                        config.model.name + " cannot shard its grid (only the gnn can so far)");
+                        config.model.name + " cannot shard its grid (the gnn, graphcast and aifs can)");
     ModelParallelSetup& mp = state->model_parallel;
     mp.size = MP;
     mp.rank = static_cast<int>(rank % MP);

@@ -109,6 +109,24 @@ std::string ensemble_layout_text(const RunConfig& config, int64_t batch) {
          " rows per micro-batch per rank)";
 }
 
+// GPUs per model, for the GPUs where one rank does not hold the run: the smallest
+// distributed.model_parallel whose per-rank estimate fits (estimator::model_parallel_fit).
+std::vector<estimator::ModelParallelFit> gpus_per_model(const estimator::Estimate& e,
+                                                        const std::vector<estimator::GpuFit>& fits) {
+  std::vector<estimator::ModelParallelFit> out;
+  for (const auto& f : fits)
+    if (!f.fits) out.push_back(estimator::model_parallel_fit(e, f.gpu));
+  return out;
+}
+
+std::string model_parallel_caveat(const RunConfig& config) {
+  return estimator::model_can_shard(config)
+             ? "activations / P per rank, whole model states; the halo nodes are not counted"
+             : "a projection for a model not yet shardable: model.name = \"" + config.model.name +
+                   "\" cannot shard its grid over model-parallel ranks yet (only the gnn, graphcast and aifs can); activations / P per rank, "
+                   "whole model states";
+}
+
 int run_estimate(const EstimateArgs& args) {
   const RunConfig config = setup_run(args.run).config;
   const auto shape = models::model_shape(config);
@@ -150,6 +168,7 @@ int run_estimate(const EstimateArgs& args) {
   else for (const auto& t : targets) fits.push_back(e.fit(t));
   bool any_fits = false;
   for (const auto& f : fits) any_fits = any_fits || f.fits;
+  const std::vector<estimator::ModelParallelFit> per_model = gpus_per_model(e, fits);
 
   const int64_t batch = e.batch();
   const bool ensemble = config.train.ensemble() && options.mode == estimator::Mode::kTrain;
@@ -212,6 +231,14 @@ int run_estimate(const EstimateArgs& args) {
         j["gpus"][i]["sure_max_members"] = fits[i].sure_max_members;
       }
     }
+    // Where one GPU does not hold a rank: the ranks per model (distributed.model_parallel) that would.
+    j["model_can_shard"] = estimator::model_can_shard(config);
+    j["gpus_per_model"] = nlohmann::json::array();
+    for (const auto& m : per_model)
+      j["gpus_per_model"].push_back({{"name", m.gpu.name},
+                                     {"ranks", m.ranks},
+                                     {"projection", !estimator::model_can_shard(config)},
+                                     {"per_rank", breakdown_json(m.per_rank)}});
     j["seconds"] = seconds;
     std::cout << j.dump(2) << "\n";
   } else {
@@ -260,6 +287,15 @@ int run_estimate(const EstimateArgs& args) {
     }
     std::cout << g.str();
     print_sure_batches(e, fits);
+    if (!per_model.empty()) {
+      std::cout << "\nGPUs per model where one does not hold a rank (distributed.model_parallel; "
+                << model_parallel_caveat(config) << "):\n";
+      Table m({"GPU", "GPUs per model", "per rank at batch " + std::to_string(batch) + " GiB"}, {false, true, true});
+      for (const auto& f : per_model)
+        m.add({f.gpu.label, f.ranks > 0 ? std::to_string(f.ranks) : "more than " + std::to_string(estimator::kMaxModelParallel),
+               format_gib(f.per_rank.total(), 2)});
+      std::cout << m.str();
+    }
     if (!args.svg.empty()) std::cout << "\nplot: " << args.svg << "\n";
   }
   if (!any_fits) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -135,16 +136,17 @@ TransformerLayerImpl::TransformerLayerImpl(int64_t channels, int64_t heads, int6
 }
 
 torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       int64_t window) {
-  const int64_t N = q.size(2);
-  if (window <= 0 || window >= N - 1) return at::scaled_dot_product_attention(q, k, v);
-  // Query block [a, b) sees keys [a - w, b - 1 + w]: a band mask on that slab.
-  const int64_t block = std::max<int64_t>(window, 64);
+                                       int64_t window, int64_t q_offset) {
+  const int64_t N = q.size(2), K = k.size(2);
+  if (q_offset == 0 && K == N && (window <= 0 || window >= N - 1)) return at::scaled_dot_product_attention(q, k, v);
+  if (window <= 0 || window >= K) window = K;  // every key
+  // Query block [a, b) sees keys [a + q_offset - w, b - 1 + q_offset + w]: a band mask on that slab.
+  const int64_t block = std::max<int64_t>(std::min(window, K), 64);
   std::vector<torch::Tensor> parts;
   for (int64_t a = 0; a < N; a += block) {
     const int64_t b = std::min(N, a + block);
-    const int64_t k0 = std::max<int64_t>(0, a - window), k1 = std::min(N, b + window);
-    const torch::Tensor qi = torch::arange(a, b, torch::kLong).view({-1, 1});
+    const int64_t k0 = std::max<int64_t>(0, a + q_offset - window), k1 = std::min(K, b + q_offset + window);
+    const torch::Tensor qi = torch::arange(a + q_offset, b + q_offset, torch::kLong).view({-1, 1});
     const torch::Tensor ki = torch::arange(k0, k1, torch::kLong).view({1, -1});
     const torch::Tensor mask = ((qi - ki).abs() <= window).to(q.device());
     parts.push_back(at::scaled_dot_product_attention(q.narrow(2, a, b - a), k.narrow(2, k0, k1 - k0),
@@ -153,7 +155,7 @@ torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tens
   return torch::cat(parts, 2);
 }
 
-torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cond) {
+torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cond, const WindowKeys& keys) {
   const int64_t B = x.size(0), N = x.size(1), C = x.size(2), d = C / heads;
   TORCH_CHECK(cond.defined() == static_cast<bool>(cond_norm_attention),
               "aifs: a processor layer with conditional norms needs the noise conditioning, and only it");
@@ -161,9 +163,12 @@ torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x, const torch:
     return conditional ? conditional->forward(t, cond) : plain->forward(t);
   };
   const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
-  auto split = [&](const torch::Tensor& t) { return t.view({B, N, heads, d}).transpose(1, 2); };  // [B, H, N, d]
-  const torch::Tensor o =
-      sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(h)), split(lin_v->forward(h)), window);
+  // Model parallelism: the keys and values are of the range widened by the window, fetched from
+  // the ranks that own it (the queries are this rank's own nodes).
+  const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
+  auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };  // [B, H, N, d]
+  const torch::Tensor o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)),
+                                                   split(lin_v->forward(hk)), window, keys.fetch ? keys.before : 0);
   torch::Tensor y = x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
   return y + mlp->forward(norm(layer_norm_mlp, cond_norm_mlp, y));
 }
@@ -293,9 +298,110 @@ torch::Tensor AifsImpl::run_mapper(const GraphTransformerMapper& mapper, const s
   return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 1);
 }
 
+std::vector<int> AifsImpl::hidden_owners(const std::vector<int64_t>& bounds) const {
+  const auto P = static_cast<int>(bounds.size()) - 1;
+  TORCH_CHECK(P >= 1 && bounds.front() == 0 && bounds.back() == data_.size(), "aifs: node shard bounds must run from 0 to "
+              "the ", data_.size(), " grid cells, one range per rank");
+  const int64_t nh = hidden_.size();
+  // Each band's extreme latitudes and mean; bands are non-empty (the step gives each rank a row).
+  std::vector<double> lo(static_cast<size_t>(P), 90), hi(static_cast<size_t>(P), -90), mean(static_cast<size_t>(P), 0);
+  for (int r = 0; r < P; ++r) {
+    const auto i = static_cast<size_t>(r);
+    for (int64_t c = bounds[i]; c < bounds[i + 1]; ++c) {
+      const double lat = data_.latitudes[static_cast<size_t>(c)];
+      lo[i] = std::min(lo[i], lat), hi[i] = std::max(hi[i], lat), mean[i] += lat;
+    }
+    mean[i] /= static_cast<double>(std::max<int64_t>(1, bounds[i + 1] - bounds[i]));
+  }
+  // Bands from north to south (rank 0 the northernmost), as the hidden sequence runs, or the reverse.
+  const bool north_first = mean.front() >= mean.back();
+  std::vector<double> cut(static_cast<size_t>(P), 0);  // cut[r]: between band r - 1 and band r
+  for (int r = 1; r < P; ++r) {
+    const auto i = static_cast<size_t>(r);
+    cut[i] = north_first ? (lo[i - 1] + hi[i]) / 2 : (hi[i - 1] + lo[i]) / 2;
+    if (r > 1) cut[i] = north_first ? std::min(cut[i], cut[i - 1]) : std::max(cut[i], cut[i - 1]);
+  }
+  std::vector<int> owner(static_cast<size_t>(nh), 0);
+  std::vector<int64_t> count(static_cast<size_t>(P), 0);
+  for (int64_t h = 0; h < nh; ++h) {
+    const double lat = hidden_.latitudes[static_cast<size_t>(h)];
+    int r = 0;
+    for (int q = 1; q < P; ++q) r += north_first ? lat < cut[static_cast<size_t>(q)] : lat > cut[static_cast<size_t>(q)];
+    owner[static_cast<size_t>(h)] = r;
+    ++count[static_cast<size_t>(r)];
+  }
+  if (std::find(count.begin(), count.end(), 0) != count.end())
+    for (int64_t h = 0; h < nh; ++h) {
+      const auto r = static_cast<int>(h * P / nh);
+      owner[static_cast<size_t>(h)] = north_first ? r : P - 1 - r;
+    }
+  return owner;
+}
+
+void AifsImpl::set_node_shard(const NodeShard& shard) {
+  const auto P = static_cast<int>(shard.bounds.size()) - 1;
+  TORCH_CHECK(P >= 1 && shard.rank >= 0 && shard.rank < P && shard.bounds.front() == 0 &&
+                  shard.bounds.back() == data_.size(),
+              "aifs: node shard bounds must run from 0 to the ", data_.size(), " grid cells, one range per rank");
+  // The noise is averaged onto the hidden nodes over the encoder's edges outside its mapper.
+  TORCH_CHECK(shape().conditional_noise == 0,
+              "aifs: model parallelism cannot train train.noise_injection = \"conditional_norm\" yet");
+  const torch::Device device = encoder_edges_.senders.device();
+  const int r = shard.rank;
+  const NodePartition cells = NodePartition::from_bounds(shard.bounds);
+  const NodePartition hidden = NodePartition::from_owners(hidden_owners(shard.bounds), P);
+  const auto& mine = hidden.owned[static_cast<size_t>(r)];
+  TORCH_CHECK(!mine.empty() && mine.back() - mine.front() + 1 == static_cast<int64_t>(mine.size()),
+              "aifs: rank ", r, "'s hidden nodes are not one contiguous range");
+  cell_begin_ = shard.bounds[static_cast<size_t>(r)];
+  cell_count_ = shard.bounds[static_cast<size_t>(r) + 1] - cell_begin_;
+  hidden_begin_ = mine.front();
+  hidden_count_ = static_cast<int64_t>(mine.size());
+  encoder_shard_ = shard_graph(encoder_edges_.senders, encoder_edges_.receivers, cells, hidden, r);
+  decoder_shard_ = shard_graph(decoder_edges_.senders, decoder_edges_.receivers, hidden, cells, r);
+  // The processor's window: each rank reads window_size nodes on either side of its range (every
+  // node, when the window covers the sequence).
+  const int64_t nh = hidden_.size();
+  const int64_t w = options_.window_size <= 0 || options_.window_size >= nh - 1 ? nh : options_.window_size;
+  std::vector<std::vector<int64_t>> needs(static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) {
+    const auto& own = hidden.owned[static_cast<size_t>(q)];
+    if (own.empty()) continue;
+    auto& need = needs[static_cast<size_t>(q)];
+    for (int64_t h = std::max<int64_t>(0, own.front() - w); h < own.front(); ++h) need.push_back(h);
+    for (int64_t h = own.back() + 1; h < std::min(nh, own.back() + 1 + w); ++h) need.push_back(h);
+  }
+  window_halo_ = halo_of(needs, hidden, r);
+  window_before_ = std::min(w, hidden_begin_);
+  // Chunks of the local edges (receivers local, senders this rank's nodes then the halo).
+  auto chunks = [&](const ShardedGraph& g, int64_t receivers, int64_t count) {
+    BipartiteEdges local;
+    local.senders = g.senders, local.receivers = g.receivers;
+    std::vector<EdgeChunk> out = chunk_edges(local, receivers, count);
+    for (EdgeChunk& c : out) {
+      c.senders = c.senders.to(device);
+      c.local_senders = c.local_senders.to(device);
+      c.local_receivers = c.local_receivers.to(device);
+    }
+    return out;
+  };
+  local_encoder_chunks_ = chunks(encoder_shard_, hidden_count_, options_.encoder_chunks);
+  local_decoder_chunks_ = chunks(decoder_shard_, cell_count_, options_.decoder_chunks);
+  std::vector<int64_t> sources(static_cast<size_t>(cell_count_));
+  std::iota(sources.begin(), sources.end(), cell_begin_);
+  sources.insert(sources.end(), encoder_shard_.halo_ids.begin(), encoder_shard_.halo_ids.end());
+  encoder_source_ids_ = torch::tensor(sources, torch::kLong).to(device);
+  for (ShardedGraph* g : {&encoder_shard_, &decoder_shard_, &window_halo_}) g->to(device);
+  shard_ = shard;
+  sharded_ = P > 1;
+}
+
 torch::Tensor AifsImpl::forward(torch::Tensor x) {
-  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) == shape().lat && x.size(3) == shape().lon,
-              "aifs: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "], got ",
+  const int64_t cells_here = sharded_ ? cell_count_ : data_.size();
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) * x.size(3) == cells_here &&
+                  (sharded_ || (x.size(2) == shape().lat && x.size(3) == shape().lon)),
+              "aifs: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "]",
+              sharded_ ? " (this rank's " + std::to_string(cells_here) + " cells of them)" : std::string(), ", got ",
               x.sizes());
   const int64_t B = x.size(0), lat = x.size(2), lon = x.size(3);
   auto with = [&](const torch::Tensor& features, const torch::Tensor& trainable) {
@@ -345,10 +451,37 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
     decoder_chunks_ = on_device(chunk_edges(on_cpu(decoder_edges_), data_.size(), options_.decoder_chunks));
   }
   const bool on = checkpointing();
-  torch::Tensor latent = run_mapper(encoder_, encoder_chunks_, {data, cells, torch::Tensor(), hidden, encoder_edges},
-                                    on && options_.checkpoint_encoder);
+  // Model parallelism: the mappers' halos are fetched before their chunks (a checkpointed chunk
+  // saves its input with the halo, and its replay exchanges nothing); the processor's inside each
+  // layer, so a checkpointed group of layers fetches them again in its replay.
+  torch::Tensor latent;
+  if (sharded_) {
+    // The halo cells' input rows (in_channels: fewer values than their embeddings).
+    const torch::Tensor source = encoder_shard_.with_halo(data, 1, shard_);
+    latent = run_mapper(encoder_, local_encoder_chunks_,
+                        {source, cells.index_select(0, encoder_source_ids_), torch::Tensor(),
+                         hidden.narrow(0, hidden_begin_, hidden_count_),
+                         encoder_edges.index_select(0, encoder_shard_.edges)},
+                        on && options_.checkpoint_encoder);
+  } else {
+    latent = run_mapper(encoder_, encoder_chunks_, {data, cells, torch::Tensor(), hidden, encoder_edges},
+                        on && options_.checkpoint_encoder);
+  }
 
   // Processor layers in options_.processor_chunks groups, each one checkpoint (anemoi's run_layers).
+  WindowKeys keys;
+  if (sharded_) {
+    const NodeShard shard = shard_;
+    const ShardedGraph halo = window_halo_;
+    const int64_t before = window_before_;
+    keys.before = before;
+    keys.fetch = [shard, halo, before](const torch::Tensor& h) {
+      // Owned rows then the halo ascending: the halo's first `before` rows precede this range.
+      const torch::Tensor all = halo.with_halo(h, 1, shard);
+      const int64_t n = h.size(1), after = all.size(1) - n - before;
+      return torch::cat({all.narrow(1, n, before), h, all.narrow(1, n + before, after)}, 1);
+    };
+  }
   const torch::Tensor processor_input = latent;
   const int64_t per_chunk = options_.processor_layers / options_.processor_chunks;
   for (int64_t first = 0; first < options_.processor_layers; first += per_chunk) {
@@ -358,10 +491,10 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
       layers.push_back(processor_[static_cast<size_t>(i)].ptr());
       for (const torch::Tensor& p : layers.back()->parameters()) params.push_back(p);
     }
-    const ops::BlockFn fn = [layers](const std::vector<torch::Tensor>& in) {
+    const ops::BlockFn fn = [layers, keys](const std::vector<torch::Tensor>& in) {
       torch::Tensor h = in[0];
       const torch::Tensor c = in.size() > 1 ? in[1] : torch::Tensor();
-      for (const auto& layer : layers) h = layer->forward(h, c);
+      for (const auto& layer : layers) h = layer->forward(h, c, keys);
       return std::vector<torch::Tensor>{h};
     };
     const std::vector<torch::Tensor> in = cond.defined() ? std::vector<torch::Tensor>{latent, cond}
@@ -371,8 +504,16 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
   }
   if (options_.latent_skip) latent = latent + processor_input;
 
-  const torch::Tensor out = run_mapper(decoder_, decoder_chunks_, {latent, torch::Tensor(), data, cells, decoder_edges},
-                                       on && options_.checkpoint_decoder);  // [B, Nd, C_out]
+  torch::Tensor out;
+  if (sharded_) {
+    out = run_mapper(decoder_, local_decoder_chunks_,
+                     {decoder_shard_.with_halo(latent, 1, shard_), torch::Tensor(), data,
+                      cells.narrow(0, cell_begin_, cell_count_), decoder_edges.index_select(0, decoder_shard_.edges)},
+                     on && options_.checkpoint_decoder);  // [B, cells here, C_out]
+  } else {
+    out = run_mapper(decoder_, decoder_chunks_, {latent, torch::Tensor(), data, cells, decoder_edges},
+                     on && options_.checkpoint_decoder);  // [B, Nd, C_out]
+  }
   return out.transpose(1, 2).reshape({B, out.size(2), lat, lon});
 }
 

@@ -37,6 +37,7 @@
 // another (anemoi's GraphPartition); with train.checkpointing each group is its own checkpoint, so
 // backward holds one group's edge-sized tensors at a time. model.processor_chunks groups processor
 // layers into checkpoints. None changes the output.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +45,7 @@
 
 #include "models/aifs/aifs_graph.h"
 #include "models/aifs/aifs_options.h"
+#include "models/graph_shard.h"
 #include "models/noise_conditioning.h"
 #include "models/registry.h"
 #include "models/weather_model.h"
@@ -93,12 +95,22 @@ class GraphTransformerMapperImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GraphTransformerMapper);
 
+// Model parallelism: this rank's queries are a contiguous range of the hidden sequence, and its keys
+// and values come from that range widened by the window on either side. fetch: the layer's normed
+// input of the range [B, n, C] -> that of the widened range [B, before + n + after, C], in sequence
+// order, the other ranks' rows through a halo exchange. Empty: the layer holds the whole sequence.
+struct WindowKeys {
+  std::function<torch::Tensor(const torch::Tensor&)> fetch;
+  int64_t before = 0;  // key rows ahead of this rank's first query
+};
+
 // anemoi's TransformerProcessorBlock: x + attention(LN(x)), then + MLP(LN(x)). With condition > 0
 // both LayerNorms are conditional (AIFS-ENS) and forward takes the conditioning vector.
 class TransformerLayerImpl : public torch::nn::Module {
  public:
   TransformerLayerImpl(int64_t channels, int64_t heads, int64_t mlp_hidden, int64_t window, int64_t condition = 0);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond = {});  // [B, N, C], [B, N, condition]
+  // [B, N, C], [B, N, condition]
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond = {}, const WindowKeys& keys = {});
 
   int64_t heads, window;
   torch::nn::LayerNorm layer_norm_attention{nullptr}, layer_norm_mlp{nullptr};
@@ -110,9 +122,11 @@ TORCH_MODULE(TransformerLayer);
 
 // Sliding-window attention, exact: softmax over the keys within `window` places of each query
 // (all keys when window = 0 or window >= N), computed in query blocks of the window's size so that
-// no N x N score matrix is made. q, k, v: [B, H, N, d].
+// no N x N score matrix is made. q: [B, H, N, d]; k, v: [B, H, K, d], query i at key position
+// i + q_offset (model parallelism: a rank's queries against its widened range of keys; K = N and
+// q_offset 0 otherwise).
 torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       int64_t window);
+                                       int64_t window, int64_t q_offset = 0);
 
 // The receivers of a dst-sorted edge set split into `chunks` contiguous groups as anemoi's
 // get_balanced_partition_sizes splits them, and for each group its edges [edge_begin, edge_end)
@@ -138,7 +152,41 @@ class AifsImpl : public WeatherModelImpl {
   const BipartiteEdges& encoder_edges() const { return encoder_edges_; }
   const BipartiteEdges& decoder_edges() const { return decoder_edges_; }
 
+  // Model parallelism (docs/distributed.md): the rank owns its band of data cells and a contiguous
+  // range of the hidden sequence (hidden_owners); the encoder keeps the edges into its hidden
+  // nodes, fetching the input rows of the data cells other ranks own; each processor layer
+  // attends for its own hidden nodes, fetching the normed input of the window_size nodes on either
+  // side of its range; the decoder keeps the edges into its cells, fetching the hidden latents
+  // other ranks own. Buffers and learned features stay whole (checkpoints are one process's).
+  // Conditional-norm noise (AIFS-ENS) is refused.
+  bool can_shard_nodes() const override { return true; }
+  void set_node_shard(const NodeShard& shard) override;
+  // The processor's exchange (one per layer): every rank's send rows, of num_channels values.
+  int64_t halo_exchange_nodes() const override { return sharded_ ? window_halo_.exchange_nodes() : 0; }
+  int64_t halo_node_width() const override { return options_.num_channels; }
+  // The encoder's exchange (input rows of the data cells, in_channels wide) and the decoder's
+  // (hidden latents, num_channels wide).
+  int64_t encoder_exchange_nodes() const { return sharded_ ? encoder_shard_.exchange_nodes() : 0; }
+  int64_t decoder_exchange_nodes() const { return sharded_ ? decoder_shard_.exchange_nodes() : 0; }
+  MapperHalos mapper_halos() const override {
+    return {encoder_exchange_nodes(), shape().in_channels, decoder_exchange_nodes(), options_.num_channels};
+  }
+  // The rank owning each hidden node, given the data cells' bands: hidden nodes run north to south,
+  // and each goes to the band whose latitudes it lies between, cut halfway between neighbouring
+  // bands' extreme latitudes, so every rank owns a contiguous range of the sequence. Where that
+  // leaves a rank none (bands narrower than the hidden grid's rows), the sequence is split in
+  // proportion instead.
+  std::vector<int> hidden_owners(const std::vector<int64_t>& bounds) const;
+
  private:
+  // Model parallelism (set_node_shard).
+  bool sharded_ = false;
+  NodeShard shard_;
+  int64_t cell_begin_ = 0, cell_count_ = 0, hidden_begin_ = 0, hidden_count_ = 0;
+  ShardedGraph encoder_shard_, decoder_shard_, window_halo_;
+  int64_t window_before_ = 0;
+  torch::Tensor encoder_source_ids_;  // [cells + halo] the encoder's local senders' cell ids
+  std::vector<EdgeChunk> local_encoder_chunks_, local_decoder_chunks_;
   // The mapper chunk by chunk; inputs as GraphTransformerMapperImpl::forward takes them whole.
   torch::Tensor run_mapper(const GraphTransformerMapper& mapper, const std::vector<EdgeChunk>& chunks,
                            const std::vector<torch::Tensor>& inputs, bool checkpointed) const;

@@ -438,7 +438,8 @@ Grid2MeshImpl::Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_la
 }
 
 std::vector<torch::Tensor> Grid2MeshImpl::forward(const torch::Tensor& grid, const GraphCastGraph& g,
-                                                  bool checkpoint_edge_blocks) {
+                                                  bool checkpoint_edge_blocks,
+                                                  const std::function<torch::Tensor(const torch::Tensor&)>& grid_halo) {
   // [B, Ng, L]; the positional term is [Ng, L] and broadcasts over the batch.
   torch::Tensor h_grid = grid_position_features
                             ? grid_embed->finish(grid_embed->project(0, grid) + grid_embed->project(1, g.grid_features))
@@ -464,7 +465,7 @@ std::vector<torch::Tensor> Grid2MeshImpl::forward(const torch::Tensor& grid, con
   };
   const torch::Tensor agg = sum_edge_blocks(
       senders.size(0), edge_block, checkpoint_edge_blocks,
-      {edge_mlp->project(1, h_grid), edge_mlp->project(2, h_mesh)},  // per sample [B, Ng, L]; [Nm, L]
+      {edge_mlp->project(1, grid_halo ? grid_halo(h_grid) : h_grid), edge_mlp->project(2, h_mesh)},  // [B, Ng, L]; [Nm, L]
       parameters_of({g2m_edge_embed.get(), edge_mlp.get()}), update_block);
   torch::Tensor mesh = h_mesh + mesh_node_mlp->finish(mesh_node_mlp->project(0, h_mesh) + mesh_node_mlp->project(1, agg));
   torch::Tensor grid_out = h_grid + grid_node_mlp->forward({h_grid});
@@ -481,7 +482,8 @@ Mesh2GridImpl::Mesh2GridImpl(int64_t latent, int64_t out_channels, int64_t mlp_l
 }
 
 torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Tensor& grid, const GraphCastGraph& g,
-                                     bool checkpoint_edge_blocks) {
+                                     bool checkpoint_edge_blocks,
+                                     const std::function<torch::Tensor(const torch::Tensor&)>& mesh_halo) {
   // In a function: no edge-sized temporary outlives the sum into the grid nodes.
   const torch::Tensor senders = g.m2g_senders, receivers = g.m2g_receivers, features = g.m2g_features;
   const int64_t grid_nodes = g.grid_nodes;
@@ -495,7 +497,8 @@ torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Ten
     return torch::zeros({update.size(0), grid_nodes, update.size(2)}, update.options()).index_add_(1, r, update);
   };
   const torch::Tensor agg = sum_edge_blocks(senders.size(0), edge_block, checkpoint_edge_blocks,
-                                            {edge_mlp->project(1, mesh), edge_mlp->project(2, grid)},
+                                            {edge_mlp->project(1, mesh_halo ? mesh_halo(mesh) : mesh),
+                                             edge_mlp->project(2, grid)},
                                             parameters_of({m2g_edge_embed.get(), edge_mlp.get()}), update_block);
   torch::Tensor h = grid + grid_node_mlp->finish(grid_node_mlp->project(0, grid) + grid_node_mlp->project(1, agg));
   return output_mlp->forward({h});
@@ -503,7 +506,8 @@ torch::Tensor Mesh2GridImpl::forward(const torch::Tensor& mesh, const torch::Ten
 
 // ---- the model ----
 
-GraphCastImpl::GraphCastImpl(const GraphCastOptions& options, const ModelShape& shape) : WeatherModelImpl(shape) {
+GraphCastImpl::GraphCastImpl(const GraphCastOptions& options, const ModelShape& shape)
+    : WeatherModelImpl(shape), latent_(options.latent) {
   const auto [latitudes, longitudes] = graphcast_grid(shape);
   graph_ = build_model_graph(options, latitudes, longitudes, shape.point_set);
   // Buffers, so that the graph moves with the model (once) and lands in checkpoints, where loading
@@ -586,9 +590,72 @@ GridFit GraphCastImpl::fit_checkpoint_to_grid(std::map<std::string, torch::Tenso
   return fit;
 }
 
+std::vector<int> GraphCastImpl::mesh_owners(const std::vector<int64_t>& bounds) const {
+  const NodePartition grid = NodePartition::from_bounds(bounds);
+  TORCH_CHECK(bounds.back() == graph_.grid_nodes, "graphcast: node shard bounds must end at the ", graph_.grid_nodes,
+              " grid cells, got ", bounds.back());
+  const int64_t nm = graph_.mesh_nodes;
+  std::vector<int64_t> lowest(static_cast<size_t>(nm), graph_.grid_nodes), highest(static_cast<size_t>(nm), -1);
+  auto visit = [&](const torch::Tensor& grid_ids, const torch::Tensor& mesh_ids) {
+    const torch::Tensor g = grid_ids.cpu().contiguous(), m = mesh_ids.cpu().contiguous();
+    const int64_t* gp = g.data_ptr<int64_t>();
+    const int64_t* mp = m.data_ptr<int64_t>();
+    for (int64_t k = 0; k < g.numel(); ++k) {
+      auto node = static_cast<size_t>(mp[k]);
+      lowest[node] = std::min(lowest[node], gp[k]);
+      highest[node] = std::max(highest[node], gp[k]);
+    }
+  };
+  visit(graph_.g2m_senders, graph_.g2m_receivers);
+  visit(graph_.m2g_receivers, graph_.m2g_senders);
+  std::vector<int> owner(static_cast<size_t>(nm));
+  for (int64_t m = 0; m < nm; ++m) {
+    const auto i = static_cast<size_t>(m);
+    owner[i] = highest[i] >= 0 ? grid.owner[static_cast<size_t>((lowest[i] + highest[i]) / 2)]
+                               : static_cast<int>(m * grid.ranks / nm);
+  }
+  return owner;
+}
+
+void GraphCastImpl::set_node_shard(const NodeShard& shard) {
+  const auto P = static_cast<int>(shard.bounds.size()) - 1;
+  TORCH_CHECK(P >= 1 && shard.rank >= 0 && shard.rank < P && shard.bounds.front() == 0 &&
+                  shard.bounds.back() == graph_.grid_nodes,
+              "graphcast: node shard bounds must run from 0 to the ", graph_.grid_nodes, " grid cells, one range per rank");
+  const torch::Device device = graph_.g2m_senders.device();
+  const NodePartition grid = NodePartition::from_bounds(shard.bounds);
+  mesh_nodes_ = NodePartition::from_owners(mesh_owners(shard.bounds), P);
+  const int r = shard.rank;
+  g2m_shard_ = shard_graph(graph_.g2m_senders, graph_.g2m_receivers, grid, mesh_nodes_, r);
+  mesh_shard_ = shard_graph(graph_.mesh_senders, graph_.mesh_receivers, mesh_nodes_, mesh_nodes_, r);
+  m2g_shard_ = shard_graph(graph_.m2g_senders, graph_.m2g_receivers, mesh_nodes_, grid, r);
+  for (ShardedGraph* g : {&g2m_shard_, &mesh_shard_, &m2g_shard_}) g->to(device);
+  // This rank's graph, as the blocks read a whole one: its cells (a contiguous range), its mesh
+  // nodes, its edges with senders indexing its own nodes followed by the halo.
+  const int64_t n0 = shard.bounds[static_cast<size_t>(r)], n1 = shard.bounds[static_cast<size_t>(r) + 1];
+  local_ = graph_;
+  local_.grid_nodes = n1 - n0;
+  local_.mesh_nodes = mesh_nodes_.owned_by(r);
+  local_.grid_features = graph_.grid_features.narrow(0, n0, n1 - n0);
+  const torch::Tensor mine = torch::tensor(mesh_nodes_.owned[static_cast<size_t>(r)], torch::kLong).to(device);
+  local_.kept_mesh_nodes = graph_.kept_mesh_nodes.index_select(0, mine.cpu());
+  local_.mesh_features = graph_.mesh_features.index_select(0, mine);
+  local_.g2m_senders = g2m_shard_.senders, local_.g2m_receivers = g2m_shard_.receivers;
+  local_.g2m_features = graph_.g2m_features.index_select(0, g2m_shard_.edges);
+  local_.mesh_senders = mesh_shard_.senders, local_.mesh_receivers = mesh_shard_.receivers;
+  local_.mesh_edge_features = graph_.mesh_edge_features.index_select(0, mesh_shard_.edges);
+  local_.m2g_senders = m2g_shard_.senders, local_.m2g_receivers = m2g_shard_.receivers;
+  local_.m2g_features = graph_.m2g_features.index_select(0, m2g_shard_.edges);
+  shard_ = shard;
+  sharded_ = P > 1;
+}
+
 torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
-  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) == shape().lat && x.size(3) == shape().lon,
-              "graphcast: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "], got ",
+  const int64_t cells = sharded_ ? local_.grid_nodes : graph_.grid_nodes;
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == shape().in_channels && x.size(2) * x.size(3) == cells &&
+                  (sharded_ || (x.size(2) == shape().lat && x.size(3) == shape().lon)),
+              "graphcast: expected input [batch, ", shape().in_channels, ", ", shape().lat, ", ", shape().lon, "]",
+              sharded_ ? " (this rank's " + std::to_string(cells) + " cells of them)" : std::string(), ", got ",
               x.sizes());
   const int64_t lat = x.size(2), lon = x.size(3);
   torch::Tensor nodes = x.flatten(2).transpose(1, 2);  // [B, C, lat, lon] -> [B, Ng, C]
@@ -610,13 +677,24 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
   }
 
   // The lambdas hold the blocks by shared_ptr and the graph's tensors by value (see run_block).
-  const GraphCastGraph graph = graph_;
+  // Model parallelism: each halo is fetched inside its block, so a checkpointed block's replay
+  // fetches it again (the same collectives on every rank of the group, in the same order).
+  const GraphCastGraph graph = sharded_ ? local_ : graph_;
+  using Halo = std::function<torch::Tensor(const torch::Tensor&)>;
+  Halo grid_halo, mesh_halo, decoder_halo;
+  if (sharded_) {
+    const NodeShard shard = shard_;
+    const ShardedGraph g2m = g2m_shard_, mesh = mesh_shard_, m2g = m2g_shard_;
+    grid_halo = [shard, g2m](const torch::Tensor& h) { return g2m.with_halo(h, 1, shard); };
+    mesh_halo = [shard, mesh](const torch::Tensor& h) { return mesh.with_halo(h, 1, shard); };
+    decoder_halo = [shard, m2g](const torch::Tensor& h) { return m2g.with_halo(h, 1, shard); };
+  }
   const bool blocks_checkpointed = checkpointing();  // edge blocks are checkpointed inside the block's replay
   std::shared_ptr<Grid2MeshImpl> encoder = grid2mesh_.ptr();
   const std::vector<torch::Tensor> encoded = run_block(
       *encoder,
-      [encoder, graph, blocks_checkpointed](const std::vector<torch::Tensor>& in) {
-        return encoder->forward(in[0], graph, blocks_checkpointed);
+      [encoder, graph, blocks_checkpointed, grid_halo](const std::vector<torch::Tensor>& in) {
+        return encoder->forward(in[0], graph, blocks_checkpointed, grid_halo);
       },
       {nodes});
   const torch::Tensor grid = encoded[0];
@@ -630,16 +708,18 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
     if (cond.defined()) inputs.push_back(cond);
     state = run_block(
         *layer,
-        [layer, senders, receivers](const std::vector<torch::Tensor>& in) {
-          return layer->forward(in[0], in[1], senders, receivers, {}, in.size() > 2 ? in[2] : torch::Tensor());
+        [layer, senders, receivers, mesh_halo](const std::vector<torch::Tensor>& in) {
+          const torch::Tensor cond = in.size() > 2 ? in[2] : torch::Tensor();
+          return layer->forward(in[0], in[1], senders, receivers, mesh_halo ? mesh_halo(in[0]) : torch::Tensor(), cond);
         },
         inputs);
   }
 
   std::shared_ptr<Mesh2GridImpl> decoder = mesh2grid_.ptr();
   return run_block(*decoder,
-                   [decoder, graph, lat, lon, blocks_checkpointed](const std::vector<torch::Tensor>& in) {
-                     torch::Tensor out = decoder->forward(in[0], in[1], graph, blocks_checkpointed);  // [B, Ng, C]
+                   [decoder, graph, lat, lon, blocks_checkpointed, decoder_halo](const std::vector<torch::Tensor>& in) {
+                     torch::Tensor out =
+                         decoder->forward(in[0], in[1], graph, blocks_checkpointed, decoder_halo);  // [B, Ng, C]
                      return std::vector<torch::Tensor>{
                          out.transpose(1, 2).reshape({out.size(0), out.size(2), lat, lon})};
                    },

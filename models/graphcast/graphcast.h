@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "models/gnn/gnn.h"
+#include "models/graph_shard.h"
 #include "models/graphcast/graphcast_options.h"
 #include "models/registry.h"
 #include "models/weather_model.h"
@@ -151,8 +152,11 @@ class Grid2MeshImpl : public torch::nn::Module {
   Grid2MeshImpl(int64_t in_channels, int64_t latent, int64_t mlp_layers, int64_t edge_block = 0,
                 bool grid_position_features = true);
   // checkpoint_edge_blocks: checkpoint each edge block (the model's checkpointing is on).
+  // grid_halo (model parallelism): the grid latents [B, Ng, L] -> those followed by the halo's,
+  // which the graph's grid2mesh senders index; the grid's own rows are the first Ng.
   std::vector<torch::Tensor> forward(const torch::Tensor& grid, const GraphCastGraph& graph,
-                                     bool checkpoint_edge_blocks = false);
+                                     bool checkpoint_edge_blocks = false,
+                                     const std::function<torch::Tensor(const torch::Tensor&)>& grid_halo = {});
 
   GraphMLP grid_embed{nullptr};       // on [variables, grid features] (or the variables alone)
   GraphMLP mesh_embed{nullptr};       // on mesh features
@@ -170,8 +174,11 @@ TORCH_MODULE(Grid2Mesh);
 class Mesh2GridImpl : public torch::nn::Module {
  public:
   Mesh2GridImpl(int64_t latent, int64_t out_channels, int64_t mlp_layers, int64_t edge_block = 0);
+  // mesh_halo (model parallelism): the mesh latents -> those followed by the halo's, which the
+  // graph's mesh2grid senders index.
   torch::Tensor forward(const torch::Tensor& mesh, const torch::Tensor& grid, const GraphCastGraph& graph,
-                        bool checkpoint_edge_blocks = false);
+                        bool checkpoint_edge_blocks = false,
+                        const std::function<torch::Tensor(const torch::Tensor&)>& mesh_halo = {});
 
   GraphMLP m2g_edge_embed{nullptr};  // on mesh2grid edge features
   GraphMLP edge_mlp{nullptr};        // on [e, h_mesh sender, h_grid receiver]
@@ -199,7 +206,40 @@ class GraphCastImpl : public WeatherModelImpl {
 
   const GraphCastGraph& graph() const { return graph_; }
 
+  // Model parallelism (docs/distributed.md): the rank owns its band of grid cells and the mesh
+  // nodes assigned to the band (mesh_owners); each of the three graphs keeps the edges whose
+  // receivers the rank owns, and the senders other ranks own come through a halo exchange before
+  // each message-passing layer: the grid latents for grid2mesh, the mesh latents for each processor
+  // layer and for mesh2grid. The buffers stay the whole graph's (checkpoints are one process's).
+  bool can_shard_nodes() const override { return true; }
+  void set_node_shard(const NodeShard& shard) override;
+  // The processor's exchange (the one each of its layers runs): every rank's send rows.
+  int64_t halo_exchange_nodes() const override { return sharded_ ? mesh_shard_.exchange_nodes() : 0; }
+  int64_t halo_node_width() const override { return latent_; }
+  // The encoder's and decoder's exchanges (grid and mesh latents of the same width).
+  int64_t encoder_exchange_nodes() const { return sharded_ ? g2m_shard_.exchange_nodes() : 0; }
+  int64_t decoder_exchange_nodes() const { return sharded_ ? m2g_shard_.exchange_nodes() : 0; }
+  MapperHalos mapper_halos() const override {
+    return {encoder_exchange_nodes(), latent_, decoder_exchange_nodes(), latent_};
+  }
+  // The rank owning each mesh node, given the grid's bands: the owner of the grid cell halfway
+  // (by id) between the lowest and the highest cell the node exchanges edges with (grid2mesh
+  // senders, mesh2grid receivers). Bands are whole latitude rows (or runs of cells in their order),
+  // so a mesh node goes to the band its grid neighbourhood lies in, and where that straddles two, to
+  // the one holding its middle. A node with no grid edge (a global mesh can keep some) goes by id:
+  // node m of Nm to rank m x P / Nm.
+  std::vector<int> mesh_owners(const std::vector<int64_t>& bounds) const;
+  // After set_node_shard: this rank's mesh nodes (whole-graph ids, ascending).
+  const std::vector<int64_t>& owned_mesh_nodes() const { return mesh_nodes_.owned[static_cast<size_t>(shard_.rank)]; }
+
  private:
+  int64_t latent_ = 0;
+  // Model parallelism (set_node_shard).
+  bool sharded_ = false;
+  NodeShard shard_;
+  NodePartition mesh_nodes_;
+  ShardedGraph g2m_shard_, mesh_shard_, m2g_shard_;
+  GraphCastGraph local_;  // this rank's graph: its cells, its mesh nodes, its edges (senders: owned then halo)
 
   // Sizes, and handles of the registered buffers (Module::to moves those in place, set_data, so
   // the handles follow); kept_mesh_nodes is not a buffer (informational, stays on the CPU).

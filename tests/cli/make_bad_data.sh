@@ -56,6 +56,8 @@ sed -i 's/name = "unet"/name = "unte"/' unknown_model.toml
 printf '[model]\nname = "unet"\nchannels = [16, 32\n\n[train]\nbatch_size = 4\n' > malformed.toml
 # The published GraphCast fine-tuned over 12 steps: fits no GPU with per-block checkpointing alone.
 printf '[model]\npreset = "graphcast-0.25"\n[data]\nrollout_steps = 12\n[train]\nbatch_size = 1\nprecision = "bf16-mixed"\ncheckpointing = true\n' > graphcast_12_steps.toml
+# Pangu cannot shard its grid over model-parallel ranks: its GPUs-per-model answer is a projection.
+printf '[model]\npreset = "pangu-0.25"\n[data]\nrollout_steps = 12\n[train]\nbatch_size = 1\nprecision = "fp32"\ncheckpointing = false\n' > pangu_12_steps.toml
 # A [data] key written under [train]; a model step that is not a duration (dated six-hourly from
 # 1996-01-05 like configs/storm_unet.toml, with a unit nobody knows).
 run_file wrong_section "$src/Tstorm.cdf" t

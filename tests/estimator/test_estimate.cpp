@@ -244,3 +244,30 @@ TEST(GpuCatalog, H200FitsABatchThatH100DoesNot) {
   // Same architecture and the same peak, so the same overhead: only the memory differs.
   EXPECT_DOUBLE_EQ(on_h100.at_batch.overhead, on_h200.at_batch.overhead);
 }
+
+// GPUs per model (estimate, "GPUs per model"): on a device that one rank does not fit, the smallest
+// distributed.model_parallel whose per-rank figure (whole states, activations / P, the GPU's
+// overhead) fits, and one rank fewer does not; the model's ability to shard is said by name.
+TEST(Estimate, GpusPerModelIsTheSmallestGroupThatFits) {
+  RunConfig config = small_run(kVit, {"train.batch_size=64"});
+  EstimateOptions options;
+  options.analytic = true;
+  Estimate e = estimate(config, models::model_shape(config), options);
+  GpuSpec device{"custom", "custom", 0, false, 90};
+  const Breakdown one = model_parallel_breakdown(e, 64, 1, device);
+  // A device that holds what a rank of a group of three holds: it takes several ranks, and what
+  // they hold is the rule.
+  device.memory_bytes = static_cast<int64_t>(std::ceil(model_parallel_breakdown(e, 64, 3, device).total()));
+  ASSERT_GT(one.total(), static_cast<double>(device.memory_bytes));
+  const ModelParallelFit fit = model_parallel_fit(e, device);
+  ASSERT_GT(fit.ranks, 1);
+  EXPECT_LE(fit.per_rank.total(), static_cast<double>(device.memory_bytes));
+  EXPECT_GT(model_parallel_breakdown(e, 64, fit.ranks - 1, device).total(), static_cast<double>(device.memory_bytes));
+  EXPECT_DOUBLE_EQ(fit.per_rank.params, one.params);  // the states stay whole on every rank of the group
+  EXPECT_NEAR(fit.per_rank.activations, one.activations / static_cast<double>(fit.ranks), 1.0);
+  // Smaller than the states: no group size helps.
+  GpuSpec tiny{"tiny", "tiny", static_cast<int64_t>(one.params), false, 90};
+  EXPECT_EQ(model_parallel_fit(e, tiny).ranks, 0);
+  EXPECT_FALSE(model_can_shard(config));
+  EXPECT_TRUE(model_can_shard(small_run(kGnn)));
+}
