@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_runs.h"
 #include "run_outputs.h"
 #include "storm_run.h"
 #include "trainer/checkpoint_io.h"
@@ -43,29 +44,18 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kWxtrain = WXTRAIN_BINARY;
-const std::string kMpirun = std::string(WXTRAIN_MPIEXEC) +
-                            " -np 2 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 ";
+const std::string kMpirun = testing_support::mpirun(2);
 
 std::string base_dir() {
-  static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/wxtrain_ensemble_group_" + std::to_string(::getpid());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const std::string dir = testing_support::fresh_run_folder("wxtrain_ensemble_group");
   return dir;
 }
 
-struct Result {
-  int code;
-  std::string output;
-};
+using Result = testing_support::CommandResult;
 
 // bash -c command with a 120 s limit, stdout and stderr into `log`.
 Result run(const std::string& command, const std::string& log) {
-  const std::string line = "OMP_NUM_THREADS=1 timeout -k 5 120 bash -c '" + command + "' >" + log + " 2>&1";
-  const int status = std::system(line.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(log)};
+  return testing_support::run_logged(command, log, 120);
 }
 
 // A 4-member ensemble of the trainer tests' storm U-Net in fp32, SGD without clipping, rollout 2.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <string>
 
+#include "mpi_runs.h"
 #include "run_outputs.h"
 #include "storm_run.h"
 #include "trainer/checkpoint_io.h"
@@ -30,16 +31,10 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kWxtrain = WXTRAIN_BINARY;
-const std::string kMpirun = std::string(WXTRAIN_MPIEXEC) +
-                            " -np 2 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 ";
+const std::string kMpirun = testing_support::mpirun(2);
 
 std::string base_dir() {
-  static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/wxtrain_mp_" + std::to_string(::getpid());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const std::string dir = testing_support::fresh_run_folder("wxtrain_mp");
   return dir;
 }
 
@@ -61,14 +56,11 @@ std::string run_file(const std::string& model = "gnn") {
   return path;
 }
 
-struct Result {
-  int code;
-  std::string output;
-};
+using Result = testing_support::CommandResult;
 
+// bash -c command with a 240 s limit, stdout and stderr into `log`.
 Result run(const std::string& command, const std::string& log) {
-  const int status = std::system(("OMP_NUM_THREADS=1 timeout 240 bash -c '" + command + "' > " + log + " 2>&1").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(log)};
+  return testing_support::run_logged(command, log, 240);
 }
 
 // Rollout 2 with both kinds of activation checkpointing, 2 accumulation micro-steps, a checkpoint
@@ -136,7 +128,7 @@ TEST(ModelParallel, TwoDataParallelGroupsOfTwoBandsTrainLikeOneProcess) {
   // against one process at micro-batch 4 (the same samples per step).
   const std::string whole = trained("whole_b4", false, kEverything + " --set train.batch_size=4");
   const std::string dir = base_dir() + "/np4";
-  const Result r = run(std::string(WXTRAIN_MPIEXEC) + " -np 4 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 " +
+  const Result r = run(testing_support::mpirun(4) +
                            kWxtrain + " train -c " + run_file() + " --set train.out_dir=" + dir + " " + kEverything +
                            " --set train.batch_size=2 --set distributed.model_parallel=2",
                        dir + ".log");
@@ -161,7 +153,7 @@ TEST_P(ModelParallelModel, TwoBandsAndTwoGroupsOfTwoBandsTrainLikeOneProcess) {
   const std::string whole = trained(model + "_whole_b4", false, batch4, model);
   const std::string bands = trained(model + "_bands_b4", true, batch4, model);
   const std::string dir = base_dir() + "/" + model + "_np4";
-  const Result r = run(std::string(WXTRAIN_MPIEXEC) + " -np 4 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 " +
+  const Result r = run(testing_support::mpirun(4) +
                            kWxtrain + " train -c " + run_file(model) + " --set train.out_dir=" + dir + " " +
                            kEverything + " --set train.batch_size=2 --set distributed.model_parallel=2",
                        dir + ".log");

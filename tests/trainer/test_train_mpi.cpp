@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "mpi_runs.h"
 #include "run_outputs.h"
 #include "storm_run.h"
 #include "trainer/checkpoint_io.h"
@@ -41,17 +42,10 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 const std::string kWxtrain = WXTRAIN_BINARY;
-// One intra-op thread per rank: two ranks on two cores, as the benchmarks run them.
-const std::string kMpirun = std::string(WXTRAIN_MPIEXEC) +
-                            " -np 2 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 ";
+const std::string kMpirun = testing_support::mpirun(2);
 
 std::string base_dir() {
-  static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/wxtrain_train_mpi_" + std::to_string(::getpid());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const std::string dir = testing_support::fresh_run_folder("wxtrain_train_mpi");
   return dir;
 }
 

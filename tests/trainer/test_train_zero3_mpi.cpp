@@ -23,6 +23,7 @@
 #include <fstream>
 #include <string>
 
+#include "mpi_runs.h"
 #include "run_outputs.h"
 #include "storm_run.h"
 #include "trainer/checkpoint_io.h"
@@ -37,16 +38,10 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kWxtrain = WXTRAIN_BINARY;
-const std::string kMpirun = std::string(WXTRAIN_MPIEXEC) +
-                            " -np 2 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 ";
+const std::string kMpirun = testing_support::mpirun(2);
 
 std::string base_dir() {
-  static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/wxtrain_zero3_" + std::to_string(::getpid());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const std::string dir = testing_support::fresh_run_folder("wxtrain_zero3");
   return dir;
 }
 
@@ -72,14 +67,11 @@ std::string run_file(const std::string& model, const std::string& precision = "f
   return path;
 }
 
-struct Result {
-  int code;
-  std::string output;
-};
+using Result = testing_support::CommandResult;
 
+// bash -c command with a 240 s limit, stdout and stderr into `log`.
 Result run(const std::string& command, const std::string& log) {
-  const int status = std::system(("timeout 240 bash -c '" + command + "' > " + log + " 2>&1").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(log)};
+  return testing_support::run_logged(command, log, 240);
 }
 
 // Two ranks train `model` for `steps` steps into base_dir()/name at `stage`, with `extra` options.
