@@ -1,5 +1,8 @@
 #include "models/aifs/aifs.h"
 
+#include <ATen/ExpandUtils.h>
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -70,10 +73,44 @@ GraphTransformerMapperImpl::GraphTransformerMapperImpl(int64_t src_channels, int
         "node_data_extractor", torch::nn::Sequential(layer_norm(channels), torch::nn::Linear(channels, out_channels)));
 }
 
-torch::Tensor GraphTransformerMapperImpl::forward(const torch::Tensor& src_in, const torch::Tensor& src_nodes,
-                                                  const torch::Tensor& dst_in, const torch::Tensor& dst_nodes,
-                                                  const torch::Tensor& edge_attr, const torch::Tensor& senders,
-                                                  const torch::Tensor& receivers) {
+namespace {
+
+// Inference (autograd off) computes `a op= b` in place where the out-of-place `a op b` would give a
+// tensor of a's shape and dtype: the same values (IEEE add and multiply commute), one tensor fewer
+// alive. With autograd on, the out-of-place op, so that training runs exactly the ops it ran before
+// (the saved tensors and the backward are autograd's, untouched). The dtype check keeps autocast's
+// promotions (a bf16 tensor times an fp32 one is fp32 out of place).
+bool fuse(const torch::Tensor& a, const torch::Tensor& b) {
+  return !torch::GradMode::is_enabled() && at::result_type(a, b) == a.scalar_type() &&
+         at::infer_size(a.sizes(), b.sizes()) == a.sizes().vec();
+}
+torch::Tensor add_or_fuse(torch::Tensor a, const torch::Tensor& b) { return fuse(a, b) ? a.add_(b) : a + b; }
+torch::Tensor mul_or_fuse(torch::Tensor a, const torch::Tensor& b) { return fuse(a, b) ? a.mul_(b) : a * b; }
+torch::Tensor div_or_fuse(torch::Tensor a, const torch::Tensor& b) { return fuse(a, b) ? a.div_(b) : a / b; }
+
+// anemoi_mlp (Linear, GELU, Linear) on a tensor the caller hands over (a temporary, or moved): in
+// inference its input is let go once the first Linear has read it and GELU runs in place (the same
+// kernel, the same values) unless autocast picks its dtype, so that one hidden-sized tensor is
+// alive, not three (the input, the Linear's output and GELU's). With autograd on, the module's
+// forward as before.
+torch::Tensor run_mlp(torch::nn::Sequential mlp, torch::Tensor x) {
+  if (torch::GradMode::is_enabled()) return mlp->forward(x);
+  torch::Tensor h = mlp->ptr(0)->as<torch::nn::Linear>()->forward(x);
+  x.reset();
+  if (at::autocast::is_autocast_enabled(h.device().type()))
+    h = mlp->ptr(1)->as<torch::nn::GELU>()->forward(h);
+  else
+    at::gelu_(h);  // torch::nn::GELU's default: the exact erf form
+  return mlp->ptr(2)->as<torch::nn::Linear>()->forward(h);
+}
+
+// Training (autograd on): the forward as it has always run, statement by statement, so that the
+// saved tensors, the backward and the step's memory are exactly what they were (the equality tests
+// against anemoi-models, the training formulas of aifs_memory.cpp).
+torch::Tensor mapper_forward_autograd(GraphTransformerMapperImpl& m, const torch::Tensor& src_in,
+                                      const torch::Tensor& src_nodes, const torch::Tensor& dst_in,
+                                      const torch::Tensor& dst_nodes, const torch::Tensor& edge_attr,
+                                      const torch::Tensor& senders, const torch::Tensor& receivers) {
   // Embeddings: [B, N, C] per sample plus [N, C] of the node features, broadcast.
   auto embed = [](torch::nn::Linear per_sample, torch::nn::Linear nodes, const torch::Tensor& x,
                   const torch::Tensor& f) {
@@ -82,20 +119,20 @@ torch::Tensor GraphTransformerMapperImpl::forward(const torch::Tensor& src_in, c
     if (nodes) out = out.defined() ? out + nodes->forward(f) : nodes->forward(f);
     return out;
   };
-  torch::Tensor src = emb_nodes_src || emb_nodes_src_position ? embed(emb_nodes_src, emb_nodes_src_position, src_in, src_nodes)
+  torch::Tensor src = m.emb_nodes_src || m.emb_nodes_src_position ? embed(m.emb_nodes_src, m.emb_nodes_src_position, src_in, src_nodes)
                                                               : src_in;
-  torch::Tensor dst = embed(emb_nodes_dst, emb_nodes_dst_position, dst_in, dst_nodes);
+  torch::Tensor dst = embed(m.emb_nodes_dst, m.emb_nodes_dst_position, dst_in, dst_nodes);
   const int64_t B = std::max(src.dim() == 3 ? src.size(0) : 1, dst.dim() == 3 ? dst.size(0) : 1);
   if (src.dim() == 2) src = src.unsqueeze(0).expand({B, -1, -1});
   if (dst.dim() == 2) dst = dst.unsqueeze(0).expand({B, -1, -1});
-  const int64_t Nr = dst.size(1), E = senders.size(0), H = heads, d = head_dim;
-  const torch::Tensor xs = layer_norm_attention_src->forward(src);
-  const torch::Tensor xd = layer_norm_attention_dest->forward(dst);
-  const torch::Tensor x_r = lin_self->forward(xd);
-  const torch::Tensor q = lin_query->forward(xd).view({B, Nr, H, d});
-  const torch::Tensor k = lin_key->forward(xs).view({B, -1, H, d});
-  const torch::Tensor v = lin_value->forward(xs).view({B, -1, H, d});
-  const torch::Tensor e = lin_edge->forward(edge_attr).view({1, E, H, d});  // the same for every sample
+  const int64_t Nr = dst.size(1), E = senders.size(0), H = m.heads, d = m.head_dim;
+  const torch::Tensor xs = m.layer_norm_attention_src->forward(src);
+  const torch::Tensor xd = m.layer_norm_attention_dest->forward(dst);
+  const torch::Tensor x_r = m.lin_self->forward(xd);
+  const torch::Tensor q = m.lin_query->forward(xd).view({B, Nr, H, d});
+  const torch::Tensor k = m.lin_key->forward(xs).view({B, -1, H, d});
+  const torch::Tensor v = m.lin_value->forward(xs).view({B, -1, H, d});
+  const torch::Tensor e = m.lin_edge->forward(edge_attr).view({1, E, H, d});  // the same for every sample
   // PyG's GraphTransformerConv message and softmax (torch_geometric.utils.softmax): per receiver,
   // alpha = softmax(q_i . (k_j + e) / sqrt(d)) less the receiver's max (no gradient through it),
   // divided by the sum + 1e-16; messages alpha (v_j + e) summed into the receivers.
@@ -109,8 +146,99 @@ torch::Tensor GraphTransformerMapperImpl::forward(const torch::Tensor& src_in, c
   const torch::Tensor a = ex / sum.index_select(1, receivers);
   const torch::Tensor messages = (v.index_select(1, senders) + e) * a.unsqueeze(-1);
   const torch::Tensor attention = torch::zeros({B, Nr, H, d}, messages.options()).index_add(1, receivers, messages);
-  torch::Tensor out = projection->forward(attention.view({B, Nr, H * d}) + x_r) + dst;
-  out = node_dst_mlp->forward(layer_norm_mlp_dst->forward(out)) + out;
+  torch::Tensor out = m.projection->forward(attention.view({B, Nr, H * d}) + x_r) + dst;
+  out = m.node_dst_mlp->forward(m.layer_norm_mlp_dst->forward(out)) + out;
+  return m.node_data_extractor ? m.node_data_extractor->forward(out) : out;
+}
+
+}  // namespace
+
+// Each intermediate is let go (reset, or a scope's end) once nothing reads it, as anemoi's Python
+// frees a temporary when its expression is done: in inference the live set at each statement is
+// what the computation needs, not every local the function made (issue 23: five edge-sized tensors
+// at the messages' statement before, 1.6 M decoder edges x 1024 channels = 6.7 GB each in fp32 on
+// AIFS Single). Inference only: with autograd on, mapper_forward_autograd above.
+torch::Tensor GraphTransformerMapperImpl::forward(const torch::Tensor& src_in, const torch::Tensor& src_nodes,
+                                                  const torch::Tensor& dst_in, const torch::Tensor& dst_nodes,
+                                                  const torch::Tensor& edge_attr, const torch::Tensor& senders,
+                                                  const torch::Tensor& receivers) {
+  if (torch::GradMode::is_enabled())
+    return mapper_forward_autograd(*this, src_in, src_nodes, dst_in, dst_nodes, edge_attr, senders, receivers);
+  // Embeddings: [B, N, C] per sample plus [N, C] of the node features, broadcast.
+  auto embed = [](torch::nn::Linear per_sample, torch::nn::Linear nodes, const torch::Tensor& x,
+                  const torch::Tensor& f) {
+    torch::Tensor out;
+    if (per_sample) out = per_sample->forward(x);
+    if (nodes) out = out.defined() ? add_or_fuse(out, nodes->forward(f)) : nodes->forward(f);
+    return out;
+  };
+  torch::Tensor src = emb_nodes_src || emb_nodes_src_position ? embed(emb_nodes_src, emb_nodes_src_position, src_in, src_nodes)
+                                                              : src_in;
+  torch::Tensor dst = embed(emb_nodes_dst, emb_nodes_dst_position, dst_in, dst_nodes);
+  const int64_t B = std::max(src.dim() == 3 ? src.size(0) : 1, dst.dim() == 3 ? dst.size(0) : 1);
+  if (src.dim() == 2) src = src.unsqueeze(0).expand({B, -1, -1});
+  if (dst.dim() == 2) dst = dst.unsqueeze(0).expand({B, -1, -1});
+  const int64_t Nr = dst.size(1), E = senders.size(0), H = heads, d = head_dim;
+  // The statements in the order training has always run them (the backward's accumulation order).
+  torch::Tensor xs = layer_norm_attention_src->forward(src);
+  src.reset();
+  torch::Tensor xd = layer_norm_attention_dest->forward(dst);
+  torch::Tensor x_r = lin_self->forward(xd);
+  torch::Tensor q = lin_query->forward(xd).view({B, Nr, H, d});
+  xd.reset();
+  torch::Tensor k = lin_key->forward(xs).view({B, -1, H, d});
+  torch::Tensor v = lin_value->forward(xs).view({B, -1, H, d});
+  xs.reset();
+  torch::Tensor e = lin_edge->forward(edge_attr).view({1, E, H, d});  // the same for every sample
+  // PyG's GraphTransformerConv message and softmax (torch_geometric.utils.softmax): per receiver,
+  // alpha = softmax(q_i . (k_j + e) / sqrt(d)) less the receiver's max (no gradient through it),
+  // divided by the sum + 1e-16; messages alpha (v_j + e) summed into the receivers.
+  torch::Tensor alpha;
+  {
+    torch::Tensor key_j = add_or_fuse(k.index_select(1, senders), e);
+    k.reset();
+    torch::Tensor product = mul_or_fuse(q.index_select(1, receivers), key_j);
+    key_j.reset(), q.reset();
+    alpha = product.sum(-1);
+    product.reset();
+    alpha = fuse(alpha, alpha) ? alpha.div_(std::sqrt(static_cast<double>(d))) : alpha / std::sqrt(static_cast<double>(d));
+  }
+  torch::Tensor a;
+  {
+    const torch::Tensor index = receivers.view({1, E, 1}).expand({B, E, H});
+    torch::Tensor max = torch::full({B, Nr, H}, -std::numeric_limits<float>::infinity(), alpha.options())
+                            .scatter_reduce(1, index, alpha.detach(), "amax", /*include_self=*/false);
+    alpha = fuse(alpha, alpha) ? alpha.sub_(max.index_select(1, receivers)) : alpha - max.index_select(1, receivers);
+    max.reset();
+    // Out of place even in inference: autocast may run exp in fp32 (an edge x heads tensor, small).
+    torch::Tensor ex = alpha.exp();
+    alpha.reset();
+    torch::Tensor sum = torch::zeros({B, Nr, H}, ex.options());
+    sum = fuse(sum, sum) ? sum.index_add_(1, receivers, ex) : sum.index_add(1, receivers, ex);
+    sum = fuse(sum, sum) ? sum.add_(1e-16) : sum + 1e-16;
+    a = div_or_fuse(ex, sum.index_select(1, receivers));
+  }
+  torch::Tensor attention;
+  {
+    torch::Tensor messages = add_or_fuse(v.index_select(1, senders), e);
+    v.reset(), e.reset();
+    messages = mul_or_fuse(messages, a.unsqueeze(-1));
+    a.reset();
+    attention = torch::zeros({B, Nr, H, d}, messages.options());
+    attention = fuse(attention, attention) ? attention.index_add_(1, receivers, messages)
+                                           : attention.index_add(1, receivers, messages);
+  }
+  attention = add_or_fuse(attention.view({B, Nr, H * d}), x_r);
+  x_r.reset();
+  torch::Tensor out = projection->forward(attention);
+  attention.reset();
+  out = add_or_fuse(out, dst);
+  dst.reset();
+  // mlp(norm(out)) + out; in place out + mlp(norm(out)), the same sum.
+  {
+    torch::Tensor mlp = run_mlp(node_dst_mlp, layer_norm_mlp_dst->forward(out));
+    out = fuse(out, mlp) ? out.add_(mlp) : mlp + out;
+  }
   return node_data_extractor ? node_data_extractor->forward(out) : out;
 }
 
@@ -162,15 +290,31 @@ torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x, const torch:
   auto norm = [&](torch::nn::LayerNorm plain, ConditionalLayerNorm conditional, const torch::Tensor& t) {
     return conditional ? conditional->forward(t, cond) : plain->forward(t);
   };
-  const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
-  // Model parallelism: the keys and values are of the range widened by the window, fetched from
-  // the ranks that own it (the queries are this rank's own nodes).
-  const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
-  auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };  // [B, H, N, d]
-  const torch::Tensor o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)),
-                                                   split(lin_v->forward(hk)), window, keys.fetch ? keys.before : 0);
-  torch::Tensor y = x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
-  return y + mlp->forward(norm(layer_norm_mlp, cond_norm_mlp, y));
+  if (torch::GradMode::is_enabled()) {  // training: as it has always run (see the mapper's)
+    const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
+    const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
+    auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };
+    const torch::Tensor o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)),
+                                                     split(lin_v->forward(hk)), window, keys.fetch ? keys.before : 0);
+    torch::Tensor y = x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
+    return y + mlp->forward(norm(layer_norm_mlp, cond_norm_mlp, y));
+  }
+  // Inference: the attention's inputs and output are let go once read (scopes), as the mapper's.
+  torch::Tensor o;
+  {
+    const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
+    // Model parallelism: the keys and values are of the range widened by the window, fetched from
+    // the ranks that own it (the queries are this rank's own nodes).
+    const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
+    auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };  // [B, H, N, d]
+    o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)), split(lin_v->forward(hk)), window,
+                                 keys.fetch ? keys.before : 0);
+  }
+  o = o.transpose(1, 2).reshape({B, N, C});
+  torch::Tensor y = x + projection->forward(o);
+  o.reset();
+  torch::Tensor m = run_mlp(mlp, norm(layer_norm_mlp, cond_norm_mlp, y));
+  return fuse(y, m) ? y.add_(m) : y + m;  // in inference y += mlp(norm(y)), the same sum
 }
 
 // ---- chunks ----

@@ -111,44 +111,61 @@ Block mapper_chunk(const std::string& name, const Widths& w, const ChunkSizes& c
   return b;
 }
 
-// Inference: nothing is saved for backward, but the mapper's locals (aifs.cpp
-// GraphTransformerMapperImpl::forward: const tensors, alive until it returns) are, and C++ keeps a
-// statement's temporaries until the statement ends. Each "layer" here is one statement: `temp` all
-// it allocates (its result included), `saved` what stays alive after it, so that the estimator's
+// The highest point of anemoi_mlp in inference on N nodes (aifs.cpp run_mlp): its input (a norm's
+// output) beside the first Linear's output, let go before GELU, which runs in place; the second
+// Linear beside the hidden one. Under autocast GELU runs out of place, and the traced decoder chunk
+// holds at its peak a node-sized bf16 tensor beside the step's `out`, the bf16 hidden one and two
+// fp32 hidden-sized tensors (models.AifsChunks.DISABLED_PeakTensors with AIFS_INFERENCE=1
+// AIFS_PRECISION=bf16-mixed AIFS_CHUNKS=1): counted as seen; which op makes the fp32 pair was not
+// traced down (not GELU's autocast: the CPU's runs GELU in bf16).
+double mlp_inference(const Widths& w, double N, double C, double M) {
+  const double lo = w.low, hi = w.high;
+  if (w.autocast) return N * C * lo + N * M * lo + 2 * N * M * hi;
+  return std::max({N * C * hi + N * M * lo, N * M * lo + N * C * lo});
+}
+
+// Inference: nothing is saved for backward; the mapper's forward (aifs.cpp
+// GraphTransformerMapperImpl::forward) lets each intermediate go once it is read and, with autograd
+// off, sums and multiplies in place, so the live set is what the computation needs (issue 23). Each
+// "layer" here is one step of it: `temp` all it allocates (its result included), `saved` what it
+// leaves alive after it (negative where it frees more than it makes), so that the estimator's
 // forward walk (analytic.cpp replay_peak: earlier layers' saved + this one's temp) is the live set.
-// Per sample; the chunk's edge term e = lin_edge(edge features) is batch-independent and is
-// counted by the caller (fixed).
+// Per sample; the chunk's edge term e = lin_edge(edge features) is batch-independent and is counted
+// by the caller (fixed). Linears give `lo`, norms `hi`; under autocast a Linear on an fp32 input
+// makes a bf16 copy of it while it runs.
 Block mapper_chunk_inference(const std::string& name, const Widths& w, const ChunkSizes& c, double src_in, double C,
                              double H, double M, double out, bool embed_src, bool embed_dst_input) {
   const double Ns = c.senders, Nr = c.receivers, E = c.edges, lo = w.low, hi = w.high;
+  const double cast = w.autocast ? lo : 0;  // a Linear's bf16 copy of its fp32 input, per element
   Block b;
   b.name = name;
-  b.layers.push_back({"senders", Ns * src_in * hi, 0, Ns * src_in * hi});  // index_select of the chunk's senders
-  // The embeddings: per-sample Linear + the node features' Linear, the old and new sum at once.
-  if (embed_src) b.layers.push_back({"embed src", Ns * C * hi, 0, 3 * Ns * C * hi});
-  b.layers.push_back({"embed dst", Nr * C * hi, 0, (embed_dst_input ? 3 : 1) * Nr * C * hi});
-  b.layers.push_back({"norms", (Ns + Nr) * C * hi + 8 * (Ns + Nr), 0, (Ns + Nr) * C * hi + 8 * (Ns + Nr)});
-  b.layers.push_back({"self/q/k/v", (2 * Nr + 2 * Ns) * C * lo, 0, (2 * Nr + 2 * Ns) * C * lo});
-  // key_j = k[senders] + e: the gathered keys and the sum.
-  b.layers.push_back({"key_j", E * C * lo, 0, 2 * E * C * lo});
-  // alpha = (q[receivers] * key_j).sum(-1) / sqrt(d): the gathered queries, the product, the sum, alpha.
-  b.layers.push_back({"alpha", E * H * lo, 0, 2 * E * C * lo + 2 * E * H * lo});
-  // The softmax per receiver (exp of alpha less the gathered max; the gathered sum; the division).
-  b.layers.push_back({"softmax", 2 * E * H * lo + 2 * Nr * H * lo, 0, 5 * E * H * lo + 2 * Nr * H * lo});
-  // messages = (v[senders] + e) * a: the gathered values, their sum with e, the product.
-  b.layers.push_back({"messages", E * C * lo, 0, 3 * E * C * lo});
-  b.layers.push_back({"index_add", Nr * C * lo, 0, 2 * Nr * C * lo});
-  // projection(attention + x_r) + dst; then out = mlp(norm(out)) + out (the old out until assigned).
-  b.layers.push_back({"projection", Nr * C * hi, 0, 3 * Nr * C * hi});
-  // The MLP's highest point is its GELU: the norm's output, the first Linear's output and the
-  // GELU's (torch::nn::Sequential lets go of each input once the next module has run); the second
-  // Linear and the residual sum come after the hidden ones are freed (fp32: +4% of the trace at
-  // batch 16, AnalyticVsTrace.AifsFollowsTheTrace). Under bf16 autocast the traced step holds two
-  // fp32 hidden-sized tensors there that this reading does not explain (a GPU's autocast runs GELU
-  // in bf16); until they are, the formula keeps its earlier, larger term, which stays below the
-  // trace (-9% at one chunk).
-  b.layers.push_back({"mlp", Nr * C * hi, 0,
-                      w.autocast ? Nr * C * hi + 2 * Nr * M * lo + 2 * Nr * C * hi : Nr * C * hi + 2 * Nr * M * lo});
+  b.layers.push_back({"senders", Ns * src_in * hi, 0, Ns * src_in * hi});  // the caller's index_select, alive throughout
+  // The embeddings: the per-sample Linear, the node features' Linear added in place.
+  const double src_embedded = embed_src ? Ns * C * lo : 0, dst_embedded = embed_dst_input ? Nr * C * lo : 0;
+  if (embed_src) b.layers.push_back({"embed src", src_embedded, 0, Ns * C * lo + Ns * src_in * cast});
+  if (embed_dst_input) b.layers.push_back({"embed dst", dst_embedded, 0, Nr * C * lo});
+  // The norms (the embedded source let go after its norm); each Linear reads its norm's output,
+  // which is let go after the last of them.
+  b.layers.push_back({"norm src", Ns * C * hi - src_embedded, 0, Ns * C * hi + 8 * Ns});
+  b.layers.push_back({"norm dst", Nr * C * hi, 0, Nr * C * hi + 8 * Nr});
+  b.layers.push_back({"self/query", 2 * Nr * C * lo - Nr * C * hi, 0, 2 * Nr * C * lo + Nr * C * cast});
+  b.layers.push_back({"key/value", 2 * Ns * C * lo - Ns * C * hi, 0, 2 * Ns * C * lo + Ns * C * cast});
+  // k[senders] + e in place, then k let go; q[receivers] times it in place, then the keys and q let go.
+  b.layers.push_back({"key_j", E * C * lo - Ns * C * lo, 0, E * C * lo});
+  b.layers.push_back({"q.k", -Nr * C * lo, 0, E * C * lo});
+  // alpha = the product summed over each head's channels (divided in place); the product let go.
+  b.layers.push_back({"alpha", E * H * lo - E * C * lo, 0, E * H * lo});
+  // The softmax per receiver: the receivers' max and its gather (subtracted in place), exp (a new
+  // tensor, alpha let go), the receivers' sum and its gather (divided in place).
+  b.layers.push_back({"softmax", 0, 0, E * H * lo + Nr * H * lo});
+  // (v[senders] + e) * a in place; v and a let go; summed into the receivers' zeros in place.
+  b.layers.push_back({"messages", E * C * lo - Ns * C * lo - E * H * lo, 0, E * C * lo});
+  b.layers.push_back({"index_add", Nr * C * lo - E * C * lo, 0, Nr * C * lo});
+  // attention + x_r in place (x_r let go), the projection (attention let go), + dst in place.
+  b.layers.push_back({"projection", -Nr * C * lo - dst_embedded, 0, Nr * C * lo});
+  // out + mlp(norm(out)) in place (aifs.cpp run_mlp): the norm's output and the first Linear's,
+  // then GELU (in place, or a second hidden-sized tensor under autocast), then the second Linear's.
+  b.layers.push_back({"mlp", 0, 0, mlp_inference(w, Nr, C, M)});
   if (out > 0) b.layers.push_back({"extractor", 0, 0, Nr * C * hi + Nr * out * hi});
   b.output = Nr * (out > 0 ? out : C) * hi;
   return b;
@@ -222,11 +239,14 @@ ModelMemory aifs_inference_memory(const AifsOptions& o, const ModelShape& s, con
   for (int64_t l = 0; l < o.processor_layers; ++l) {
     Block b;
     b.name = "processor" + std::to_string(l);
+    // (aifs.cpp TransformerLayerImpl::forward: the norm's output and q/k/v let go after the
+    // attention, its output after its reshaped copy, that after the projection; y += mlp in place.)
     b.forward_temp = 2 * Nh * C * hi;
     b.layers.push_back({"norm", Nh * C * hi, 0, Nh * C * hi});
-    b.layers.push_back({"attention", Nh * C * lo, 0, 5 * Nh * C * lo});
-    b.layers.push_back({"projection", Nh * C * hi, 0, 2 * Nh * C * hi});
-    b.layers.push_back({"mlp", 0, 0, Nh * C * hi + 2 * Nh * M * lo + Nh * C * hi});
+    b.layers.push_back({"attention", Nh * C * lo - Nh * C * hi, 0, 5 * Nh * C * lo});
+    b.layers.push_back({"reshape", 0, 0, Nh * C * lo});
+    b.layers.push_back({"projection", Nh * C * hi - Nh * C * lo, 0, Nh * C * lo + Nh * C * hi});
+    b.layers.push_back({"mlp", 0, 0, mlp_inference(w, Nh, C, M)});
     m.blocks.push_back(std::move(b));
   }
   add_mapper(g.decoder, "decoder", C, out, false, true, 2 * Nh * C * hi);

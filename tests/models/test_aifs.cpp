@@ -127,6 +127,38 @@ TEST(AifsChunks, SameOutputAndGradientsForAnyChunkCount) {
     }
 }
 
+// Inference (autograd off) runs the mapper and processor with in-place sums, products and GELU
+// and lets intermediates go early (aifs.cpp, issue 23): the same kernels on the same values, so its
+// output is the training forward's to the bit, with 1 and 3 mapper chunks; fp32 and bf16-mixed
+// (autocast keeps its promotions: an op is in place only where the out-of-place one gives a's dtype).
+TEST(AifsInference, SameOutputAsTheTrainingForward) {
+  const ModelShape shape{6, 3, 9, 16};
+  const torch::Tensor x = torch::randn({2, 6, 9, 16});
+  for (const int64_t chunks : {1, 3}) {
+    for (const bool autocast : {false, true}) {
+      ModelConfig c = aifs_config("encoder_chunks = " + std::to_string(chunks) + "\ndecoder_chunks = " +
+                                  std::to_string(chunks) + "\nedge_trainable = 2\n");
+      torch::manual_seed(3);
+      WeatherModel model = build_model(c, shape);
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.1);
+      }
+      AutocastGuard guard(torch::kCPU, torch::kBFloat16, autocast);
+      const torch::Tensor trained = model->forward(x).detach();
+      torch::Tensor inferred;
+      {
+        torch::NoGradGuard no_grad;
+        inferred = model->forward(x);
+      }
+      ASSERT_EQ(inferred.scalar_type(), trained.scalar_type()) << chunks << " chunks, autocast " << autocast;
+      EXPECT_TRUE(torch::equal(inferred, trained))
+          << chunks << " chunks, autocast " << autocast << ": largest difference "
+          << (inferred - trained).abs().max().item<double>();
+    }
+  }
+}
+
 TEST(AifsGrid, PointSetGridsAreTheirCells) {
   ModelShape cells{4, 2, 1, 300};
   cells.point_set = true;
