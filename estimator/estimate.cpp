@@ -179,6 +179,12 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
       e.activations = trace_activations(config, shape, options.mode);
       e.sample_bytes = batch_tensor_bytes(trace_config(config), shape);
       e.method = "training step traced on the CPU (counting allocator)";
+      if (config.distributed.model_parallel > 1 && options.mode != Mode::kInference) {
+        // The step ran rank 0 of a model-parallel group over the one-process stand-in
+        // (trainer/training_step.cpp BandGroup): its band's activations and halos.
+        e.activation_ranks = config.distributed.model_parallel;
+        e.method += ", rank 0's band of " + std::to_string(config.distributed.model_parallel) + " (model_parallel)";
+      }
     }
   }
   if (!options.analytic && config.train.accumulation > trace_config(config).train.accumulation) {
@@ -221,7 +227,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
 
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu) {
   Breakdown b = e.breakdown(batch, std::nullopt);
-  b.activations /= static_cast<double>(std::max<int64_t>(1, ranks));
+  b.activations *= static_cast<double>(e.activation_ranks) / static_cast<double>(std::max<int64_t>(1, ranks));
   b.overhead = gpu_overhead(b.allocated(), e.libraries, gpu).total();
   return b;
 }
@@ -239,7 +245,10 @@ ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu) {
   return f;
 }
 
-bool model_can_shard(const RunConfig& config) { return config.model.name == "gnn"; }
+bool model_can_shard(const RunConfig& config) {
+  const std::string& m = config.model.name;
+  return m == "gnn" || m == "graphcast" || m == "aifs";
+}
 
 // Whether AIFS's encoder and decoder chunks save more than its processor blocks in the analytic
 // formulas (per sample, what a step keeps or replays): chunking then lowers the peak. Without a

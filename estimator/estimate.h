@@ -68,6 +68,10 @@ struct Estimate {
   std::string method;      // how activations were obtained, for the report
   ModelStates states;      // per rank, with ZeRO over options.world_size
   ActivationFit activations;
+  // The ranks of a model-parallel group the activations are one rank's of: a trace of a run with
+  // distributed.model_parallel = P runs rank 0's band (the widest) of a group of P, so P; the
+  // formulas still give the whole grid's, so 1.
+  int64_t activation_ranks = 1;
   Breakdown breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const;
   int64_t max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const;
   // How far a GPU has been measured from this estimate for the model's family (error_band.h).
@@ -112,9 +116,11 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
 // GPU does not hold a rank of the run, how many ranks sharing each sample would. A rank of a
 // model-parallel group holds the whole model states (the group replicates the parameters; ZeRO
 // shards them across groups as before) and its band of the grid's activations. This is the
-// projection activations / P: it leaves out the halo nodes a sharded graph also holds (a few rows of
-// the band per message-passing layer) and what does not shrink with the grid (the batch-independent
-// terms shrink here too), so it is a lower bound on P.
+// projection activations x activation_ranks / P from what the estimate holds: from a whole-grid
+// estimate it leaves out the halo nodes a sharded graph also holds (a few rows of the band per
+// message-passing layer) and what does not shrink with the grid (the batch-independent terms shrink
+// here too), so it is a lower bound on P; at the traced run's own model_parallel it is the trace of
+// that rank, halos included.
 struct ModelParallelFit {
   GpuSpec gpu;
   int64_t ranks = 0;         // the smallest P (1..kMaxModelParallel) whose per-rank total fits; 0: none
@@ -125,7 +131,7 @@ inline constexpr int64_t kMaxModelParallel = 64;
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu);
 ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu);
 // Whether the run's model can shard its grid over model-parallel ranks today (the rule core/config.cpp
-// applies to distributed.model_parallel: the gnn so far). For the others, GPUs per model is a
+// applies to distributed.model_parallel: the gnn, graphcast and aifs). For the others, GPUs per model is a
 // projection for a model not yet shardable.
 bool model_can_shard(const RunConfig& config);
 
