@@ -70,7 +70,8 @@ struct Estimate {
   ActivationFit activations;
   // The ranks of a model-parallel group the activations are one rank's of: a trace of a run with
   // distributed.model_parallel = P runs rank 0's band (the widest) of a group of P, so P; the
-  // formulas still give the whole grid's, so 1.
+  // formulas give P where the model describes its band (the gnn on a rectangle), else 1 (the whole
+  // grid's).
   int64_t activation_ranks = 1;
   Breakdown breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const;
   int64_t max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const;

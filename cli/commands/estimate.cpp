@@ -107,7 +107,7 @@ std::vector<estimator::ModelParallelFit> gpus_per_model(const estimator::Estimat
 std::string model_parallel_caveat(const estimator::Estimate& e) {
   const RunConfig& config = e.config;
   if (e.activation_ranks > 1)
-    return "from the trace of rank 0 of model_parallel = " + std::to_string(e.activation_ranks) +
+    return "from rank 0 of model_parallel = " + std::to_string(e.activation_ranks) +
            " (halos included there): activations x " + std::to_string(e.activation_ranks) +
            " / P per rank, whole model states";
   return estimator::model_can_shard(config)
