@@ -119,6 +119,7 @@ TEST(Tuner, ModelParallelTwoMatchesScan) {
   options.cpu_overhead = false;
   const TuneReport r = tune_batch_report(config, kCpu, local_comm(config), options);
   EXPECT_EQ(r.batch, scan.answer) << "budget " << budget << " (estimate " << r.estimated_batch << ")";
+  EXPECT_EQ(r.effective_batch, r.batch) << "the two ranks of a group share their samples: one group";
   for (const auto& p : r.probes) EXPECT_EQ(p.leaked, 0) << "probe at " << p.batch;
   const TuneReport one = tune_batch_report(whole, kCpu, local_comm(whole), options);
   std::printf("[ gnn ] budget %.1f MiB: model_parallel 2 answer %lld (scan %lld probes, estimate %lld, tuner %zu "
