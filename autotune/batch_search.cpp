@@ -17,6 +17,13 @@ namespace wxtrain::autotune {
 
 namespace {
 
+// The data-parallel groups a world of `world` ranks makes: the ranks of a model-parallel group share
+// their samples (distributed.model_parallel), so a step takes batch x accumulation x groups samples.
+// One process running a rank's step (the stand-in group) is one group.
+int64_t data_parallel_groups(int64_t world, const RunConfig& config) {
+  return std::max<int64_t>(1, world / std::max<int64_t>(1, config.distributed.model_parallel));
+}
+
 int64_t grid_max(const SearchOptions& o) {
   if (o.multiple_of < 1) throw ConfigError("memory.multiple_of must be at least 1");
   const int64_t kmax = o.max_batch / o.multiple_of;
@@ -252,7 +259,7 @@ TuneReport tune_members(const RunConfig& config, torch::Device device,
   report.probes = probes;
   report.members = found.batch > 0 ? found.batch + 1 : 0;
   report.batch = batch;
-  report.effective_batch = report.batch * report.accumulation * report.world_size;
+  report.effective_batch = report.batch * report.accumulation * data_parallel_groups(report.world_size, config);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (report.members == 0) {
     const Probe& first = probes.front().members == 2 ? probes.front()
@@ -370,7 +377,7 @@ TuneReport tune_batch_report(const RunConfig& config, torch::Device device,
   SearchResult found = secant_search(so, probe);
   report.probes = found.probes;
   report.batch = found.batch;
-  report.effective_batch = report.batch * report.accumulation * report.world_size;
+  report.effective_batch = report.batch * report.accumulation * data_parallel_groups(report.world_size, config);
 
   if (options.suggestions) {
     for (const estimator::MemorySaver& saver : estimator::memory_savers(on_device, report.world_size)) {

@@ -133,7 +133,7 @@ struct TuneReport {
   std::vector<Probe> probes;
   int64_t batch = 0;            // the answer
   int64_t accumulation = 1;
-  int64_t effective_batch = 0;  // batch x accumulation x world size
+  int64_t effective_batch = 0;  // batch x accumulation x data-parallel groups (world / model_parallel)
   std::vector<Suggestion> suggestions;
   double seconds = 0;           // the whole tuning, estimates included
 };

@@ -102,6 +102,8 @@ ActivationFit trace_activations(const RunConfig& config, const models::ModelShap
   for (int64_t b : batches) traces.push_back(measure_step(config, shape, b, mode));
   ActivationFit f;
   f.traced_states = traces.front().states;
+  // A model-parallel run's step is rank 0's of its group (trainer/training_step.cpp BandGroup).
+  if (mode == Mode::kTrain) f.ranks = config.distributed.model_parallel;
   f.num_params = traces.front().num_params;
   f.blocks = traces.front().blocks;
   for (size_t i = 0; i + 1 < traces.size(); ++i) {

@@ -55,6 +55,9 @@ struct ActivationFit {
   int64_t traced_states = 0;
   int64_t num_params = 0;
   BlockParams blocks;  // for ZeRO-3's gathered blocks (model_states)
+  // The model-parallel ranks these activations are one rank's of: a traced run with
+  // distributed.model_parallel = P runs rank 0 of P; the formulas say (models::ModelMemory::ranks).
+  int64_t ranks = 1;
   double at(double batch) const;  // activation bytes (incl. workspaces and inputs) at `batch`
 
   double per_sample() const;    // the steepest slope: bytes each extra sample costs

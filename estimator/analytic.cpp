@@ -91,9 +91,13 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   // its blocks is per row, times the members; its batch-independent terms are not.
   const double members = mode == Mode::kTrain ? static_cast<double>(members_per_sample(config)) : 1.0;
   const ModelMemory m = rows_per_sample(
-      model.activation_memory(config.model, shape, {w, config.train.checkpointing, mode == Mode::kInference}), members);
+      model.activation_memory(config.model, shape,
+                              {w, config.train.checkpointing, mode == Mode::kInference,
+                               mode == Mode::kTrain ? config.distributed.model_parallel : int64_t{1}}),
+      members);
   ActivationFit fit;
   fit.num_params = model.parameter_count(config.model, shape);
+  fit.ranks = m.ranks;
   const StateLayout layout = state_layout(config.train.precision, config.train.optimizer, config.train.momentum);
   // What the trace counts as states: parameters, their flat gradients and optimizer state, the
   // latitude weights (training only), and the model's buffers.

@@ -184,6 +184,8 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
       e.activations = trace_activations(config, shape, options.mode);
       e.sample_bytes = batch_tensor_bytes(trace_config(config), shape);
       e.method = "training step traced on the CPU (counting allocator)";
+      if (e.activations.ranks > 1)  // the step ran rank 0 of the group over the stand-in (BandGroup)
+        e.method += ", rank 0's band of " + std::to_string(e.activations.ranks) + " (model_parallel)";
     }
   }
   if (!options.analytic && config.train.accumulation > trace_config(config).train.accumulation) {
@@ -196,6 +198,9 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
     for (Line& l : e.activations.small_batch) l.per_sample += extra * sample_bytes;
     e.sample_bytes += extra * sample_bytes;
   }
+  // The formulas give one rank of a model-parallel group where the model describes its band (the
+  // gnn on a rectangle), the trace always.
+  e.activation_ranks = e.activations.ranks;
   // After the trace (which ran the step's kernels in this process): what the libraries hold.
   e.process_resident = process_resident_outside_allocator();
   const int64_t world = options.world_size < 1 ? 1 : options.world_size;
@@ -226,7 +231,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
 
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu) {
   Breakdown b = e.breakdown(batch, std::nullopt);
-  b.activations /= static_cast<double>(std::max<int64_t>(1, ranks));
+  b.activations *= static_cast<double>(e.activation_ranks) / static_cast<double>(std::max<int64_t>(1, ranks));
   b.overhead = gpu_overhead(b.allocated(), e.libraries, gpu).total();
   return b;
 }

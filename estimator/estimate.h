@@ -70,6 +70,11 @@ struct Estimate {
   std::string method;      // how activations were obtained, for the report
   ModelStates states;      // per rank, with ZeRO over options.world_size
   ActivationFit activations;
+  // The ranks of a model-parallel group the activations are one rank's of: a trace of a run with
+  // distributed.model_parallel = P runs rank 0's band (the widest) of a group of P, so P; the
+  // formulas give P where the model describes its band (the gnn on a rectangle), else 1 (the whole
+  // grid's).
+  int64_t activation_ranks = 1;
   Breakdown breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const;
   int64_t max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const;
   // How far a GPU has been measured from this estimate for the model's family (error_band.h).
@@ -114,9 +119,11 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
 // GPU does not hold a rank of the run, how many ranks sharing each sample would. A rank of a
 // model-parallel group holds the whole model states (the group replicates the parameters; ZeRO
 // shards them across groups as before) and its band of the grid's activations. This is the
-// projection activations / P: it leaves out the halo nodes a sharded graph also holds (a few rows of
-// the band per message-passing layer) and what does not shrink with the grid (the batch-independent
-// terms shrink here too), so it is a lower bound on P.
+// projection activations x activation_ranks / P from what the estimate holds: from a whole-grid
+// estimate it leaves out the halo nodes a sharded graph also holds (a few rows of the band per
+// message-passing layer) and what does not shrink with the grid (the batch-independent terms shrink
+// here too), so it is a lower bound on P; at the traced run's own model_parallel it is the trace of
+// that rank, halos included.
 struct ModelParallelFit {
   GpuSpec gpu;
   int64_t ranks = 0;         // the smallest P (1..kMaxModelParallel) whose per-rank total fits; 0: none

@@ -38,6 +38,10 @@ struct FormulaSettings {
   Widths widths;
   bool checkpointing = false;  // train.checkpointing: each block replayed in backward
   bool inference = false;      // no graph: forward only
+  // distributed.model_parallel: a model that can describe one rank of a group (the gnn on a
+  // rectangle so far) gives rank 0's band, the widest, with its halo, and says so in
+  // ModelMemory::ranks; the others give the whole grid.
+  int64_t model_parallel = 1;
 };
 
 // A block is its layers in forward order; per layer, per sample, in bytes:
@@ -88,6 +92,8 @@ struct Block {
 struct ModelMemory {
   std::vector<Block> blocks;
   double output = 0;  // per sample elements of one predicted state
+  // The model-parallel ranks this is one rank's memory of (1: the whole grid).
+  int64_t ranks = 1;
 };
 
 // The layer kinds. `in` / `out` are per-sample element counts of the layer's input / output.

@@ -77,6 +77,57 @@ class RepeatingGroup final : public distributed::Communicator {
   int size_;
 };
 
+// The model-parallel group of a rank in a process of its own (estimate, tune-batch, profile with
+// distributed.model_parallel = P > 1): rank 0 of P, the rank of the widest band (the first ranks
+// take the extra row). The halo exchange's all-gather puts this rank's send rows at their offset and
+// zeros where the other ranks' rows would be, and its reduce-scatter hands back this rank's piece:
+// the values do not matter for memory, the shapes do, so the step allocates what rank 0 of a real
+// group allocates (the gathered halo, its gradient) and its memory is traced as such. The gradient
+// flows through this rank's rows as in the real exchange. The loss's allreduce scales this band's
+// share by P (what the group's sum would be with P bands like it).
+class BandGroup final : public distributed::Communicator {
+ public:
+  explicit BandGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "model-parallel group stand-in"; }
+  distributed::WorkHandle allgather_async(torch::Tensor input, torch::Tensor output,
+                                          std::vector<int64_t> counts) override {
+    check_tensor(input, "allgather");
+    check_tensor(output, "allgather");
+    const std::vector<int64_t> c = resolve_counts(std::move(counts), output.numel(), input.numel(), "allgather");
+    output.zero_();
+    output.view({-1}).narrow(0, 0, c[0]).copy_(input.reshape({-1}));
+    return distributed::completed_work();
+  }
+  distributed::WorkHandle reduce_scatter_async(torch::Tensor input, torch::Tensor output,
+                                               std::vector<int64_t> counts) override {
+    check_tensor(input, "reduce_scatter");
+    check_tensor(output, "reduce_scatter");
+    const std::vector<int64_t> c = resolve_counts(std::move(counts), input.numel(), output.numel(), "reduce_scatter");
+    output.view({-1}).copy_(input.reshape({-1}).narrow(0, 0, c[0]));
+    return distributed::completed_work();
+  }
+  distributed::WorkHandle allreduce_async(torch::Tensor tensor) override {
+    tensor.mul_(static_cast<double>(size_));
+    return distributed::completed_work();
+  }
+  distributed::WorkHandle broadcast_async(torch::Tensor, int) override { return unsupported("broadcast"); }
+  void barrier() override {}
+  double max(double value) override { return value; }
+  double sum(double value) override { return value * size_; }
+  std::shared_ptr<distributed::Communicator> split(int, int) override {
+    unsupported("split");
+    return nullptr;
+  }
+
+ private:
+  static distributed::WorkHandle unsupported(const char* op) {
+    throw Error(std::string(op) + ": the one-process stand-in of a model-parallel group only exchanges halos");
+  }
+  int size_;
+};
+
 }  // namespace
 
 AutocastState autocast_for(Precision precision, const torch::Device& device) {
@@ -303,10 +354,13 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   state->rollout.noise_members = state->ensemble.local_members();
   if (state->rollout.noise_channels > 0) state->rollout.noise = make_noise_generator(t.seed, layout_of_groups.group);
 
-  // Model parallelism. A world of one (estimate, tune-batch, profile) runs the model whole.
+  // Model parallelism. A world of one (estimate, tune-batch, profile in one process; train refuses
+  // that world before it gets here) runs the step of rank 0 of a group, the widest band, over the
+  // stand-in group (BandGroup), as an ensemble group's stand-in does above.
   const int64_t MP = config.distributed.model_parallel;
-  if (MP > 1 && world > 1) {
-    if (world % MP != 0)
+  const bool mp_stand_in = world == 1 && MP > 1;
+  if (MP > 1) {
+    if (!mp_stand_in && world % MP != 0)
       throw ConfigError("distributed.model_parallel = " + std::to_string(MP) + " does not divide the world of " +
                         std::to_string(world) + " rank(s): a model-parallel group is model_parallel consecutive "
                         "ranks, so launch a multiple of it (mpirun -np)");
@@ -316,7 +370,8 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
     ModelParallelSetup& mp = state->model_parallel;
     mp.size = MP;
     mp.rank = static_cast<int>(rank % MP);
-    mp.comm = state->comm->split(static_cast<int>(rank / MP), mp.rank);  // collective over the world
+    mp.comm = mp_stand_in ? std::make_shared<BandGroup>(static_cast<int>(MP))
+                          : state->comm->split(static_cast<int>(rank / MP), mp.rank);  // collective over the world
     // Bands of whole rows on a rectangle (the cells' flattened order is row-major, so a band is a
     // contiguous range of nodes), of cells on a point set; the first ranks take one more when the
     // count does not divide.
@@ -592,7 +647,7 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
     // its band's), so the ranks' weighted band losses sum over a group to its samples' loss: the
     // data-parallel groups, not the ranks, are what the reduction averages over (below).
     const int world = state_.comm ? state_.comm->size() : 1;
-    const int64_t groups = world / mp.size;
+    const int64_t groups = std::max<int64_t>(1, world / mp.size);  // 1: the one-process stand-in
     const double total = world > 1 ? state_.comm->sum(local) : local;
     for (double& v : weights) v = total > 0 ? v * static_cast<double>(n * groups) / total : 1.0;
   }

@@ -119,12 +119,17 @@ std::vector<estimator::ModelParallelFit> gpus_per_model(const estimator::Estimat
   return out;
 }
 
-std::string model_parallel_caveat(const RunConfig& config) {
+std::string model_parallel_caveat(const estimator::Estimate& e) {
+  const RunConfig& config = e.config;
+  if (e.activation_ranks > 1)
+    return "from rank 0 of model_parallel = " + std::to_string(e.activation_ranks) +
+           " (halos included there): activations x " + std::to_string(e.activation_ranks) +
+           " / P per rank, whole model states";
   return estimator::model_can_shard(config)
              ? "activations / P per rank, whole model states; the halo nodes are not counted"
              : "a projection for a model not yet shardable: model.name = \"" + config.model.name +
-                   "\" cannot shard its grid over model-parallel ranks yet (only the gnn, graphcast and aifs can); activations / P per rank, "
-                   "whole model states";
+                   "\" cannot shard its grid over model-parallel ranks (only the gnn, graphcast and aifs can); "
+                   "activations / P per rank, whole model states";
 }
 
 int run_estimate(const EstimateArgs& args) {
@@ -289,7 +294,7 @@ int run_estimate(const EstimateArgs& args) {
     print_sure_batches(e, fits);
     if (!per_model.empty()) {
       std::cout << "\nGPUs per model where one does not hold a rank (distributed.model_parallel; "
-                << model_parallel_caveat(config) << "):\n";
+                << model_parallel_caveat(e) << "):\n";
       Table m({"GPU", "GPUs per model", "per rank at batch " + std::to_string(batch) + " GiB"}, {false, true, true});
       for (const auto& f : per_model)
         m.add({f.gpu.label, f.ranks > 0 ? std::to_string(f.ranks) : "more than " + std::to_string(estimator::kMaxModelParallel),

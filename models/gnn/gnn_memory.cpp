@@ -25,6 +25,39 @@ int64_t edges_of(const ModelShape& s, int64_t radius) {
   return grid_edges(s.lat, s.lon, radius);
 }
 
+// Rank 0 of a model-parallel group of P on a rectangle (docs/distributed.md, "Model parallelism";
+// GraphNetImpl::set_node_shard): its band of rows (the widest: the first lat % P ranks take one
+// more), the edges it receives (every sender within `radius`, above or below the band too), its
+// halo (the rows within `radius` below the band) and what one exchange gathers (every rank's rows
+// that another band reads: within `radius` of a neighbouring band). Counted from the grid as the
+// partition counts them from the graph.
+struct Band {
+  int64_t rows = 0;
+  double nodes = 0, edges = 0, halo = 0, exchanged = 0;
+};
+
+Band rank0_band(int64_t lat, int64_t lon, int64_t radius, int64_t P) {
+  std::vector<int64_t> start{0};
+  for (int64_t q = 0; q < P; ++q) start.push_back(start.back() + lat / P + (q < lat % P ? 1 : 0));
+  Band b;
+  b.rows = start[1];
+  b.nodes = static_cast<double>(b.rows * lon);
+  for (int64_t dy = -radius; dy <= radius; ++dy) {
+    int64_t receivers = 0;  // rows y of the band whose sender row y + dy lies in the grid
+    for (int64_t y = 0; y < b.rows; ++y) receivers += (y + dy >= 0 && y + dy < lat) ? 1 : 0;
+    for (int64_t dx = -radius; dx <= radius; ++dx)
+      if (dy != 0 || dx != 0) b.edges += static_cast<double>(receivers * std::max<int64_t>(0, lon - std::abs(dx)));
+  }
+  b.halo = static_cast<double>(std::min(radius, lat - b.rows) * lon);
+  for (int64_t q = 0; q < P; ++q) {
+    int64_t sent = 0;
+    for (int64_t y = start[q]; y < start[q + 1]; ++y)
+      sent += ((q > 0 && y < start[q] + radius) || (q + 1 < P && y >= start[q + 1] - radius)) ? 1 : 0;
+    b.exchanged += static_cast<double>(sent * lon);
+  }
+  return b;
+}
+
 }  // namespace
 
 // GraphMLP: one Linear per input (bias on the first only) summed, then layers-1 Linears, then an
@@ -64,12 +97,23 @@ int64_t gnn_parameter_count(const GraphNetOptions& c, const ModelShape& s) {
 ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s, const FormulaSettings& f) {
   const Widths& w = f.widths;
   ModelMemory m;
-  const double N = static_cast<double>(s.lat * s.lon);
-  const double E = static_cast<double>(edges_of(s, c.neighbourhood));
+  double N = static_cast<double>(s.lat * s.lon);
+  double E = static_cast<double>(edges_of(s, c.neighbourhood));
   const double L = static_cast<double>(c.latent);
   const int64_t layers = c.mlp_layers;
   const int64_t k = s.conditional_noise;
   const double K = static_cast<double>(k);
+  // Model parallelism on a rectangle: rank 0's band, its received edges, and per processor layer the
+  // halo it fetches (H senders read beside its N nodes) through an exchange of X rows.
+  double H = 0, X = 0;
+  if (f.model_parallel > 1 && !s.point_set && s.lat >= f.model_parallel) {
+    const Band band = rank0_band(s.lat, s.lon, c.neighbourhood, f.model_parallel);
+    N = band.nodes;
+    E = band.edges;
+    H = band.halo;
+    X = band.exchanged;
+    m.ranks = f.model_parallel;
+  }
 
   Block enc;
   enc.name = "encoder";
@@ -111,7 +155,11 @@ ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s,
     Block b;
     b.name = "processor" + std::to_string(i);
     // Edge update: sender and receiver projections gathered onto the edges, plus the edge projection.
-    b.layers.push_back(gather(N * L, w.high, 2 * E * L * w.low + N * L * w.low));
+    // Sharded, the senders are the band's nodes and the halo (cat of the two, saved by nothing), the
+    // halo gathered through the exchange's X rows: temporaries of the forward, and their gradients
+    // in backward.
+    if (H > 0) b.layers.push_back(gather(N * L, w.high, (X + 2 * H + N + H) * L * w.high));
+    b.layers.push_back(gather((N + H) * L, w.high, 2 * E * L * w.low + (N + H) * L * w.low));
     graph_mlp(b, w, E, L, L, layers, true);
     if (k > 0) {
       b.layers.push_back(conditional(E));

@@ -103,6 +103,32 @@ TEST_P(TunerMatchesScan, AtSeveralBudgets) {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, TunerMatchesScan, ::testing::Values("unet", "vit", "gnn"));
 
+// Under distributed.model_parallel = 2 in one process every probe is rank 0's step of a group of
+// two (its band of 17 of the 33 rows, the halos over the stand-in group): the tuner's answer is the
+// exhaustive scan's, and above what one process holding the whole grid fits in the same budget.
+TEST(Tuner, ModelParallelTwoMatchesScan) {
+  RunConfig whole = testing::tiny_config("gnn");
+  const int64_t budget = budget_near(whole, 6);
+  whole.memory.limit = budget;
+  RunConfig config = whole;
+  config.distributed.model_parallel = 2;
+  const Scan scan = exhaustive_scan(config, budget);
+  ASSERT_TRUE(scan.monotone) << "memory is not monotone in the batch size at budget " << budget;
+  TuneOptions options;
+  options.suggestions = false;
+  options.cpu_overhead = false;
+  const TuneReport r = tune_batch_report(config, kCpu, local_comm(config), options);
+  EXPECT_EQ(r.batch, scan.answer) << "budget " << budget << " (estimate " << r.estimated_batch << ")";
+  EXPECT_EQ(r.effective_batch, r.batch) << "the two ranks of a group share their samples: one group";
+  for (const auto& p : r.probes) EXPECT_EQ(p.leaked, 0) << "probe at " << p.batch;
+  const TuneReport one = tune_batch_report(whole, kCpu, local_comm(whole), options);
+  std::printf("[ gnn ] budget %.1f MiB: model_parallel 2 answer %lld (scan %lld probes, estimate %lld, tuner %zu "
+              "probes); one process %lld\n",
+              budget / 1048576.0, static_cast<long long>(scan.answer), static_cast<long long>(scan.probes),
+              static_cast<long long>(r.estimated_batch), r.probes.size(), static_cast<long long>(one.batch));
+  EXPECT_GT(r.batch, one.batch) << "a band of the grid holds no more samples than the whole grid";
+}
+
 TEST(Tuner, HonoursMultipleOf) {
   RunConfig config = testing::tiny_config("unet");
   const int64_t budget = budget_near(config, 14);

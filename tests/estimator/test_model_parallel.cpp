@@ -1,0 +1,108 @@
+// Model parallelism in one process (distributed.model_parallel = P, docs/distributed.md "Model
+// parallelism"): estimate, tune-batch and profile run the step of rank 0 of a group of P, its band
+// of the grid, over the stand-in group (trainer/training_step.cpp BandGroup), so the trace is what
+// one rank of the group holds: its band's activations and the halos it gathers.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "core/config.h"
+#include "core/memory_meter.h"
+#include "distributed/halo_exchange.h"
+#include "estimator/activation_trace.h"
+#include "estimator/analytic.h"
+#include "estimator/estimate.h"
+#include "models/weather_model.h"
+
+namespace wxtrain::estimator {
+namespace {
+
+const bool kMeterInstalled = (memory_meter(c10::Device(c10::DeviceType::CPU)), true);
+
+// The storm grid (33 x 36, 6 variables, history 2) placed where the data lies: GraphCast's mesh
+// is regional there, as in the trainer's model-parallel test.
+models::ModelShape storm_region_shape() {
+  models::ModelShape s{12, 6, 33, 36};
+  for (int64_t i = 0; i < 33; ++i) s.latitudes.push_back(20.0 + 1.25 * static_cast<double>(i));
+  for (int64_t j = 0; j < 36; ++j) s.longitudes.push_back(-140.0 + 2.5 * static_cast<double>(j));
+  return s;
+}
+
+// The small models of tests/trainer/test_train_model_parallel_mpi.cpp.
+RunConfig small_run(const std::string& name, int64_t model_parallel) {
+  std::string model = "name = \"gnn\"\nlatent = 16\nprocessor_layers = 2\nmlp_layers = 1\n";
+  if (name == "graphcast")
+    model = "name = \"graphcast\"\nlatent = 16\nprocessor_layers = 2\nmlp_layers = 1\nmesh_refinement = 3\n";
+  if (name == "aifs")
+    model = "name = \"aifs\"\nnum_channels = 16\nnum_heads = 2\nmapper_num_heads = 2\nmlp_hidden_ratio = 2\n"
+            "processor_layers = 2\nhidden_grid = \"o8\"\nwindow_size = 32\nencoder_chunks = 2\n";
+  RunConfig r;
+  r.model = parse_config("[model]\n" + model + "[data]\nvariables = [\"a\"]\ngrid = [8, 8]\n", name + ".toml").model;
+  r.train.device = "cuda";  // the unfused path a GPU runs (the trace turns CPU fusion off)
+  r.distributed.model_parallel = model_parallel;
+  return r;
+}
+
+class ModelParallelTrace : public ::testing::TestWithParam<std::string> {};
+
+// Rank 0 of two holds 17 of the 33 rows: its traced activations are about half the whole grid's,
+// more by the halos it gathers (and the batch-independent terms of a graph that do not split
+// evenly), and the halo exchange ran, through the stand-in, forward and backward.
+TEST_P(ModelParallelTrace, RankOfTwoHoldsItsBandAndHalos) {
+  const models::ModelShape shape = storm_region_shape();
+  const ActivationFit whole = trace_activations(small_run(GetParam(), 1), shape, Mode::kTrain, {2, 4});
+  const distributed::HaloStats before = distributed::halo_stats();
+  const ActivationFit band = trace_activations(small_run(GetParam(), 2), shape, Mode::kTrain, {2, 4});
+  const distributed::HaloStats after = distributed::halo_stats();
+  EXPECT_GT(after.exchanges, before.exchanges) << "the sharded model exchanged no halo";
+  EXPECT_GT(after.backward_exchanges, before.backward_exchanges) << "no halo gradient went back";
+  EXPECT_EQ(band.num_params, whole.num_params) << "the parameters stay whole on every rank";
+  for (const double b : {2.0, 4.0}) {
+    const double ratio = band.at(b) / whole.at(b);
+    std::printf("[ model parallel ] %-9s batch %.0f: whole %9.0f rank 0 of 2 %9.0f ratio %.3f\n", GetParam().c_str(), b,
+                whole.at(b), band.at(b), ratio);
+    EXPECT_GT(ratio, 17.0 / 33.0 - 0.02) << "less than its band of the grid";
+    EXPECT_LT(ratio, 0.8) << "the band holds nearly the whole grid's activations";
+  }
+}
+
+// estimate at model_parallel = 2 reports rank 0's trace, and GPUs per model scales from it: at
+// P = 2 it is the trace itself, at P = 1 twice its activations.
+TEST(ModelParallelEstimate, TracedEstimateIsOneRanks) {
+  const RunConfig r = small_run("gnn", 2);
+  const Estimate e = estimate(r, storm_region_shape(), {});
+  EXPECT_EQ(e.activation_ranks, 2);
+  EXPECT_NE(e.method.find("rank 0's band of 2"), std::string::npos) << e.method;
+  const GpuSpec gpu{"custom", "custom", int64_t{1} << 40, false, 90};
+  const Breakdown at_batch = e.breakdown(e.batch(), std::nullopt);
+  EXPECT_NEAR(model_parallel_breakdown(e, e.batch(), 2, gpu).activations, at_batch.activations, 1.0);
+  EXPECT_NEAR(model_parallel_breakdown(e, e.batch(), 1, gpu).activations, 2 * at_batch.activations, 1.0);
+  for (const char* m : {"gnn", "graphcast", "aifs"}) EXPECT_TRUE(model_can_shard(small_run(m, 1))) << m;
+}
+
+// The gnn's formulas at model_parallel = 2 describe rank 0's band (its nodes, the edges it receives,
+// the halo it fetches per layer: models/gnn/gnn_memory.cpp rank0_band) within 8% of the trace of that
+// rank, with and without checkpointing; GraphCast's and AIFS's formulas still give the whole grid.
+TEST(ModelParallelFormula, GnnBandWithinEightPercentOfTheTrace) {
+  const models::ModelShape shape = storm_region_shape();
+  for (const bool checkpointing : {false, true}) {
+    RunConfig r = small_run("gnn", 2);
+    r.train.checkpointing = checkpointing;
+    const ActivationFit traced = trace_activations(r, shape, Mode::kTrain, {4, 16});
+    const ActivationFit analytic = analytic_activations(r, shape, Mode::kTrain);
+    EXPECT_EQ(analytic.ranks, 2);
+    for (const double b : {4.0, 16.0}) {
+      const double error = analytic.at(b) / traced.at(b) - 1;
+      std::printf("[ model parallel ] gnn rank 0 of 2 ckpt=%d batch %2.0f: traced %9.0f analytic %9.0f error %+.1f%%\n",
+                  checkpointing, b, traced.at(b), analytic.at(b), 100 * error);
+      EXPECT_LT(std::abs(error), 0.08) << "ckpt " << checkpointing << " batch " << b;
+    }
+  }
+  EXPECT_EQ(analytic_activations(small_run("graphcast", 2), shape, Mode::kTrain).ranks, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Graph, ModelParallelTrace, ::testing::Values("gnn", "graphcast", "aifs"));
+
+}  // namespace
+}  // namespace wxtrain::estimator
