@@ -123,10 +123,6 @@ int64_t RunConfig::max_rollout() const {
   return longest;
 }
 
-bool model_can_shard_grid(const std::string& model_name) {
-  return model_name == "gnn" || model_name == "graphcast" || model_name == "aifs";
-}
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -608,10 +604,13 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
     if (d.model_parallel > 1) {
       // The graph models split their graphs by region (models' set_node_shard); the others would
       // silently run whole.
-      if (!model_can_shard_grid(c.model.name))
-        r.fail("model_parallel", "= " + std::to_string(d.model_parallel) + " needs a model that can shard its grid: "
-                                 "model.name = \"gnn\", \"graphcast\" or \"aifs\", this run has \"" + c.model.name +
-                                 "\" (set model_parallel = 1)");
+      if (const ModelSchema* schema = find_model_schema(c.model.name); schema && !schema->shards_grid) {
+        std::string takers;
+        for (const ModelSchema& s : model_schemas())
+          if (s.shards_grid) takers += (takers.empty() ? "model.name = \"" : "\", \"") + s.name;
+        r.fail("model_parallel", "= " + std::to_string(d.model_parallel) + " needs a model that can shard its grid: " +
+                                 takers + "\", this run has \"" + c.model.name + "\" (set model_parallel = 1)");
+      }
       // AIFS-ENS averages the noise onto the hidden nodes over the encoder's edges outside its
       // sharded mapper.
       if (c.train.conditional_noise())

@@ -222,17 +222,13 @@ struct DistributedConfig {
   // holding train.ensemble_members / ensemble_group of the members); 1 = every rank its own.
   int64_t ensemble_group = 1;
   // distributed.model_parallel: consecutive ranks sharing one sample, each holding a contiguous
-  // band of its grid cells (model_can_shard_grid; docs/distributed.md "Model parallelism"). The world
+  // band of its grid cells (the models whose ModelSchema::shards_grid; docs/distributed.md "Model
+  // parallelism"). The world
   // splits into world / model_parallel data-parallel groups of model_parallel ranks.
   int64_t model_parallel = 1;
   // Ranks that read the same samples: an ensemble group or a model-parallel group.
   int64_t sample_group() const { return ensemble_group * model_parallel; }
 };
-
-// The models that split their grid over distributed.model_parallel ranks (the graph models:
-// WeatherModelImpl::can_shard_nodes); the config refuses the others by name and `estimate` labels
-// their GPUs-per-model answer a projection.
-bool model_can_shard_grid(const std::string& model_name);
 
 // The channels of a run by role, in the order the model sees them. Model input: `history`
 // prognostic states (oldest first, each state's channels in order), then the forcings at the

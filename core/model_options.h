@@ -55,6 +55,9 @@ struct ModelSchema {
   // through the reader (file, line, key). The one place a model's option rules live.
   std::function<void(SectionReader&, ModelOptions&)> read;
   std::vector<ModelPreset> presets;
+  // distributed.model_parallel: the model splits its grid over the ranks of a group
+  // (WeatherModelImpl::set_node_shard); the run file is refused for the others.
+  bool shards_grid = false;
 };
 
 // Builds a schema from a typed reader: `read(reader, UNetOptions&)`.

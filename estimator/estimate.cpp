@@ -4,7 +4,6 @@
 
 #include "core/units.h"
 #include "estimator/analytic.h"
-#include "models/aifs/aifs_options.h"
 #include "models/registry.h"
 #include "models/weather_model.h"
 
@@ -249,28 +248,9 @@ ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu) {
   return f;
 }
 
-bool model_can_shard(const RunConfig& config) { return model_can_shard_grid(config.model.name); }
-
-// Whether AIFS's encoder and decoder chunks save more than its processor blocks in the analytic
-// formulas (per sample, what a step keeps or replays): chunking then lowers the peak. Without a
-// grid (a run file not yet set up) the answer is yes: the mappers dominate at every published size.
-bool aifs_mappers_dominate(const RunConfig& config) {
-  models::ModelShape shape;
-  try {
-    shape = models::model_shape(config);
-  } catch (const std::exception&) {
-    return true;
-  }
-  const models::ModelMemory m = models::find_model("aifs").activation_memory(
-      config.model, shape, {models::widths(config.train.precision), config.train.checkpointing, false});
-  // What the step holds of each: all it saves, or, checkpointed (one block replayed at a time),
-  // the largest block's.
-  double mappers = 0, processor = 0;
-  for (const models::Block& b : m.blocks) {
-    double& side = b.name.rfind("processor", 0) == 0 ? processor : mappers;
-    side = config.train.checkpointing ? std::max(side, b.saved()) : side + b.saved();
-  }
-  return mappers > processor;
+bool model_can_shard(const RunConfig& config) {
+  const ModelSchema* schema = find_model_schema(config.model.name);
+  return schema && schema->shards_grid;
 }
 
 std::vector<MemorySaver> memory_savers(const RunConfig& config, int64_t world_size) {
@@ -289,21 +269,9 @@ std::vector<MemorySaver> memory_savers(const RunConfig& config, int64_t world_si
   if (config.train.precision != Precision::kBf16) {
     add("train.precision = \"bf16\"", [](RunConfig& c) { c.train.precision = Precision::kBf16; });
   }
-  // AIFS: its mappers' edge-sized tensors are computed in model.encoder_chunks / decoder_chunks
-  // groups of receivers, one after another (anemoi's num_chunks). Where the mappers hold more than
-  // the processor, twice the chunks is offered (up to 64).
-  if (config.model.name == "aifs") {
-    const auto& o = config.model.options.as<models::AifsOptions>();
-    const int64_t chunks = std::max(o.encoder_chunks, o.decoder_chunks);
-    if (chunks < 64 && aifs_mappers_dominate(config)) {
-      const std::string more = std::to_string(2 * chunks);
-      add("model.encoder_chunks = " + more + ", model.decoder_chunks = " + more, [&](RunConfig& c) {
-        auto& a = c.model.options.as<models::AifsOptions>();
-        a.encoder_chunks = 2 * chunks;
-        a.decoder_chunks = 2 * chunks;
-      });
-    }
-  }
+  // The model's own (AIFS: more mapper chunks where its mappers hold the peak).
+  if (const auto& own = models::find_model(config.model.name).memory_savers)
+    for (models::ModelMemorySaver& saver : own(config, /*inference=*/false)) add(saver.setting, saver.apply);
   if (world_size > 1 && config.distributed.zero_stage < 3) {
     const int64_t stage = config.distributed.zero_stage + 1;
     add("distributed.zero_stage = " + std::to_string(stage),
@@ -317,7 +285,8 @@ std::string ways_to_save_memory(const RunConfig& config, int64_t batch, Mode mod
   if (mode == Mode::kInference) {
     // A forward pass holds the weights and one step's activations: their precision and the batch.
     if (config.train.precision != Precision::kBf16) ways.push_back("train.precision = \"bf16\"");
-    if (config.model.name == "aifs") ways.push_back("more model.encoder_chunks and model.decoder_chunks");
+    if (const auto& own = models::find_model(config.model.name).memory_savers)
+      for (const models::ModelMemorySaver& saver : own(config, /*inference=*/true)) ways.push_back(saver.setting);
     if (batch > 1) ways.push_back("a smaller batch");
     ways.push_back("a GPU with more memory");
   } else {

@@ -133,8 +133,8 @@ inline constexpr int64_t kMaxModelParallel = 64;
 // The per-rank memory at `batch` with P ranks sharing each sample, on `gpu` (its overhead included).
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu);
 ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu);
-// Whether the run's model can shard its grid over model-parallel ranks today (core/config.h
-// model_can_shard_grid: the graph models). For the others, GPUs per model is a
+// Whether the run's model can shard its grid over model-parallel ranks today (its
+// ModelSchema::shards_grid: the graph models). For the others, GPUs per model is a
 // projection for a model not yet shardable.
 bool model_can_shard(const RunConfig& config);
 

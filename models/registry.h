@@ -31,6 +31,13 @@ struct GpuLibraries {
   bool convolutions = true;  // Conv2d (patch embeddings too): cuDNN
 };
 
+// A setting of a model's own that lowers its memory, offered by `estimate` and `tune-batch` beside
+// the generic ones (checkpointing, precision, ZeRO).
+struct ModelMemorySaver {
+  std::string setting;                   // as the run file says it: "model.encoder_chunks = 8, ..."
+  std::function<void(RunConfig&)> apply;  // the change
+};
+
 struct ModelEntry {
   ModelSchema schema;  // name, summary, options and presets (core/model_options.h)
   std::function<WeatherModel(const ModelConfig&, const ModelShape&)> build;
@@ -47,6 +54,9 @@ struct ModelEntry {
   // Takes an ensemble's noise through conditional LayerNorms (train.noise_injection =
   // "conditional_norm", ModelShape::conditional_noise); else only as input channels.
   bool conditional_noise = false;
+  // The model's own memory savers for this run, in the order to offer them (`inference`: for a
+  // forward pass); unset when it has none.
+  std::function<std::vector<ModelMemorySaver>(const RunConfig&, bool inference)> memory_savers;
 };
 
 // Typed wrappers: the functions take the model's own options struct.

@@ -121,7 +121,7 @@ class WeatherModelImpl : public torch::nn::Module {
   virtual torch::Tensor forward(torch::Tensor x) = 0;
 
   // Whether set_node_shard is implemented (gnn, graphcast, aifs); the config refuses the others by
-  // name (core/config.h model_can_shard_grid).
+  // name (ModelSchema::shards_grid, core/model_options.h).
   virtual bool can_shard_nodes() const { return false; }
   // From now on forward runs this rank's cells only (NodeShard). Call after the model is on its
   // device: the shard's index tensors are built on the buffers' device. The parameters stay whole.

@@ -665,6 +665,7 @@ ModelEntry aifs_entry() {
   ModelEntry e = make_model_entry<AifsOptions, AifsImpl>(aifs_schema(), &aifs_parameter_count, &aifs_activation_memory,
                                                          {/*gemms=*/true, /*convolutions=*/false}, &aifs_buffer_bytes);
   e.conditional_noise = true;
+  e.memory_savers = &aifs_memory_savers;
   return e;
 }
 

@@ -217,6 +217,9 @@ StateDict aifs_state_from_anemoi(const StateDict& anemoi, const AifsImpl& model,
 int64_t aifs_parameter_count(const AifsOptions& o, const ModelShape& s);
 ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, const FormulaSettings& f);
 double aifs_buffer_bytes(const AifsOptions& o, const ModelShape& s, double param_bytes);
+// Twice the mapper chunks (up to 64): always for inference; for training where the mappers hold
+// more than the processor in the formulas (chunking then lowers the peak).
+std::vector<ModelMemorySaver> aifs_memory_savers(const RunConfig& config, bool inference);
 
 ModelEntry aifs_entry();  // models/registry.cpp
 

@@ -363,4 +363,40 @@ double aifs_buffer_bytes(const AifsOptions& o, const ModelShape& s, double param
   return edges * (2 * 8 + 3 * param_bytes) + (g.data + g.hidden) * 4 * param_bytes;
 }
 
+// Whether the encoder's and decoder's chunks save more than the processor's blocks in the formulas
+// (per sample, what a step keeps or replays): chunking then lowers the peak. Without a grid (a run
+// file not yet set up) the answer is yes: the mappers dominate at every published size.
+static bool aifs_mappers_dominate(const RunConfig& config) {
+  ModelShape shape;
+  try {
+    shape = model_shape(config);
+  } catch (const std::exception&) {
+    return true;
+  }
+  const ModelMemory m = aifs_activation_memory(config.model.options.as<AifsOptions>(), shape,
+                                               {widths(config.train.precision), config.train.checkpointing, false});
+  // What the step holds of each: all it saves, or, checkpointed (one block replayed at a time),
+  // the largest block's.
+  double mappers = 0, processor = 0;
+  for (const Block& b : m.blocks) {
+    double& side = b.name.rfind("processor", 0) == 0 ? processor : mappers;
+    side = config.train.checkpointing ? std::max(side, b.saved()) : side + b.saved();
+  }
+  return mappers > processor;
+}
+
+// The mappers' edge-sized tensors are computed in encoder_chunks / decoder_chunks groups of
+// receivers, one after another (anemoi's num_chunks).
+std::vector<ModelMemorySaver> aifs_memory_savers(const RunConfig& config, bool inference) {
+  const auto& o = config.model.options.as<AifsOptions>();
+  const int64_t chunks = std::max(o.encoder_chunks, o.decoder_chunks);
+  if (chunks >= 64 || (!inference && !aifs_mappers_dominate(config))) return {};
+  const std::string more = std::to_string(2 * chunks);
+  return {{"model.encoder_chunks = " + more + ", model.decoder_chunks = " + more, [chunks](RunConfig& c) {
+             auto& a = c.model.options.as<AifsOptions>();
+             a.encoder_chunks = 2 * chunks;
+             a.decoder_chunks = 2 * chunks;
+           }}};
+}
+
 }  // namespace wxtrain::models

@@ -114,9 +114,11 @@ ModelPreset aifs_single_1() {
 }  // namespace
 
 ModelSchema aifs_schema() {
-  return make_model_schema<AifsOptions>(
+  ModelSchema s = make_model_schema<AifsOptions>(
       "aifs", "AIFS: graph-transformer encoder/decoder and a sliding-window transformer on a reduced Gaussian grid",
       &read, {aifs_single_1()});
+  s.shards_grid = true;  // grid bands, hidden nodes by latitude (aifs.cpp set_node_shard)
+  return s;
 }
 
 }  // namespace wxtrain::models

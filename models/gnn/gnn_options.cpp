@@ -19,7 +19,9 @@ void read(SectionReader& r, GraphNetOptions& o) {
 }  // namespace
 
 ModelSchema gnn_schema() {
-  return make_model_schema<GraphNetOptions>("gnn", "message-passing network on the grid's own graph", &read);
+  ModelSchema s = make_model_schema<GraphNetOptions>("gnn", "message-passing network on the grid's own graph", &read);
+  s.shards_grid = true;  // by latitude band (gnn.cpp set_node_shard)
+  return s;
 }
 
 }  // namespace wxtrain::models

@@ -81,8 +81,11 @@ ModelPreset graphcast_1() {
 }  // namespace
 
 ModelSchema graphcast_schema() {
-  return make_model_schema<GraphCastOptions>("graphcast", "GraphCast: encoder-processor-decoder on an icosahedral multi-mesh",
-                                             &read, {graphcast_025(), graphcast_1()});
+  ModelSchema s = make_model_schema<GraphCastOptions>(
+      "graphcast", "GraphCast: encoder-processor-decoder on an icosahedral multi-mesh", &read,
+      {graphcast_025(), graphcast_1()});
+  s.shards_grid = true;  // grid bands, mesh nodes by their grid neighbourhood (graphcast.cpp set_node_shard)
+  return s;
 }
 
 }  // namespace wxtrain::models
