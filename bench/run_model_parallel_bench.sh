@@ -77,4 +77,4 @@ median() {  # samples/s (7th column) of the steps after the first two
 whole=$(median "$work/whole")
 bands=$(median "$work/bands")
 grep "^model parallel:" "$work/bands.log"
-echo "samples/s: one process $whole, two bands (per rank) $bands; step time two bands / one process: $(awk -v a="$whole" -v b="$bands" 'BEGIN {printf "%.3f", a / b}')"
+echo "samples/s: one process $whole, two bands (the group) $bands; step time two bands / one process: $(awk -v a="$whole" -v b="$bands" 'BEGIN {printf "%.3f", a / b}')"

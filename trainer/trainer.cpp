@@ -953,7 +953,10 @@ class TrainingLoop {
     m.lr = lr;
     m.grad_norm = r.grad_norm;
     m.loss_scale = r.loss_scale;
-    m.samples_per_s = static_cast<double>(t_.batch_size * t_.accumulation * run_.world.size) / seconds;
+    // Samples the whole job takes per step: the ranks of an ensemble or model-parallel group share
+    // theirs, so the data-parallel groups count, not the ranks.
+    const int64_t data_parallel = run_.world.size / run_.config.distributed.sample_group();
+    m.samples_per_s = static_cast<double>(t_.batch_size * t_.accumulation * data_parallel) / seconds;
     const MemorySnapshot mem = meter_.snapshot();
     m.allocated_gb = mem.allocated / kGB;
     m.reserved_gb = mem.reserved / kGB;
