@@ -29,4 +29,20 @@ int64_t noise_mlp_params(int64_t k) {
   return (k + 1) * kNoiseMlpHidden + (kNoiseMlpHidden + 1) * k + 2 * k;
 }
 
+Block noise_injector_block(const Widths& w, double nodes, double k, bool checkpointing) {
+  const double hid = static_cast<double>(kNoiseMlpHidden);
+  Block b;
+  b.name = "noise_injector";
+  b.layers.push_back(conv_or_linear(w, nodes * k, nodes * hid));
+  b.layers.push_back(activation(nodes * hid, w.low));
+  b.layers.push_back(conv_or_linear(w, nodes * hid, nodes * k));
+  b.layers.push_back(norm(w, nodes * k, nodes));
+  if (checkpointing) {
+    b.inputs = b.saved();
+    b.layers.clear();
+  }
+  b.output = nodes * k * w.high;
+  return b;
+}
+
 }  // namespace wxtrain::models

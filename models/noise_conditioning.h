@@ -6,6 +6,8 @@
 // each processor LayerNorm through ConditionalLayerNorm.
 #include <torch/torch.h>
 
+#include "models/memory_formula.h"
+
 namespace wxtrain::models {
 
 // ConditionalLayerNorm (autocast off, as AIFS-ENS configures it): LayerNorm without affine
@@ -47,5 +49,9 @@ TORCH_MODULE(NoiseInjector);
 // Parameters of the above, for estimate --analytic.
 int64_t conditional_norm_params(int64_t channels, int64_t condition);
 int64_t noise_mlp_params(int64_t noise_channels);
+// The noise MLP's block on `nodes` nodes of k noise channels (Linear, GELU, Linear, LayerNorm).
+// It runs outside every checkpointed block, so with train.checkpointing (`checkpointing`) what it
+// saves stays for the step (the block's inputs) and nothing of it is replayed.
+Block noise_injector_block(const Widths& w, double nodes, double k, bool checkpointing);
 
 }  // namespace wxtrain::models

@@ -315,15 +315,7 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
   // every processor layer reads; a conditional norm saves its input, the normalised tensor and
   // 1 + scale(noise) for the product, and the noise embedding for its two Linears.
   if (k > 0) {
-    const double hid = static_cast<double>(kNoiseMlpHidden);
-    Block b;
-    b.name = "noise_injector";
-    b.layers.push_back(conv_or_linear(w, Nh * k, Nh * hid));
-    b.layers.push_back(activation(Nh * hid, w.low));
-    b.layers.push_back(conv_or_linear(w, Nh * hid, Nh * k));
-    b.layers.push_back(norm(w, Nh * k, Nh));
-    b.output = Nh * k * w.high;
-    finish(std::move(b), false, 0);
+    m.blocks.push_back(noise_injector_block(w, Nh, k, f.checkpointing));
   }
   auto layer_norm = [&]() -> Layer {
     if (k <= 0) return norm(w, Nh * C, Nh);

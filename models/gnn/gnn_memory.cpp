@@ -135,17 +135,7 @@ ModelMemory gnn_activation_memory(const GraphNetOptions& c, const ModelShape& s,
   // normalised tensor and 1 + scale(noise) for their product, and the embedding for its Linears
   // (an edge's, gathered from its receiver, E x k).
   if (k > 0) {
-    const double hid = static_cast<double>(kNoiseMlpHidden);
-    Block b;
-    b.name = "noise_injector";
-    b.layers.push_back(conv_or_linear(w, N * K, N * hid));
-    b.layers.push_back(activation(N * hid, w.low));
-    b.layers.push_back(conv_or_linear(w, N * hid, N * K));
-    b.layers.push_back(norm(w, N * K, N));
-    b.inputs = f.checkpointing ? b.saved() : 0;
-    if (f.checkpointing) b.layers.clear();
-    b.output = N * K * w.high;
-    m.blocks.push_back(b);
+    m.blocks.push_back(noise_injector_block(w, N, K, f.checkpointing));
   }
   auto conditional = [&](double rows) {
     return Layer{"conditional norm", 2 * rows * L * w.high + rows * K * w.high, 0, 2 * rows * L * w.high};

@@ -126,17 +126,7 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   // edge-sized term: the trace of GraphCast's layer (which sums the edge updates, not the updated
   // edges) does not hold it (MembersVsTraceGraph).
   if (k > 0) {
-    const double hid = static_cast<double>(kNoiseMlpHidden);
-    Block b;
-    b.name = "noise_injector";
-    b.layers.push_back(conv_or_linear(w, Nm * K, Nm * hid));
-    b.layers.push_back(activation(Nm * hid, w.low));
-    b.layers.push_back(conv_or_linear(w, Nm * hid, Nm * K));
-    b.layers.push_back(norm(w, Nm * K, Nm));
-    b.inputs = f.checkpointing ? b.saved() : 0;
-    if (f.checkpointing) b.layers.clear();
-    b.output = Nm * K * w.high;
-    m.blocks.push_back(b);
+    m.blocks.push_back(noise_injector_block(w, Nm, K, f.checkpointing));
   }
   auto conditional = [&](double rows) {
     return Layer{"conditional norm", 2 * rows * L * w.high + rows * K * w.high, 0, 2 * rows * L * w.high};

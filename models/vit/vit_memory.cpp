@@ -32,17 +32,7 @@ ModelMemory vit_activation_memory(const ViTOptions& c, const ModelShape& s, cons
   // whose output each block reads; a conditional norm saves, beyond a LayerNorm, the normalised
   // tensor and 1 + scale(noise) for their product, and the noise embedding for its two Linears.
   if (k > 0) {
-    const double hid = static_cast<double>(kNoiseMlpHidden);
-    Block b;
-    b.name = "noise_injector";
-    b.layers.push_back(conv_or_linear(w, N * k, N * hid));
-    b.layers.push_back(activation(N * hid, w.low));
-    b.layers.push_back(conv_or_linear(w, N * hid, N * k));
-    b.layers.push_back(norm(w, N * k, N));
-    b.inputs = f.checkpointing ? b.saved() : 0;
-    if (f.checkpointing) b.layers.clear();
-    b.output = N * k * w.high;
-    m.blocks.push_back(b);
+    m.blocks.push_back(noise_injector_block(w, N, k, f.checkpointing));
   }
   const Layer conditional{"conditional norm", 2 * N * D * stream + N * k * w.high, 0, 2 * N * D * stream};
 
