@@ -23,15 +23,7 @@ work="$build/bench/model_parallel"
 export OMP_NUM_THREADS=1
 rm -rf "$work"
 mkdir -p "$work"
-sources=""
-for e in Pstorm:p:p Tstorm:t:t Ustorm:u:u Vstorm:v:v U500storm:u:u500 V500storm:v:v500; do
-  IFS=: read -r file variable name <<< "$e"
-  sources+="[[data.sources]]
-file = \"/usr/share/ncarg/data/cdf/$file.cdf\"
-variable = \"$variable\"
-name = \"$name\"
-"
-done
+source bench/storm_sources.sh
 case "$model" in
   gnn) model_keys="name = \"gnn\"
 latent = $latent

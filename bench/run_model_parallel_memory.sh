@@ -20,15 +20,7 @@ work="$build/bench/model_parallel_memory"
 export OMP_NUM_THREADS=1
 rm -rf "$work"
 mkdir -p "$work"
-sources=""
-for e in Pstorm:p:p Tstorm:t:t Ustorm:u:u Vstorm:v:v U500storm:u:u500 V500storm:v:v500; do
-  IFS=: read -r file variable name <<< "$e"
-  sources+="[[data.sources]]
-file = \"/usr/share/ncarg/data/cdf/$file.cdf\"
-variable = \"$variable\"
-name = \"$name\"
-"
-done
+source bench/storm_sources.sh
 model_keys() {
   case "$1" in
     gnn) printf 'name = "gnn"\nlatent = 16\nprocessor_layers = 2\nmlp_layers = 1\n' ;;

@@ -38,64 +38,17 @@ TEST(HaloExchange, GathersEveryRanksRowsAndHandsGradientsBackToTheirOwner) {
   EXPECT_EQ(after.backward_bytes - before.backward_bytes, 3 * 3 * 4);
 }
 
-// The whole gnn and a copy sharded into two latitude bands of a 9 x 8 grid.
-void expect_sharded_gnn_matches_whole(int64_t neighbourhood, bool checkpointing) {
-  auto comm = fixture::world_comm();
-  const int rank = comm->rank();
-  models::ModelShape shape;
-  shape.in_channels = 3;
-  shape.out_channels = 2;
-  shape.lat = 9;
-  shape.lon = 8;
-  models::GraphNetOptions o;
-  o.latent = 8;
-  o.processor_layers = 3;
-  o.mlp_layers = 2;
-  o.neighbourhood = neighbourhood;
-  torch::manual_seed(11);  // the same weights and data on both ranks
-  auto whole = std::make_shared<models::GraphNetImpl>(o, shape);
-  auto banded = std::make_shared<models::GraphNetImpl>(o, shape);
-  {
-    torch::NoGradGuard no_grad;
-    auto from = whole->named_parameters();
-    for (auto& p : banded->named_parameters()) p.value().copy_(from[p.key()]);
-  }
-  whole->set_checkpointing(checkpointing);
-  banded->set_checkpointing(checkpointing);
-  const torch::Tensor x = torch::randn({2, 3, 9, 8}), w = torch::randn({2, 2, 9, 8});
-
-  // Rows 0-4 on rank 0, 5-8 on rank 1.
-  const int64_t start = rank == 0 ? 0 : 5, rows = rank == 0 ? 5 : 4;
+// This rank's part of a NodeShard that splits the cells at `bounds` over the world's ranks, its
+// exchange the real halo exchange.
+models::NodeShard shard_over(const std::shared_ptr<Communicator>& comm, std::vector<int64_t> bounds) {
   models::NodeShard shard;
-  shard.rank = rank;
-  shard.bounds = {0, 5 * 8, 9 * 8};
-  shard.exchange = [comm](const torch::Tensor& send, const std::vector<int64_t>& r) {
-    return exchange_halo_rows(comm, send, r);
+  shard.rank = comm->rank();
+  shard.bounds = std::move(bounds);
+  shard.exchange = [comm](const torch::Tensor& send, const std::vector<int64_t>& rows) {
+    return exchange_halo_rows(comm, send, rows);
   };
-  banded->set_node_shard(shard);
-  // Radius r: each band reads r rows of the other.
-  EXPECT_EQ(banded->halo_exchange_nodes(), 2 * neighbourhood * 8);
-  EXPECT_EQ(banded->halo_nodes(), neighbourhood * 8);
-
-  const torch::Tensor full = whole->forward(x);
-  (full * w).sum().backward();
-  const torch::Tensor band = banded->forward(x.narrow(2, start, rows));
-  ASSERT_EQ(band.sizes(), (std::vector<int64_t>{2, 2, rows, 8}));
-  EXPECT_LE((band - full.narrow(2, start, rows)).abs().max().item<double>(), 1e-5);
-  (band * w.narrow(2, start, rows)).sum().backward();
-  // The bands' gradients sum to the whole model's (the halo's come back to its owner).
-  auto reference = whole->named_parameters();
-  for (auto& p : banded->named_parameters()) {
-    torch::Tensor g = p.value().grad().clone();
-    comm->allreduce(g);
-    const torch::Tensor ref = reference[p.key()].grad();
-    const double scale = std::max(ref.abs().max().item<double>(), 1e-6);
-    EXPECT_LE((g - ref).abs().max().item<double>() / scale, 1e-5) << p.key();
-  }
+  return shard;
 }
-
-TEST(ModelParallelGnn, BandsMatchTheWholeModelRadius1) { expect_sharded_gnn_matches_whole(1, false); }
-TEST(ModelParallelGnn, BandsMatchTheWholeModelRadius2Checkpointed) { expect_sharded_gnn_matches_whole(2, true); }
 
 // The bands' outputs against the whole model's rows, and the ranks' gradients summed against the
 // whole model's: `banded` holds a copy of `whole`'s weights and was cut to this rank's rows
@@ -132,6 +85,42 @@ void copy_weights(const models::WeatherModelImpl& from, models::WeatherModelImpl
   for (auto& p : to.named_parameters()) p.value().copy_(source[p.key()]);
 }
 
+// The whole gnn and a copy sharded into two latitude bands of a 9 x 8 grid.
+void expect_sharded_gnn_matches_whole(int64_t neighbourhood, bool checkpointing) {
+  auto comm = fixture::world_comm();
+  const int rank = comm->rank();
+  models::ModelShape shape;
+  shape.in_channels = 3;
+  shape.out_channels = 2;
+  shape.lat = 9;
+  shape.lon = 8;
+  models::GraphNetOptions o;
+  o.latent = 8;
+  o.processor_layers = 3;
+  o.mlp_layers = 2;
+  o.neighbourhood = neighbourhood;
+  torch::manual_seed(11);  // the same weights and data on both ranks
+  auto whole = std::make_shared<models::GraphNetImpl>(o, shape);
+  auto banded = std::make_shared<models::GraphNetImpl>(o, shape);
+  copy_weights(*whole, *banded);
+  whole->set_checkpointing(checkpointing);
+  banded->set_checkpointing(checkpointing);
+  const torch::Tensor x = torch::randn({2, 3, 9, 8}), w = torch::randn({2, 2, 9, 8});
+
+  // Rows 0-4 on rank 0, 5-8 on rank 1.
+  const int64_t start = rank == 0 ? 0 : 5, rows = rank == 0 ? 5 : 4;
+  const models::NodeShard shard = shard_over(comm, {0, 5 * 8, 9 * 8});
+  banded->set_node_shard(shard);
+  // Radius r: each band reads r rows of the other.
+  EXPECT_EQ(banded->halo_exchange_nodes(), 2 * neighbourhood * 8);
+  EXPECT_EQ(banded->halo_nodes(), neighbourhood * 8);
+
+  expect_bands_match(comm, *whole, *banded, x, w, start, rows);
+}
+
+TEST(ModelParallelGnn, BandsMatchTheWholeModelRadius1) { expect_sharded_gnn_matches_whole(1, false); }
+TEST(ModelParallelGnn, BandsMatchTheWholeModelRadius2Checkpointed) { expect_sharded_gnn_matches_whole(2, true); }
+
 // GraphCast on a regular global grid of 12 x 16 cut into bands of 7 and 5 rows: the mesh (M2, 162
 // nodes) split by the bands, each of the three graphs keeping its receivers' edges.
 void expect_sharded_graphcast_matches_whole(bool checkpointing, int64_t edge_block) {
@@ -156,12 +145,7 @@ void expect_sharded_graphcast_matches_whole(bool checkpointing, int64_t edge_blo
   banded->set_checkpointing(checkpointing);
   const torch::Tensor x = torch::randn({2, 3, 12, 16}), w = torch::randn({2, 2, 12, 16});
   const int64_t start = rank == 0 ? 0 : 7, rows = rank == 0 ? 7 : 5;
-  models::NodeShard shard;
-  shard.rank = rank;
-  shard.bounds = {0, 7 * 16, 12 * 16};
-  shard.exchange = [comm](const torch::Tensor& send, const std::vector<int64_t>& r) {
-    return exchange_halo_rows(comm, send, r);
-  };
+  const models::NodeShard shard = shard_over(comm, {0, 7 * 16, 12 * 16});
   banded->set_node_shard(shard);
   // Every mesh node has one owner, and both ranks own some of the mesh and read a halo of it.
   const auto owners = banded->mesh_owners(shard.bounds);
@@ -223,12 +207,7 @@ void expect_sharded_aifs_matches_whole(bool checkpointing) {
   banded->set_checkpointing(checkpointing);
   const torch::Tensor x = torch::randn({2, 3, 16, 24}), w = torch::randn({2, 2, 16, 24});
   const int64_t start = rank == 0 ? 0 : 9, rows = rank == 0 ? 9 : 7;
-  models::NodeShard shard;
-  shard.rank = rank;
-  shard.bounds = {0, 9 * 24, 16 * 24};
-  shard.exchange = [comm](const torch::Tensor& send, const std::vector<int64_t>& r) {
-    return exchange_halo_rows(comm, send, r);
-  };
+  const models::NodeShard shard = shard_over(comm, {0, 9 * 24, 16 * 24});
   // The hidden nodes run north to south, as the bands: rank 0 the northern range. The cut lies
   // halfway between the bands' rows at -6 and -18 degrees: O4's 4 northern rows (20 + 24 + 28 + 32
   // nodes) and its southern row at -10.6 degrees (32) are rank 0's, so cells of rank 1 read hidden
@@ -290,12 +269,7 @@ void expect_point_set_bands_match(const Options& o, const models::ModelShape& sh
   copy_weights(*whole, *banded);
   const int64_t cells = shape.lon;
   const torch::Tensor x = torch::randn({2, 3, 1, cells}), w = torch::randn({2, 2, 1, cells});
-  models::NodeShard shard;
-  shard.rank = rank;
-  shard.bounds = {0, cut, cells};
-  shard.exchange = [comm](const torch::Tensor& send, const std::vector<int64_t>& r) {
-    return exchange_halo_rows(comm, send, r);
-  };
+  const models::NodeShard shard = shard_over(comm, {0, cut, cells});
   banded->set_node_shard(shard);
   EXPECT_GT(banded->halo_exchange_nodes(), 0);
   expect_bands_match(comm, *whole, *banded, x, w, rank == 0 ? 0 : cut, rank == 0 ? cut : cells - cut, 3);

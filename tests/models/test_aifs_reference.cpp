@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -116,6 +117,54 @@ TEST(AifsReference, GraphIsAnemoiGraphs) {
   expect_same_edges(aifs.decoder_edges(), graph, "decoder");
 }
 
+// anemoi's state_dict mapped to our names (aifs_state_from_anemoi) loaded into `model`: every
+// parameter and every mapped buffer, and nothing left over. anemoi's buffers (the nodes' positions,
+// computed from its float32 radians) equal ours to round-off.
+void load_imported(WeatherModelImpl& model, const StateDict& ours) {
+  torch::NoGradGuard no_grad;
+  std::set<std::string> loaded;
+  for (auto& item : model.named_parameters()) {
+    ASSERT_TRUE(ours.count(item.key())) << "the mapping gives no " << item.key();
+    ASSERT_EQ(item.value().sizes(), ours.at(item.key()).sizes()) << item.key();
+    item.value().copy_(ours.at(item.key()));
+    loaded.insert(item.key());
+  }
+  for (auto& item : model.named_buffers())
+    if (ours.count(item.key())) {
+      EXPECT_LT((item.value() - ours.at(item.key())).abs().max().item<double>(), 1e-6) << item.key();
+      item.value().copy_(ours.at(item.key()));
+      loaded.insert(item.key());
+    }
+  for (const auto& [name, t] : ours) EXPECT_TRUE(loaded.count(name)) << name << " is not in the model";
+}
+
+// The worst parameter gradient of `model` against anemoi's (io's "grad.<name>", mapped as the
+// weights were), relative to each gradient's size floored at 1e-3 of the largest: the attention's
+// key bias has a gradient of exactly zero in exact arithmetic (a constant per receiver cancels in
+// the softmax), and both sides hold round-off there. Returns the error and the parameter's name.
+std::pair<double, std::string> worst_gradient(WeatherModelImpl& model, const StateDict& io, const AifsImpl& aifs,
+                                              const StateDict& graph) {
+  StateDict their_grads;
+  for (const auto& [name, t] : io)
+    if (name.rfind("grad.", 0) == 0 && name != "grad.x") their_grads[name.substr(5)] = t;
+  const StateDict grads =
+      aifs_state_from_anemoi(their_grads, aifs, graph.at("encoder.provider_index"), graph.at("decoder.provider_index"));
+  double largest = 0;
+  for (const auto& [name, g] : grads) largest = std::max(largest, g.abs().max().item<double>());
+  double worst = 0;
+  std::string worst_name;
+  for (auto& item : model.named_parameters()) {
+    EXPECT_TRUE(grads.count(item.key())) << "anemoi has no gradient for " << item.key();
+    EXPECT_TRUE(item.value().grad().defined()) << item.key();
+    if (!grads.count(item.key()) || !item.value().grad().defined()) return {1.0, item.key()};
+    const torch::Tensor g = grads.at(item.key());
+    const double e =
+        (item.value().grad() - g).abs().max().item<double>() / std::max(g.abs().max().item<double>(), 1e-3 * largest);
+    if (e > worst) worst = e, worst_name = item.key();
+  }
+  return {worst, worst_name};
+}
+
 TEST(AifsReference, ImportedWeightsGiveAnemoisOutputAndGradients) {
   REQUIRE_FIXTURE(dir);
   const auto [config, shape] = fixture_model(load_json(fs::path(dir) / "grid.json"));
@@ -131,24 +180,7 @@ TEST(AifsReference, ImportedWeightsGiveAnemoisOutputAndGradients) {
     const auto& aifs = dynamic_cast<const AifsImpl&>(*model);
     const StateDict ours =
         aifs_state_from_anemoi(state, aifs, graph.at("encoder.provider_index"), graph.at("decoder.provider_index"));
-    {
-      torch::NoGradGuard no_grad;
-      std::set<std::string> loaded;
-      for (auto& item : model->named_parameters()) {
-        ASSERT_TRUE(ours.count(item.key())) << "the mapping gives no " << item.key();
-        ASSERT_EQ(item.value().sizes(), ours.at(item.key()).sizes()) << item.key();
-        item.value().copy_(ours.at(item.key()));
-        loaded.insert(item.key());
-      }
-      for (auto& item : model->named_buffers())
-        if (ours.count(item.key())) {
-          // anemoi's positions, computed from its float32 radians, equal ours to round-off.
-          EXPECT_LT((item.value() - ours.at(item.key())).abs().max().item<double>(), 1e-6) << item.key();
-          item.value().copy_(ours.at(item.key()));
-          loaded.insert(item.key());
-        }
-      for (const auto& [name, t] : ours) EXPECT_TRUE(loaded.count(name)) << name << " is not in the model";
-    }
+    ASSERT_NO_FATAL_FAILURE(load_imported(*model, ours));
     const torch::Tensor x = io.at("x").view({io.at("x").size(0), shape.in_channels, shape.lat, shape.lon}).clone();
     x.requires_grad_(true);
     const torch::Tensor y = model->forward(x).flatten(2);
@@ -161,26 +193,7 @@ TEST(AifsReference, ImportedWeightsGiveAnemoisOutputAndGradients) {
     (y * io.at("w")).sum().backward();
 
     // The gradients, named as anemoi names its parameters, mapped as the weights were.
-    StateDict their_grads;
-    for (const auto& [name, t] : io)
-      if (name.rfind("grad.", 0) == 0 && name != "grad.x") their_grads[name.substr(5)] = t;
-    const StateDict grads =
-        aifs_state_from_anemoi(their_grads, aifs, graph.at("encoder.provider_index"), graph.at("decoder.provider_index"));
-    // Relative to each gradient's size, floored at 1e-3 of the largest: the attention's key bias has
-    // a gradient of exactly zero in exact arithmetic (a constant per receiver cancels in the
-    // softmax), and both sides hold round-off there.
-    double largest = 0;
-    for (const auto& [name, g] : grads) largest = std::max(largest, g.abs().max().item<double>());
-    double worst = 0;
-    std::string worst_name;
-    for (auto& item : model->named_parameters()) {
-      ASSERT_TRUE(grads.count(item.key())) << "anemoi has no gradient for " << item.key();
-      ASSERT_TRUE(item.value().grad().defined()) << item.key();
-      const torch::Tensor g = grads.at(item.key());
-      const double e =
-          (item.value().grad() - g).abs().max().item<double>() / std::max(g.abs().max().item<double>(), 1e-3 * largest);
-      if (e > worst) worst = e, worst_name = item.key();
-    }
+    const auto [worst, worst_name] = worst_gradient(*model, io, aifs, graph);
     const torch::Tensor gx = io.at("grad.x");
     const double ex = (x.grad().flatten(2) - gx).abs().max().item<double>() / gx.abs().max().item<double>();
     std::printf("[ aifs vs anemoi ] %lld chunk(s): input gradient %.2e, worst parameter gradient %.2e (%s)\n",
@@ -230,19 +243,7 @@ TEST(AifsReference, EnsembleNoiseConditioningGivesAnemoisOutputAndGradients) {
     }
     const StateDict ours =
         aifs_state_from_anemoi(state, aifs, graph.at("encoder.provider_index"), graph.at("decoder.provider_index"));
-    {
-      torch::NoGradGuard no_grad;
-      std::set<std::string> loaded;
-      for (auto& item : model->named_parameters()) {
-        ASSERT_TRUE(ours.count(item.key())) << "the mapping gives no " << item.key();
-        ASSERT_EQ(item.value().sizes(), ours.at(item.key()).sizes()) << item.key();
-        item.value().copy_(ours.at(item.key()));
-        loaded.insert(item.key());
-      }
-      for (auto& item : model->named_buffers())
-        if (ours.count(item.key())) item.value().copy_(ours.at(item.key())), loaded.insert(item.key());
-      for (const auto& [name, t] : ours) EXPECT_TRUE(loaded.count(name)) << name << " is not in the model";
-    }
+    ASSERT_NO_FATAL_FAILURE(load_imported(*model, ours));
     const torch::Tensor x = io.at("x").view({io.at("x").size(0), shape.in_channels, shape.lat, shape.lon}).clone();
     x.requires_grad_(true);
     const torch::Tensor y = model->forward(x).flatten(2);
@@ -262,23 +263,7 @@ TEST(AifsReference, EnsembleNoiseConditioningGivesAnemoisOutputAndGradients) {
     EXPECT_LT(error, 1e-5);
     EXPECT_GT(moved, 1e-2) << "the noise does not reach the output";
     (y * io.at("w")).sum().backward();
-    StateDict their_grads;
-    for (const auto& [name, t] : io)
-      if (name.rfind("grad.", 0) == 0 && name != "grad.x") their_grads[name.substr(5)] = t;
-    const StateDict grads =
-        aifs_state_from_anemoi(their_grads, aifs, graph.at("encoder.provider_index"), graph.at("decoder.provider_index"));
-    double largest = 0;
-    for (const auto& [name, g] : grads) largest = std::max(largest, g.abs().max().item<double>());
-    double worst = 0;
-    std::string worst_name;
-    for (auto& item : model->named_parameters()) {
-      ASSERT_TRUE(grads.count(item.key())) << "anemoi has no gradient for " << item.key();
-      ASSERT_TRUE(item.value().grad().defined()) << item.key();
-      const torch::Tensor g = grads.at(item.key());
-      const double e =
-          (item.value().grad() - g).abs().max().item<double>() / std::max(g.abs().max().item<double>(), 1e-3 * largest);
-      if (e > worst) worst = e, worst_name = item.key();
-    }
+    const auto [worst, worst_name] = worst_gradient(*model, io, aifs, graph);
     // The noise channels get no gradient (anemoi's noise has none); the state channels anemoi's.
     const torch::Tensor gx = io.at("grad.x");
     const torch::Tensor ours_gx = x.grad().flatten(2);
