@@ -595,12 +595,6 @@ RunConfig build(const toml::table& root, const std::string& file, const std::str
                                    std::to_string(c.train.ensemble_members) +
                                    ": each rank of an ensemble group holds ensemble_members / ensemble_group members "
                                    "(ensemble_members is the members per sample over the whole group)");
-    // ZeRO-3 gathers a block's parameters around run_block; the noise MLP runs outside it (its output
-    // conditions every processor block), so its shard would be used ungathered.
-    if (d.zero_stage == 3 && c.train.noise_injection == "conditional_norm")
-      r.fail("zero_stage", "= 3 cannot train train.noise_injection = \"conditional_norm\" yet: the noise MLP runs "
-                           "outside the model's blocks, where ZeRO-3 does not gather its parameters; use zero_stage "
-                           "2 or noise_injection = \"input\"");
     if (d.model_parallel > 1) {
       // The graph models split their graphs by region (models' set_node_shard); the others would
       // silently run whole.

@@ -26,17 +26,20 @@ RunConfig trace_config(const RunConfig& config) {
 bool uses_cpu_fusion(const RunConfig& config) { return config.train.device == "cpu"; }
 
 BlockParams block_params(const models::WeatherModelImpl& model) {
+  // As ZeRO-3 shards them (distributed/sharded_parameters.h): a parameter of no block, or of two,
+  // stays whole.
+  const std::vector<std::vector<torch::Tensor>> blocks = model.block_parameters();
   std::map<const void*, int> uses;
-  for (const auto& block : model.block_modules())
-    for (const auto& p : block->parameters()) ++uses[p.unsafeGetTensorImpl()];
+  for (const auto& block : blocks)
+    for (const auto& p : block) ++uses[p.unsafeGetTensorImpl()];
   BlockParams out;
   for (const auto& p : model.parameters()) {
     auto it = uses.find(p.unsafeGetTensorImpl());
     if (it == uses.end() || it->second > 1) out.outside += p.numel();
   }
-  for (const auto& block : model.block_modules()) {
+  for (const auto& block : blocks) {
     int64_t n = 0;
-    for (const auto& p : block->parameters()) n += uses[p.unsafeGetTensorImpl()] == 1 ? p.numel() : 0;
+    for (const auto& p : block) n += uses[p.unsafeGetTensorImpl()] == 1 ? p.numel() : 0;
     out.largest = std::max(out.largest, n);
   }
   return out;

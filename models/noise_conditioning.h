@@ -37,11 +37,12 @@ class NoiseMlpImpl : public torch::nn::Module {
 TORCH_MODULE(NoiseMlp);
 
 // anemoi's `noise_injector` module holding the noise MLP under the name its state_dicts use
-// (noise_injector.noise_mlp.*); the models register it as a block of its own, so train.freeze and
-// the block list see it.
+// (noise_injector.noise_mlp.*); the models register it as a block of its own and run it through
+// run_block (never checkpointed), so train.freeze, the block list and ZeRO-3's gathering see it.
 class NoiseInjectorImpl : public torch::nn::Module {
  public:
   explicit NoiseInjectorImpl(int64_t noise_channels) : noise_mlp(register_module("noise_mlp", NoiseMlp(noise_channels))) {}
+  torch::Tensor forward(const torch::Tensor& noise) { return noise_mlp->forward(noise); }
   NoiseMlp noise_mlp;
 };
 TORCH_MODULE(NoiseInjector);

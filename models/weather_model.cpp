@@ -84,7 +84,18 @@ void WeatherModelImpl::to(torch::Device device, bool non_blocking) {
 
 std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const ops::BlockFn& fn,
                                                        const std::vector<torch::Tensor>& inputs) const {
-  const bool checkpointed = checkpointing_;
+  return run_block(block, fn, inputs, checkpointing_);
+}
+
+std::vector<std::vector<torch::Tensor>> WeatherModelImpl::block_parameters() const {
+  std::vector<std::vector<torch::Tensor>> blocks;
+  for (const auto& block : block_modules_) blocks.push_back(block->parameters());
+  return blocks;
+}
+
+std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& block, const ops::BlockFn& fn,
+                                                       const std::vector<torch::Tensor>& inputs,
+                                                       bool checkpointed) const {
   // By reference: the runner calls it before returning (checkpoint() keeps fn, not this).
   auto plain = [&block, &fn, checkpointed](const std::vector<torch::Tensor>& in) {
     if (!checkpointed || !torch::GradMode::is_enabled()) return fn(in);
@@ -100,9 +111,15 @@ std::vector<torch::Tensor> WeatherModelImpl::run_block(const torch::nn::Module& 
 torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
                                           const std::function<torch::Tensor(const torch::Tensor&)>& fn,
                                           const torch::Tensor& input) const {
+  return run_block(block, fn, input, checkpointing_);
+}
+
+torch::Tensor WeatherModelImpl::run_block(const torch::nn::Module& block,
+                                          const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+                                          const torch::Tensor& input, bool checkpointed) const {
   auto wrapped = [fn](  // by value: checkpoint keeps it until backward
                      const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; };
-  return run_block(block, ops::BlockFn(wrapped), {input})[0];
+  return run_block(block, ops::BlockFn(wrapped), {input}, checkpointed)[0];
 }
 
 CellCoordinates cell_coordinates(const ModelShape& shape) {

@@ -165,9 +165,15 @@ class WeatherModelImpl : public torch::nn::Module {
   const std::vector<std::string>& block_names() const { return block_names_; }
   // Each block's submodule, in block_names() order (ZeRO-3 shards their parameters block by block).
   const std::vector<std::shared_ptr<torch::nn::Module>>& block_modules() const { return block_modules_; }
+  // Each block's parameters as ZeRO-3 gathers them around the block's runs, in block_modules()
+  // order: the block's own, less any the model reads outside run_block (AIFS's trainable node and
+  // edge features, registered in its mappers but read before either runs); those stay resident,
+  // as parameters of no block do. The estimate's gathered-block peak counts these too.
+  virtual std::vector<std::vector<torch::Tensor>> block_parameters() const;
   // What runs around every block from now on (null: nothing, the block runs as it is). ZeRO-3
   // installs its parameter gathering here (distributed/sharded_parameters.h).
   void set_block_runner(std::shared_ptr<BlockRunner> runner) { block_runner_ = std::move(runner); }
+  bool has_block_runner() const { return block_runner_ != nullptr; }
   void set_checkpointing(bool on) { checkpointing_ = on; }
   bool checkpointing() const { return checkpointing_; }
 
@@ -202,6 +208,20 @@ class WeatherModelImpl : public torch::nn::Module {
   torch::Tensor run_block(const torch::nn::Module& block,
                           const std::function<torch::Tensor(const torch::Tensor&)>& fn,
                           const torch::Tensor& input) const;
+  // The same with this run's own choice of checkpointing, for a model whose options checkpoint
+  // its parts separately (AIFS's mappers, chunk by chunk, and its processor) or never (the noise
+  // MLPs, which the memory formulas count outside every checkpoint).
+  std::vector<torch::Tensor> run_block(const torch::nn::Module& block, const ops::BlockFn& fn,
+                                       const std::vector<torch::Tensor>& inputs, bool checkpointed) const;
+  torch::Tensor run_block(const torch::nn::Module& block,
+                          const std::function<torch::Tensor(const torch::Tensor&)>& fn, const torch::Tensor& input,
+                          bool checkpointed) const;
+  // A registered block's own forward(input) run as the block.
+  template <typename ModuleHolder>
+  torch::Tensor run_forward(const ModuleHolder& block, const torch::Tensor& input, bool checkpointed) const {
+    auto module = block.ptr();  // by value: checkpoint keeps the function until backward
+    return run_block(*module, [module](const torch::Tensor& x) { return module->forward(x); }, input, checkpointed);
+  }
 
  private:
   ModelShape shape_;

@@ -266,8 +266,7 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
   opt.momentum = t.momentum;
   state->comm = std::move(comm);
   // ZeRO-3 shards and gathers the parameters block by block: the model's blocks are its units.
-  std::vector<std::vector<torch::Tensor>> blocks;
-  for (const auto& block : state->model->block_modules()) blocks.push_back(block->parameters());
+  std::vector<std::vector<torch::Tensor>> blocks = state->model->block_parameters();
   state->parallel = std::make_unique<distributed::ZeroDataParallel>(state->comm, std::move(groups), opt,
                                                                     static_cast<int>(config.distributed.zero_stage),
                                                                     config.distributed.bucket_mb, blocks);

@@ -377,7 +377,7 @@ AifsImpl::AifsImpl(const AifsOptions& options, const ModelShape& shape) : Weathe
                                                               options.mapper_num_heads, mlp, edge_dim, /*out_channels=*/0));
   if (k > 0) {
     // anemoi's module path noise_injector.noise_mlp, so that state_dicts keep its names.
-    noise_mlp_ = register_block("noise_injector", NoiseInjector(k))->noise_mlp;
+    noise_injector_ = register_block("noise_injector", NoiseInjector(k));
   }
   for (int64_t i = 0; i < options.processor_layers; ++i)
     processor_.push_back(register_block("processor" + std::to_string(i),
@@ -434,12 +434,24 @@ torch::Tensor AifsImpl::run_mapper(const GraphTransformerMapper& mapper, const s
     };
     std::vector<torch::Tensor> in;
     for (const torch::Tensor& t : inputs) in.push_back(t.defined() ? t : torch::empty({0}));
-    if (checkpointed && torch::GradMode::is_enabled())
-      outputs.push_back(ops::checkpoint(fn, in, m->parameters())[0]);
-    else
-      outputs.push_back(fn(in)[0]);
+    outputs.push_back(run_block(*m, fn, in, checkpointed)[0]);
   }
   return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 1);
+}
+
+std::vector<std::vector<torch::Tensor>> AifsImpl::block_parameters() const {
+  std::vector<std::vector<torch::Tensor>> blocks = WeatherModelImpl::block_parameters();
+  const std::vector<torch::Tensor> outside = {data_trainable_, hidden_trainable_, encoder_edge_trainable_,
+                                              decoder_edge_trainable_};
+  for (auto& block : blocks)
+    block.erase(std::remove_if(block.begin(), block.end(),
+                               [&](const torch::Tensor& p) {
+                                 return std::any_of(outside.begin(), outside.end(), [&](const torch::Tensor& o) {
+                                   return o.defined() && o.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+                                 });
+                               }),
+                block.end());
+  return blocks;
 }
 
 std::vector<int> AifsImpl::hidden_owners(const std::vector<int64_t>& bounds) const {
@@ -569,7 +581,8 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
     // A hidden node without edges gets zero noise (a zero row of the matrix), not a division by 0.
     const torch::Tensor counts =
         torch::zeros({hidden_.size()}, noise.options()).index_add(0, receivers, torch::ones_like(receivers, noise.options()));
-    cond = noise_mlp_->forward(sums / counts.clamp_min(1).view({1, -1, 1}));  // [B, Nh, k]
+    cond = run_forward(noise_injector_,
+                       sums / counts.clamp_min(1).view({1, -1, 1}), /*checkpointed=*/false);  // [B, Nh, k]
   }
   const torch::Tensor cells = with(latlons_data_, data_trainable_);         // [Nd, 4 + data_trainable]
   const torch::Tensor hidden = with(latlons_hidden_, hidden_trainable_);    // [Nh, 4 + hidden_trainable]
@@ -627,7 +640,9 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
     };
   }
   const torch::Tensor processor_input = latent;
-  const int64_t per_chunk = options_.processor_layers / options_.processor_chunks;
+  // ZeRO-3 gathers one block at a time (run_block): under it every layer is a group of its own, and
+  // its own checkpoint.
+  const int64_t per_chunk = has_block_runner() ? 1 : options_.processor_layers / options_.processor_chunks;
   for (int64_t first = 0; first < options_.processor_layers; first += per_chunk) {
     std::vector<std::shared_ptr<TransformerLayerImpl>> layers;
     std::vector<torch::Tensor> params;
@@ -643,8 +658,11 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
     };
     const std::vector<torch::Tensor> in = cond.defined() ? std::vector<torch::Tensor>{latent, cond}
                                                          : std::vector<torch::Tensor>{latent};
-    latent = (on && options_.checkpoint_processor && torch::GradMode::is_enabled()) ? ops::checkpoint(fn, in, params)[0]
-                                                                                    : fn(in)[0];
+    const bool checkpointed = on && options_.checkpoint_processor;
+    if (per_chunk == 1)
+      latent = run_block(*layers.front(), fn, in, checkpointed)[0];
+    else
+      latent = (checkpointed && torch::GradMode::is_enabled()) ? ops::checkpoint(fn, in, params)[0] : fn(in)[0];
   }
   if (options_.latent_skip) latent = latent + processor_input;
 

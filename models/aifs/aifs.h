@@ -178,6 +178,10 @@ class AifsImpl : public WeatherModelImpl {
   // proportion instead.
   std::vector<int> hidden_owners(const std::vector<int64_t>& bounds) const;
 
+  // ZeRO-3's units: the blocks' parameters less the learned node and edge features, which the
+  // forward reads before the mappers run (and the decoder reads the encoder's data features).
+  std::vector<std::vector<torch::Tensor>> block_parameters() const override;
+
  private:
   // Model parallelism (set_node_shard).
   bool sharded_ = false;
@@ -203,7 +207,7 @@ class AifsImpl : public WeatherModelImpl {
   GraphTransformerMapper encoder_{nullptr}, decoder_{nullptr};
   std::vector<TransformerLayer> processor_;
   // Conditional-norm noise (ModelShape::conditional_noise > 0): noise_injector.noise_mlp.
-  NoiseMlp noise_mlp_{nullptr};
+  NoiseInjector noise_injector_{nullptr};  // conditional-norm noise: its noise_mlp
 };
 
 // anemoi-models' AnemoiModelEncProcDec state_dict as ours: names mapped, the edges' learned

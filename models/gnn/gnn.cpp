@@ -287,7 +287,7 @@ GraphNetImpl::GraphNetImpl(const GraphNetOptions& options, const ModelShape& sha
     throw ConfigError("gnn: " + std::to_string(k) + " conditional noise channel(s) of " +
                       std::to_string(shape.in_channels) + " input channels leave no input");
   encoder_ = register_block("encoder", GraphEncoder(shape.in_channels - k, options.latent, options.mlp_layers));
-  if (k > 0) noise_mlp_ = register_block("noise_injector", NoiseInjector(k))->noise_mlp;
+  if (k > 0) noise_injector_ = register_block("noise_injector", NoiseInjector(k));
   for (int64_t i = 0; i < options.processor_layers; ++i) {
     processors_.push_back(register_block("processor" + std::to_string(i),
                                          InteractionLayer(options.latent, options.mlp_layers, true, k)));
@@ -388,7 +388,8 @@ torch::Tensor GraphNetImpl::forward(torch::Tensor x) {
   // as the ViT's; no gradient flows into the noise.
   torch::Tensor cond;
   if (const int64_t k = shape().conditional_noise; k > 0) {
-    cond = noise_mlp_->forward(nodes.narrow(2, nodes.size(2) - k, k).detach());  // [B, N, k]
+    cond = run_forward(noise_injector_,
+                       nodes.narrow(2, nodes.size(2) - k, k).detach(), /*checkpointed=*/false);  // [B, N, k]
     nodes = nodes.narrow(2, 0, nodes.size(2) - k);
   }
 

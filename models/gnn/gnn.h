@@ -147,7 +147,7 @@ class GraphNetImpl : public WeatherModelImpl {
   GraphEncoder encoder_{nullptr};
   std::vector<InteractionLayer> processors_;
   GraphMLP decoder_{nullptr};
-  NoiseMlp noise_mlp_{nullptr};  // conditional-norm noise: noise_injector.noise_mlp
+  NoiseInjector noise_injector_{nullptr};  // conditional-norm noise: its noise_mlp
 };
 
 // estimate --analytic (gnn_memory.cpp): exact parameters, activations block by block, the graph.

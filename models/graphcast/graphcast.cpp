@@ -532,7 +532,7 @@ GraphCastImpl::GraphCastImpl(const GraphCastOptions& options, const ModelShape& 
                       std::to_string(shape.in_channels) + " input channels leave no input");
   grid2mesh_ = register_block("grid2mesh", Grid2Mesh(shape.in_channels - k, options.latent, options.mlp_layers,
                                                      options.edge_block, options.grid_position_features));
-  if (k > 0) noise_mlp_ = register_block("noise_injector", NoiseInjector(k))->noise_mlp;
+  if (k > 0) noise_injector_ = register_block("noise_injector", NoiseInjector(k));
   for (int64_t i = 0; i < options.processor_layers; ++i) {
     processors_.push_back(register_block(
         "processor" + std::to_string(i),
@@ -673,7 +673,7 @@ torch::Tensor GraphCastImpl::forward(torch::Tensor x) {
     const torch::Tensor counts = torch::zeros({graph_.mesh_nodes}, noise.options())
                                      .index_add_(0, rcv, torch::ones({rcv.size(0)}, noise.options()))
                                      .clamp_min(1.0);
-    cond = noise_mlp_->forward(sums / counts.view({1, -1, 1}));  // [B, Nm, k]
+    cond = run_forward(noise_injector_, sums / counts.view({1, -1, 1}), /*checkpointed=*/false);  // [B, Nm, k]
   }
 
   // The lambdas hold the blocks by shared_ptr and the graph's tensors by value (see run_block).

@@ -247,7 +247,7 @@ class GraphCastImpl : public WeatherModelImpl {
   Grid2Mesh grid2mesh_{nullptr};
   std::vector<InteractionLayer> processors_;
   Mesh2Grid mesh2grid_{nullptr};
-  NoiseMlp noise_mlp_{nullptr};  // conditional-norm noise: noise_injector.noise_mlp
+  NoiseInjector noise_injector_{nullptr};  // conditional-norm noise: its noise_mlp
 };
 
 // estimate --analytic (graphcast_memory.cpp): exact parameters, activations block by block, the graph.

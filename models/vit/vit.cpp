@@ -101,7 +101,7 @@ ViTImpl::ViTImpl(const ViTOptions& options, const ModelShape& shape) : WeatherMo
                       std::to_string(shape.in_channels) + " input channels leave no input");
   embed_ = register_block("embed", PatchEmbed(shape.in_channels - k, options.embed_dim, patch_, patches_lat_ * patches_lon_));
   if (k > 0) {
-    noise_mlp_ = register_block("noise_injector", NoiseInjector(k))->noise_mlp;
+    noise_injector_ = register_block("noise_injector", NoiseInjector(k));
   }
   for (int64_t i = 0; i < options.depth; ++i) {
     blocks_.push_back(register_block(
@@ -145,7 +145,7 @@ torch::Tensor ViTImpl::forward(torch::Tensor x) {
       cells = torch::constant_pad_nd(cells, {0, pad_lon, 0, pad_lat});
     }
     const torch::Tensor sums = torch::avg_pool2d(noise, {p, p}, {p, p}) / torch::avg_pool2d(cells, {p, p}, {p, p});
-    cond = noise_mlp_->forward(sums.flatten(2).transpose(1, 2));  // [B, N, k]
+    cond = run_forward(noise_injector_, sums.flatten(2).transpose(1, 2), /*checkpointed=*/false);  // [B, N, k]
   }
 
   // The lambdas hold the blocks by shared_ptr (by value, see run_block) and call non-const forward.

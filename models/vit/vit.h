@@ -97,7 +97,7 @@ class ViTImpl : public WeatherModelImpl {
   PatchEmbed embed_{nullptr};
   std::vector<TransformerBlock> blocks_;
   PatchHead head_{nullptr};
-  NoiseMlp noise_mlp_{nullptr};  // conditional-norm noise: noise_injector.noise_mlp
+  NoiseInjector noise_injector_{nullptr};  // conditional-norm noise: its noise_mlp
 };
 
 // estimate --analytic (vit_memory.cpp): exact parameters, and activations block by block.
