@@ -12,7 +12,9 @@
 #include "distributed/halo_exchange.h"
 #include "estimator/activation_trace.h"
 #include "estimator/analytic.h"
+#include "data/dataset.h"
 #include "estimator/estimate.h"
+#include "models/aifs/aifs.h"
 #include "models/aifs/aifs_options.h"
 #include "models/weather_model.h"
 
@@ -153,6 +155,66 @@ TEST_P(AifsRankFormula, WithinEightPercentOfTheTrace) {
             << "P " << P << " ckpt " << checkpointing << " chunks " << chunks << " batch " << b;
       }
     }
+}
+
+// AIFS Single 1.0 on N320 (docs/estimator.md "GPUs per model"), bf16-mixed, checkpointed, batch 1,
+// by the formulas: GPUs per model asks them for rank 0 of each group size (rank_formula) instead of
+// projecting the whole grid's activations / P. Rank 0 of 2 holds its band and halos: more than half
+// the whole grid's activations, less than all; ECMWF's four A100 40GB per model is not our answer
+// (two: the states are 3.9 GiB, the activations with checkpointing 21 GiB per rank of two).
+TEST(ModelParallelFormula, AifsN320GpusPerModelFromTheRankFormula) {
+  RunConfig c = parse_config("[model]\npreset = \"aifs-single-1.0\"\n[train]\nprecision = \"bf16-mixed\"\n"
+                             "checkpointing = true\nbatch_size = 1\n",
+                             "aifs.toml");
+  data::take_named_grid(c);
+  const models::ModelShape shape = models::model_shape(c);
+  EstimateOptions options;
+  options.analytic = true;
+  const Estimate e = estimate(c, shape, options);
+  ASSERT_TRUE(e.formulas);
+  const double whole = e.breakdown(1, std::nullopt).activations;
+  for (const int64_t P : {2, 4}) {
+    const std::optional<ActivationFit> rank = rank_formula(e, P);
+    ASSERT_TRUE(rank.has_value()) << P;
+    const double per_rank = rank->at(1.0);
+    std::printf("[ model parallel ] aifs-single-1.0 N320 bf16-mixed ckpt batch 1: whole %.2f GiB, rank 0 of %lld %.2f "
+                "GiB (%.3f of the whole)\n",
+                whole / 1073741824.0, static_cast<long long>(P), per_rank / 1073741824.0, per_rank / whole);
+    EXPECT_GT(per_rank, whole / static_cast<double>(P)) << "the halos and the whole-grid tensors add to 1/P";
+    EXPECT_LT(per_rank, 1.1 * whole / static_cast<double>(P)) << "rank 0's band is about 1/P of the grid";
+  }
+  GpuSpec a100{"", "", 0};
+  for (const GpuSpec& g : gpu_catalog())
+    if (g.label.find("A100 40GB") != std::string::npos) a100 = g;
+  ASSERT_GT(a100.memory_bytes, 0);
+  const ModelParallelFit fit = model_parallel_fit(e, a100);
+  EXPECT_EQ(fit.ranks, 2);
+  EXPECT_TRUE(fit.per_rank_formula);
+  EXPECT_NEAR(fit.per_rank.activations, rank_formula(e, 2)->at(1.0), 1.0);
+  std::printf("[ model parallel ] aifs-single-1.0 on A100 40GB: %lld per model, %.2f GiB per rank\n",
+              static_cast<long long>(fit.ranks), fit.per_rank.total() / 1073741824.0);
+  // Which rank holds most: the partition of each rank of 2 and 4 (rank 0 is what the formulas and
+  // a one-process trace give).
+  const auto& o = c.model.options.as<models::AifsOptions>();
+  models::LatLonPoints data;
+  const models::CellCoordinates cells = models::cell_coordinates(shape);
+  data.latitudes = cells.latitudes, data.longitudes = cells.longitudes;
+  const models::LatLonPoints hidden = models::octahedral_grid(96);
+  const models::BipartiteEdges enc = models::cutoff_edges(data, hidden, o.cutoff_factor, o.max_neighbours);
+  const models::BipartiteEdges dec = models::knn_edges(hidden, data, o.decoder_neighbours);
+  for (const int64_t P : {2, 4}) {
+    std::vector<int64_t> bounds{0};
+    for (int64_t r = 0; r < P; ++r) bounds.push_back(bounds.back() + shape.lon / P + (r < shape.lon % P ? 1 : 0));
+    for (int r = 0; r < P; ++r) {
+      const models::AifsPartition part = models::aifs_partition(data, hidden, enc, dec, bounds, r, o);
+      std::printf("[ model parallel ] N320 rank %d of %lld: cells %lld hidden %lld encoder edges %lld (halo %lld) "
+                  "decoder edges %lld (halo %lld) window halo %lld\n",
+                  r, static_cast<long long>(P), static_cast<long long>(part.cell_count),
+                  static_cast<long long>(part.hidden_count), static_cast<long long>(part.encoder.edges.numel()),
+                  static_cast<long long>(part.encoder.halo_nodes()), static_cast<long long>(part.decoder.edges.numel()),
+                  static_cast<long long>(part.decoder.halo_nodes()), static_cast<long long>(part.window.halo_nodes()));
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Aifs, AifsRankFormula,
