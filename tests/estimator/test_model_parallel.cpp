@@ -86,7 +86,7 @@ TEST(ModelParallelEstimate, TracedEstimateIsOneRanks) {
 
 // The gnn's formulas at model_parallel = 2 describe rank 0's band (its nodes, the edges it receives,
 // the halo it fetches per layer: models/gnn/gnn_memory.cpp rank0_band) within 8% of the trace of that
-// rank, with and without checkpointing; GraphCast's and AIFS's formulas still give the whole grid.
+// rank, with and without checkpointing; GraphCast's formulas still give the whole grid (AIFS's: AifsRankFormula).
 TEST(ModelParallelFormula, GnnBandWithinEightPercentOfTheTrace) {
   const models::ModelShape shape = storm_region_shape();
   for (const bool checkpointing : {false, true}) {
