@@ -173,11 +173,13 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   if (options.analytic) {
     e.activations = analytic_activations(config, shape, options.mode);
     e.method = "analytic formulas";
+    e.formulas = true;
   } else {
     ActivationFit formula = analytic_activations(config, shape, options.mode);
     const double trace_bytes = static_cast<double>(formula.traced_states) + formula.at(4.0);
     if (!options.force_trace && trace_bytes > options.max_trace_bytes) {
       e.activations = formula;
+      e.formulas = true;
       e.method = "analytic formulas (tracing would need ~" + format_gib(trace_bytes, 1) + " GiB here; --trace forces it)";
     } else {
       e.activations = trace_activations(config, shape, options.mode);
@@ -228,9 +230,23 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   return e;
 }
 
+std::optional<ActivationFit> rank_formula(const Estimate& e, int64_t ranks) {
+  if (!e.formulas || ranks <= 1 || e.options.mode != Mode::kTrain) return std::nullopt;
+  if (auto it = e.rank_formulas.find(ranks); it != e.rank_formulas.end()) return it->second;
+  RunConfig c = e.config;
+  c.distributed.model_parallel = ranks;
+  std::optional<ActivationFit> a = analytic_activations(c, e.shape, e.options.mode);
+  if (a->ranks != ranks) a.reset();  // the model's formulas give the whole grid
+  e.rank_formulas[ranks] = a;
+  return a;
+}
+
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu) {
   Breakdown b = e.breakdown(batch, std::nullopt);
-  b.activations *= static_cast<double>(e.activation_ranks) / static_cast<double>(std::max<int64_t>(1, ranks));
+  if (const std::optional<ActivationFit> rank = rank_formula(e, ranks))
+    b.activations = std::max(0.0, rank->at(static_cast<double>(batch)));
+  else
+    b.activations *= static_cast<double>(e.activation_ranks) / static_cast<double>(std::max<int64_t>(1, ranks));
   b.overhead = gpu_overhead(b.allocated(), e.libraries, gpu).total();
   return b;
 }
@@ -240,6 +256,7 @@ ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu) {
   f.gpu = gpu;
   for (int64_t p = 1; p <= kMaxModelParallel; ++p) {
     f.per_rank = model_parallel_breakdown(e, e.batch(), p, gpu);
+    f.per_rank_formula = p > 1 && rank_formula(e, p).has_value();
     if (f.per_rank.total() <= static_cast<double>(gpu.memory_bytes)) {
       f.ranks = p;
       break;

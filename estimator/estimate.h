@@ -4,6 +4,7 @@
 // --analytic); activations are traced on the CPU (or by per-block formulas with --analytic);
 // GPU overheads follow the documented model in gpu_overhead.h, the CPU's what the process holds
 // outside the counting allocator (cpu_overhead.h).
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,6 +76,11 @@ struct Estimate {
   // formulas give P where the model describes its band (the gnn on a rectangle), else 1 (the whole
   // grid's).
   int64_t activation_ranks = 1;
+  // Whether the activations are the formulas' (--analytic, or a run too large to trace): GPUs per
+  // model can then ask them for one rank of each group size.
+  bool formulas = false;
+  // rank_formula's answers by group size (the formulas of a large grid take a while per size).
+  mutable std::map<int64_t, std::optional<ActivationFit>> rank_formulas;
   Breakdown breakdown(int64_t batch, const std::optional<GpuSpec>& gpu) const;
   int64_t max_batch(int64_t capacity_bytes, const std::optional<GpuSpec>& gpu) const;
   // How far a GPU has been measured from this estimate for the model's family (error_band.h).
@@ -118,17 +124,25 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
 // GPUs per model (distributed.model_parallel = P, docs/distributed.md "Model parallelism"): when one
 // GPU does not hold a rank of the run, how many ranks sharing each sample would. A rank of a
 // model-parallel group holds the whole model states (the group replicates the parameters; ZeRO
-// shards them across groups as before) and its band of the grid's activations. This is the
-// projection activations x activation_ranks / P from what the estimate holds: from a whole-grid
-// estimate it leaves out the halo nodes a sharded graph also holds (a few rows of the band per
-// message-passing layer) and what does not shrink with the grid (the batch-independent terms shrink
-// here too), so it is a lower bound on P; at the traced run's own model_parallel it is the trace of
-// that rank, halos included.
+// shards them across groups as before) and its band of the grid's activations. Where the estimate
+// is the formulas' and the model's formulas describe one rank (models::ModelMemory::ranks: the gnn
+// on a rectangle, AIFS), each P asks them for rank 0 of a group of P: its band, its halos, and the
+// batch-independent terms as that rank holds them (rank_formula). Otherwise it is the projection
+// activations x activation_ranks / P from what the estimate holds: from a whole-grid estimate it
+// leaves out the halo nodes a sharded graph also holds (a few rows of the band per message-passing
+// layer) and what does not shrink with the grid (the batch-independent terms shrink here too), so
+// it is a lower bound on P; at the traced run's own model_parallel it is the trace of that rank,
+// halos included.
 struct ModelParallelFit {
   GpuSpec gpu;
   int64_t ranks = 0;         // the smallest P (1..kMaxModelParallel) whose per-rank total fits; 0: none
   Breakdown per_rank;        // at that P (at kMaxModelParallel when none)
+  bool per_rank_formula = false;  // per_rank is the formulas' rank 0 of P, not a projection
 };
+// The formulas' activations of rank 0 of a group of `ranks` for the estimate's run, where the
+// estimate is the formulas' (Estimate::formulas) and the model's formulas describe that rank; empty
+// otherwise.
+std::optional<ActivationFit> rank_formula(const Estimate& e, int64_t ranks);
 inline constexpr int64_t kMaxModelParallel = 64;
 // The per-rank memory at `batch` with P ranks sharing each sample, on `gpu` (its overhead included).
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu);

@@ -454,17 +454,18 @@ std::vector<std::vector<torch::Tensor>> AifsImpl::block_parameters() const {
   return blocks;
 }
 
-std::vector<int> AifsImpl::hidden_owners(const std::vector<int64_t>& bounds) const {
+std::vector<int> aifs_hidden_owners(const LatLonPoints& data, const LatLonPoints& hidden,
+                                    const std::vector<int64_t>& bounds) {
   const auto P = static_cast<int>(bounds.size()) - 1;
-  TORCH_CHECK(P >= 1 && bounds.front() == 0 && bounds.back() == data_.size(), "aifs: node shard bounds must run from 0 to "
-              "the ", data_.size(), " grid cells, one range per rank");
-  const int64_t nh = hidden_.size();
+  TORCH_CHECK(P >= 1 && bounds.front() == 0 && bounds.back() == data.size(), "aifs: node shard bounds must run from 0 to "
+              "the ", data.size(), " grid cells, one range per rank");
+  const int64_t nh = hidden.size();
   // Each band's extreme latitudes and mean; bands are non-empty (the step gives each rank a row).
   std::vector<double> lo(static_cast<size_t>(P), 90), hi(static_cast<size_t>(P), -90), mean(static_cast<size_t>(P), 0);
   for (int r = 0; r < P; ++r) {
     const auto i = static_cast<size_t>(r);
     for (int64_t c = bounds[i]; c < bounds[i + 1]; ++c) {
-      const double lat = data_.latitudes[static_cast<size_t>(c)];
+      const double lat = data.latitudes[static_cast<size_t>(c)];
       lo[i] = std::min(lo[i], lat), hi[i] = std::max(hi[i], lat), mean[i] += lat;
     }
     mean[i] /= static_cast<double>(std::max<int64_t>(1, bounds[i + 1] - bounds[i]));
@@ -480,7 +481,7 @@ std::vector<int> AifsImpl::hidden_owners(const std::vector<int64_t>& bounds) con
   std::vector<int> owner(static_cast<size_t>(nh), 0);
   std::vector<int64_t> count(static_cast<size_t>(P), 0);
   for (int64_t h = 0; h < nh; ++h) {
-    const double lat = hidden_.latitudes[static_cast<size_t>(h)];
+    const double lat = hidden.latitudes[static_cast<size_t>(h)];
     int r = 0;
     for (int q = 1; q < P; ++q) r += north_first ? lat < cut[static_cast<size_t>(q)] : lat > cut[static_cast<size_t>(q)];
     owner[static_cast<size_t>(h)] = r;
@@ -494,6 +495,53 @@ std::vector<int> AifsImpl::hidden_owners(const std::vector<int64_t>& bounds) con
   return owner;
 }
 
+std::vector<int> AifsImpl::hidden_owners(const std::vector<int64_t>& bounds) const {
+  return aifs_hidden_owners(data_, hidden_, bounds);
+}
+
+AifsPartition aifs_partition(const LatLonPoints& data, const LatLonPoints& hidden_grid, const BipartiteEdges& encoder,
+                             const BipartiteEdges& decoder, const std::vector<int64_t>& bounds, int r,
+                             const AifsOptions& options) {
+  const auto P = static_cast<int>(bounds.size()) - 1;
+  TORCH_CHECK(P >= 1 && r >= 0 && r < P && bounds.front() == 0 && bounds.back() == data.size(),
+              "aifs: node shard bounds must run from 0 to the ", data.size(), " grid cells, one range per rank");
+  AifsPartition out;
+  const NodePartition cells = NodePartition::from_bounds(bounds);
+  const NodePartition hidden = NodePartition::from_owners(aifs_hidden_owners(data, hidden_grid, bounds), P);
+  const auto& mine = hidden.owned[static_cast<size_t>(r)];
+  TORCH_CHECK(!mine.empty() && mine.back() - mine.front() + 1 == static_cast<int64_t>(mine.size()),
+              "aifs: rank ", r, "'s hidden nodes are not one contiguous range");
+  out.cell_begin = bounds[static_cast<size_t>(r)];
+  out.cell_count = bounds[static_cast<size_t>(r) + 1] - out.cell_begin;
+  out.hidden_begin = mine.front();
+  out.hidden_count = static_cast<int64_t>(mine.size());
+  out.encoder = shard_graph(encoder.senders, encoder.receivers, cells, hidden, r);
+  out.decoder = shard_graph(decoder.senders, decoder.receivers, hidden, cells, r);
+  // The processor's window: each rank reads window_size nodes on either side of its range (every
+  // node, when the window covers the sequence).
+  const int64_t nh = hidden_grid.size();
+  const int64_t w = options.window_size <= 0 || options.window_size >= nh - 1 ? nh : options.window_size;
+  std::vector<std::vector<int64_t>> needs(static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) {
+    const auto& own = hidden.owned[static_cast<size_t>(q)];
+    if (own.empty()) continue;
+    auto& need = needs[static_cast<size_t>(q)];
+    for (int64_t h = std::max<int64_t>(0, own.front() - w); h < own.front(); ++h) need.push_back(h);
+    for (int64_t h = own.back() + 1; h < std::min(nh, own.back() + 1 + w); ++h) need.push_back(h);
+  }
+  out.window = halo_of(needs, hidden, r);
+  out.window_before = std::min(w, out.hidden_begin);
+  // Chunks of the local edges (receivers local, senders this rank's nodes then the halo).
+  auto chunks = [&](const ShardedGraph& g, int64_t receivers, int64_t count) {
+    BipartiteEdges local;
+    local.senders = g.senders, local.receivers = g.receivers;
+    return chunk_edges(local, receivers, count);
+  };
+  out.encoder_chunks = chunks(out.encoder, out.hidden_count, options.encoder_chunks);
+  out.decoder_chunks = chunks(out.decoder, out.cell_count, options.decoder_chunks);
+  return out;
+}
+
 void AifsImpl::set_node_shard(const NodeShard& shard) {
   const auto P = static_cast<int>(shard.bounds.size()) - 1;
   TORCH_CHECK(P >= 1 && shard.rank >= 0 && shard.rank < P && shard.bounds.front() == 0 &&
@@ -503,46 +551,23 @@ void AifsImpl::set_node_shard(const NodeShard& shard) {
   TORCH_CHECK(shape().conditional_noise == 0,
               "aifs: model parallelism cannot train train.noise_injection = \"conditional_norm\" yet");
   const torch::Device device = encoder_edges_.senders.device();
-  const int r = shard.rank;
-  const NodePartition cells = NodePartition::from_bounds(shard.bounds);
-  const NodePartition hidden = NodePartition::from_owners(hidden_owners(shard.bounds), P);
-  const auto& mine = hidden.owned[static_cast<size_t>(r)];
-  TORCH_CHECK(!mine.empty() && mine.back() - mine.front() + 1 == static_cast<int64_t>(mine.size()),
-              "aifs: rank ", r, "'s hidden nodes are not one contiguous range");
-  cell_begin_ = shard.bounds[static_cast<size_t>(r)];
-  cell_count_ = shard.bounds[static_cast<size_t>(r) + 1] - cell_begin_;
-  hidden_begin_ = mine.front();
-  hidden_count_ = static_cast<int64_t>(mine.size());
-  encoder_shard_ = shard_graph(encoder_edges_.senders, encoder_edges_.receivers, cells, hidden, r);
-  decoder_shard_ = shard_graph(decoder_edges_.senders, decoder_edges_.receivers, hidden, cells, r);
-  // The processor's window: each rank reads window_size nodes on either side of its range (every
-  // node, when the window covers the sequence).
-  const int64_t nh = hidden_.size();
-  const int64_t w = options_.window_size <= 0 || options_.window_size >= nh - 1 ? nh : options_.window_size;
-  std::vector<std::vector<int64_t>> needs(static_cast<size_t>(P));
-  for (int q = 0; q < P; ++q) {
-    const auto& own = hidden.owned[static_cast<size_t>(q)];
-    if (own.empty()) continue;
-    auto& need = needs[static_cast<size_t>(q)];
-    for (int64_t h = std::max<int64_t>(0, own.front() - w); h < own.front(); ++h) need.push_back(h);
-    for (int64_t h = own.back() + 1; h < std::min(nh, own.back() + 1 + w); ++h) need.push_back(h);
-  }
-  window_halo_ = halo_of(needs, hidden, r);
-  window_before_ = std::min(w, hidden_begin_);
-  // Chunks of the local edges (receivers local, senders this rank's nodes then the halo).
-  auto chunks = [&](const ShardedGraph& g, int64_t receivers, int64_t count) {
-    BipartiteEdges local;
-    local.senders = g.senders, local.receivers = g.receivers;
-    std::vector<EdgeChunk> out = chunk_edges(local, receivers, count);
-    for (EdgeChunk& c : out) {
+  AifsPartition part = aifs_partition(data_, hidden_, encoder_edges_, decoder_edges_, shard.bounds, shard.rank, options_);
+  cell_begin_ = part.cell_begin, cell_count_ = part.cell_count;
+  hidden_begin_ = part.hidden_begin, hidden_count_ = part.hidden_count;
+  encoder_shard_ = std::move(part.encoder);
+  decoder_shard_ = std::move(part.decoder);
+  window_halo_ = std::move(part.window);
+  window_before_ = part.window_before;
+  auto on_device = [&](std::vector<EdgeChunk> chunks) {
+    for (EdgeChunk& c : chunks) {
       c.senders = c.senders.to(device);
       c.local_senders = c.local_senders.to(device);
       c.local_receivers = c.local_receivers.to(device);
     }
-    return out;
+    return chunks;
   };
-  local_encoder_chunks_ = chunks(encoder_shard_, hidden_count_, options_.encoder_chunks);
-  local_decoder_chunks_ = chunks(decoder_shard_, cell_count_, options_.decoder_chunks);
+  local_encoder_chunks_ = on_device(std::move(part.encoder_chunks));
+  local_decoder_chunks_ = on_device(std::move(part.decoder_chunks));
   std::vector<int64_t> sources(static_cast<size_t>(cell_count_));
   std::iota(sources.begin(), sources.end(), cell_begin_);
   sources.insert(sources.end(), encoder_shard_.halo_ids.begin(), encoder_shard_.halo_ids.end());

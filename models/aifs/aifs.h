@@ -139,6 +139,26 @@ struct EdgeChunk {
 };
 std::vector<EdgeChunk> chunk_edges(const BipartiteEdges& edges, int64_t receivers, int64_t chunks);
 
+// Model parallelism (docs/distributed.md): rank `rank`'s share of AIFS's graphs when the data cells
+// are split at `bounds` (NodeShard::bounds): its cells and its contiguous range of the hidden
+// sequence (aifs_hidden_owners), the encoder's and decoder's kept edges with their halos, the
+// processor's window halo (window_size nodes on either side of its range, clipped; every node when
+// the window covers the sequence) and the mappers' chunks of its local edges (on the CPU).
+// AifsImpl::set_node_shard builds the model's from it, and the formulas (aifs_memory.cpp) count
+// it, so both see the same partition.
+struct AifsPartition {
+  int64_t cell_begin = 0, cell_count = 0, hidden_begin = 0, hidden_count = 0;
+  ShardedGraph encoder, decoder, window;
+  int64_t window_before = 0;  // key rows ahead of the rank's first query
+  std::vector<EdgeChunk> encoder_chunks, decoder_chunks;
+};
+AifsPartition aifs_partition(const LatLonPoints& data, const LatLonPoints& hidden, const BipartiteEdges& encoder,
+                             const BipartiteEdges& decoder, const std::vector<int64_t>& bounds, int rank,
+                             const AifsOptions& options);
+// The rank owning each hidden node (AifsImpl::hidden_owners).
+std::vector<int> aifs_hidden_owners(const LatLonPoints& data, const LatLonPoints& hidden,
+                                    const std::vector<int64_t>& bounds);
+
 class AifsImpl : public WeatherModelImpl {
  public:
   AifsImpl(const AifsOptions& options, const ModelShape& shape);

@@ -1,6 +1,7 @@
 // estimate --analytic for AIFS (models/aifs/aifs.cpp): exact parameters, activations per chunk.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -15,38 +16,122 @@ namespace {
 struct ChunkSizes {
   double senders = 0, receivers = 0, edges = 0;
 };
+// One halo exchange as a rank sees it (models/graph_shard.h ShardedGraph): the rows it sends
+// (index_select of its own), the rows the exchange gathers (every rank's send rows: the all-gather's
+// output), and its halo (picked out of them and concatenated after its own rows).
+struct Exchange {
+  double sent = 0, gathered = 0, halo = 0;
+};
+// The graph's sizes, of the whole grid or (ranks > 1) of one rank of a model-parallel group: its
+// cells, hidden nodes, kept edges and chunks of them, and the three exchanges (aifs.cpp
+// AifsImpl::forward: the encoder's input rows, the processor's window, the decoder's latents).
 struct AifsSizes {
   double data = 0, hidden = 0, encoder_edges = 0, decoder_edges = 0;
   std::vector<ChunkSizes> encoder, decoder;
+  int64_t ranks = 1;
+  Exchange encoder_halo, window_halo, decoder_halo;
+  double window_before = 0;  // the processor's key rows ahead of the rank's first query
 };
 
-// Built as the model builds its graph (a spatial index: a second for N320 on O96), cached for the
-// last grid and graph options asked: the parameters (learned edge features), activations and
-// buffers all need it.
-AifsSizes aifs_sizes(const AifsOptions& o, const ModelShape& s) {
+// The graph as the model builds it (a spatial index: a second for N320 on O96), cached for the
+// last grid and graph options asked, with its sizes per chunk counts and model-parallel size asked
+// since: the parameters (learned edge features), activations and buffers all need it, and
+// `estimate` asks for several chunk counts (the memory savers) and model-parallel sizes (GPUs per
+// model).
+struct AifsGraph {
+  LatLonPoints data, hidden;
+  BipartiteEdges encoder, decoder;
+};
+
+ChunkSizes chunk_sizes(const EdgeChunk& c) {
+  return {static_cast<double>(c.senders.size(0)), static_cast<double>(c.dst_end - c.dst_begin),
+          static_cast<double>(c.edge_end - c.edge_begin)};
+}
+
+Exchange exchange_of(const ShardedGraph& g, int rank) {
+  return {static_cast<double>(g.send_rows[static_cast<size_t>(rank)]), static_cast<double>(g.exchange_nodes()),
+          static_cast<double>(g.halo_nodes())};
+}
+
+// The cells' bands as the trainer cuts them (trainer/training_step.cpp, build_training_state): whole
+// latitude rows of a rectangle, cells of a point set, the first ranks one more where the count does
+// not divide; empty where the grid has fewer rows than ranks (the run file is refused then).
+std::vector<int64_t> band_bounds(const ModelShape& s, int64_t P) {
+  const int64_t extent = s.point_set ? s.lon : s.lat, per_cell = s.point_set ? 1 : s.lon;
+  if (P <= 1 || extent < P) return {};
+  std::vector<int64_t> bounds{0};
+  for (int64_t r = 0; r < P; ++r) bounds.push_back(bounds.back() + (extent / P + (r < extent % P ? 1 : 0)) * per_cell);
+  return bounds;
+}
+
+// model_parallel: the sizes of rank 0 (the widest band, what a one-process trace runs) of a group of
+// that many; 1 (or a grid with fewer rows than ranks): the whole grid.
+AifsSizes aifs_sizes(const AifsOptions& o, const ModelShape& s, int64_t model_parallel = 1) {
   static std::mutex mutex;
-  static std::tuple<std::vector<double>, std::vector<double>, std::string, double, int64_t, int64_t, int64_t, int64_t> key;
-  static AifsSizes cached;
+  static std::tuple<std::vector<double>, std::vector<double>, std::string, double, int64_t, int64_t> key;
+  static AifsGraph graph;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, AifsSizes> cached;
   const CellCoordinates cells = cell_coordinates(s);
+  const std::vector<int64_t> bounds = band_bounds(s, model_parallel);
+  const int64_t P = bounds.empty() ? 1 : model_parallel;
   std::lock_guard<std::mutex> lock(mutex);
   auto k = std::make_tuple(cells.latitudes, cells.longitudes, o.hidden_grid, o.cutoff_factor, o.max_neighbours,
-                           o.decoder_neighbours, o.encoder_chunks, o.decoder_chunks);
-  if (k == key) return cached;
-  LatLonPoints data{cells.latitudes, cells.longitudes};
-  const LatLonPoints hidden = octahedral_grid(octahedral_number(o.hidden_grid, "model.hidden_grid"));
-  const BipartiteEdges enc = cutoff_edges(data, hidden, o.cutoff_factor, o.max_neighbours);
-  const BipartiteEdges dec = knn_edges(hidden, data, o.decoder_neighbours);
-  AifsSizes sizes{static_cast<double>(data.size()), static_cast<double>(hidden.size()), static_cast<double>(enc.edges()),
-                  static_cast<double>(dec.edges()), {}, {}};
-  for (const auto& [edges, receivers, chunks, out] :
-       {std::make_tuple(&enc, hidden.size(), o.encoder_chunks, &sizes.encoder),
-        std::make_tuple(&dec, data.size(), o.decoder_chunks, &sizes.decoder)})
-    for (const EdgeChunk& c : chunk_edges(*edges, receivers, chunks))
-      out->push_back({static_cast<double>(c.senders.size(0)), static_cast<double>(c.dst_end - c.dst_begin),
-                      static_cast<double>(c.edge_end - c.edge_begin)});
-  cached = sizes;
-  key = std::move(k);
-  return cached;
+                           o.decoder_neighbours);
+  if (k != key || !graph.encoder.senders.defined()) {
+    graph.data = LatLonPoints{cells.latitudes, cells.longitudes};
+    graph.hidden = octahedral_grid(octahedral_number(o.hidden_grid, "model.hidden_grid"));
+    graph.encoder = cutoff_edges(graph.data, graph.hidden, o.cutoff_factor, o.max_neighbours);
+    graph.decoder = knn_edges(graph.hidden, graph.data, o.decoder_neighbours);
+    cached.clear();
+    key = std::move(k);
+  }
+  // The window matters only to a rank's halo.
+  const auto sizes_key = std::make_tuple(o.encoder_chunks, o.decoder_chunks, P, P > 1 ? o.window_size : 0);
+  if (auto it = cached.find(sizes_key); it != cached.end()) return it->second;
+  AifsSizes sizes;
+  if (P == 1) {
+    sizes = {static_cast<double>(graph.data.size()), static_cast<double>(graph.hidden.size()),
+             static_cast<double>(graph.encoder.edges()), static_cast<double>(graph.decoder.edges()), {}, {}, 1, {}, {}, {}};
+    for (const EdgeChunk& c : chunk_edges(graph.encoder, graph.hidden.size(), o.encoder_chunks))
+      sizes.encoder.push_back(chunk_sizes(c));
+    for (const EdgeChunk& c : chunk_edges(graph.decoder, graph.data.size(), o.decoder_chunks))
+      sizes.decoder.push_back(chunk_sizes(c));
+  } else {
+    // Rank 0's share, partitioned by the model's own code (AifsImpl::set_node_shard).
+    const AifsPartition part = aifs_partition(graph.data, graph.hidden, graph.encoder, graph.decoder, bounds, 0, o);
+    sizes.data = static_cast<double>(part.cell_count);
+    sizes.hidden = static_cast<double>(part.hidden_count);
+    sizes.encoder_edges = static_cast<double>(part.encoder.edges.numel());
+    sizes.decoder_edges = static_cast<double>(part.decoder.edges.numel());
+    for (const EdgeChunk& c : part.encoder_chunks) sizes.encoder.push_back(chunk_sizes(c));
+    for (const EdgeChunk& c : part.decoder_chunks) sizes.decoder.push_back(chunk_sizes(c));
+    sizes.ranks = P;
+    sizes.encoder_halo = exchange_of(part.encoder, 0);
+    sizes.window_halo = exchange_of(part.window, 0);
+    sizes.decoder_halo = exchange_of(part.decoder, 0);
+    sizes.window_before = static_cast<double>(part.window_before);
+  }
+  cached[sizes_key] = sizes;
+  return sizes;
+}
+
+// The additive masks of a processor layer's sliding-window attention, in elements (aifs.cpp
+// sliding_window_attention, whose blocks this walks): per block of queries [a, b), its slab of keys
+// [k0, k1); SDPA turns the boolean mask into one in the queries' dtype and saves it for its
+// backward, so every layer's masks live as long as its activations, whatever the batch. None when
+// the layer attends to the whole sequence. Seen at the traced peak (tests/models/test_aifs.cpp
+// AifsChunks.DISABLED_PeakTensors: rows x keys x 2 bytes per block under bf16-mixed).
+double window_mask_elements(int64_t N, int64_t K, int64_t window, int64_t q_offset) {
+  if (q_offset == 0 && K == N && (window <= 0 || window >= N - 1)) return 0;
+  if (window <= 0 || window >= K) window = K;
+  const int64_t block = std::max<int64_t>(std::min(window, K), 64);
+  double elements = 0;
+  for (int64_t a = 0; a < N; a += block) {
+    const int64_t b = std::min(N, a + block);
+    const int64_t k0 = std::max<int64_t>(0, a + q_offset - window), k1 = std::min(K, b + q_offset + window);
+    elements += static_cast<double>((b - a) * (k1 - k0));
+  }
+  return elements;
 }
 
 int64_t mapper_params(int64_t src_in, int64_t dst_in, int64_t C, int64_t M, int64_t edge_dim, int64_t out, bool embed_src) {
@@ -266,7 +351,12 @@ ModelMemory aifs_inference_memory(const AifsOptions& o, const ModelShape& s, con
 // (its block keeps its saved bytes as its "inputs" and replays nothing).
 ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, const FormulaSettings& f) {
   const Widths& w = f.widths;
-  const AifsSizes g = aifs_sizes(o, s);
+  // Model parallelism (FormulaSettings::model_parallel): rank 0 of the group, partitioned as the
+  // model partitions itself (aifs_partition); its band's cells, its range of hidden nodes, its kept
+  // edges, and the halos it reads. The whole graph's tensors every rank keeps whole (the node and
+  // edge features with their learned columns) are counted whole.
+  const AifsSizes g = aifs_sizes(o, s, f.inference ? 1 : f.model_parallel);
+  const AifsSizes whole = g.ranks > 1 ? aifs_sizes(o, s) : g;
   const double C = static_cast<double>(o.num_channels), M = static_cast<double>(aifs_mlp_hidden(o));
   const double k = static_cast<double>(s.conditional_noise);
   const double data_in = static_cast<double>(s.in_channels - s.conditional_noise + 4 + o.data_trainable);
@@ -274,6 +364,7 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
   const double Nh = g.hidden, Nd = g.data, H = static_cast<double>(o.num_heads), out = static_cast<double>(s.out_channels);
   ModelMemory m;
   m.output = out * Nd;
+  m.ranks = g.ranks;
   if (f.inference) return aifs_inference_memory(o, s, f, g);
   auto finish = [&](Block b, bool checkpointed, double inputs) {
     b.inputs = inputs;
@@ -289,38 +380,74 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
   const double hi = w.high;
   const double cell_features = 4.0 + static_cast<double>(o.data_trainable);
   const double hidden_features = 4.0 + static_cast<double>(o.hidden_trainable);
+  // Sharded, the node features are made whole and the mappers read a view of the rank's rows (kept
+  // whole by it), the encoder's senders a gathered copy of its cells and halo; the edge features
+  // are made whole and the rank's edges gathered from them (the copies the mappers save).
+  const double He = g.encoder_halo.halo;
   const double graph_inputs =
-      (Nd * cell_features + Nh * hidden_features + (g.encoder_edges + g.decoder_edges) * edge_dim) * hi;
+      g.ranks > 1 ? (whole.data * cell_features + whole.hidden * hidden_features + (Nd + He) * cell_features +
+                     (g.encoder_edges + g.decoder_edges) * edge_dim) * hi
+                  : (Nd * cell_features + Nh * hidden_features + (g.encoder_edges + g.decoder_edges) * edge_dim) * hi;
   // Their gradients, where they have learned columns (model.*_trainable > 0): each mapper's chunks
   // hand back a gradient of the whole tensor they narrow or gather from (the edge features, the
   // cells'), summed over the chunks and held until the mapper's last chunk is done; the cells' are
   // read by both mappers, so two of them meet (the sum so far and the chunk's; both seen at the
   // traced peak of the decoder's backward, tests/models/test_aifs.cpp AifsChunks.DISABLED_PeakTensors).
+  // Sharded, the tensor a mapper narrows is the rank's copy of its edges; the cells' and hidden
+  // nodes' the whole ones (a narrow's or a gather's gradient is of its whole input).
   const double edge_grads_enc = o.edge_trainable > 0 ? g.encoder_edges * edge_dim * hi : 0;
   const double edge_grads_dec = o.edge_trainable > 0 ? g.decoder_edges * edge_dim * hi : 0;
-  const double cell_grads = o.data_trainable > 0 ? 2 * Nd * cell_features * hi : 0;
-  const double hidden_grads = o.hidden_trainable > 0 ? Nh * hidden_features * hi : 0;
+  const double cell_grads = o.data_trainable > 0 ? 2 * whole.data * cell_features * hi : 0;
+  const double hidden_grads = o.hidden_trainable > 0 ? whole.hidden * hidden_features * hi : 0;
+  // Once the decoder's backward is done, the gradients of the whole tensors it read (the decoder's
+  // edge features, the cells') wait for the node that made them, at the start of the forward: the
+  // autograd engine runs it last (its sequence number is the lowest), so they are alive through the
+  // processor's and the encoder's backward. Seen at the traced peak in the processor's backward
+  // (tests/models/test_aifs.cpp AifsChunks.DISABLED_PeakTensors with AIFS_MP=2: [Ed_whole, 11] and
+  // [Nd_whole, 12] fp32).
+  const double after_decoder = (o.edge_trainable > 0 ? whole.decoder_edges * edge_dim * hi : 0) +
+                               (o.data_trainable > 0 ? whole.data * cell_features * hi : 0);
+  // Each checkpoint keeps the CPU generator's state until its backward (ops/checkpoint.cpp, on a GPU
+  // too: 5,056 bytes in this LibTorch, seen at the traced peak beside every checkpointed chunk).
+  const double checkpoints =
+      !f.checkpointing ? 0
+                       : (o.checkpoint_encoder ? static_cast<double>(g.encoder.size()) : 0) +
+                             (o.checkpoint_processor ? static_cast<double>(o.processor_chunks) : 0) +
+                             (o.checkpoint_decoder ? static_cast<double>(g.decoder.size()) : 0);
+  const double rng_states = checkpoints * 5056;
   for (size_t i = 0; i < g.encoder.size(); ++i) {
     Block b = mapper_chunk("encoder" + std::to_string(i), w, g.encoder[i], data_in, hidden_in, C,
                            static_cast<double>(o.mapper_num_heads), M, edge_dim, 0, true);
-    b.fixed_backward += edge_grads_enc + cell_grads + hidden_grads;
-    if (i == 0) b.fixed_saved = b.fixed_kept = graph_inputs;
-    finish(std::move(b), o.checkpoint_encoder, i == 0 ? Nd * data_in * w.high : 0);
+    b.fixed_backward += edge_grads_enc + cell_grads + hidden_grads +
+                        (o.edge_trainable > 0 ? whole.decoder_edges * edge_dim * hi : 0);
+    if (i == 0) b.fixed_saved = b.fixed_kept = graph_inputs + rng_states;
+    // Sharded, the senders are the band's input rows and the halo's (their concatenation, which the
+    // chunks read and a checkpoint keeps).
+    finish(std::move(b), o.checkpoint_encoder, i == 0 ? (Nd + He) * data_in * w.high : 0);
   }
-  // A transformer layer on Nh nodes: LayerNorm, q/k/v (one input), attention (q, k, v, its output
-  // and log-sum-exp per head), the projection's input, LayerNorm, MLP.
-  const double window = o.window_size > 0 ? std::min<double>(Nh, 2.0 * static_cast<double>(o.window_size) + 1) : Nh;
-  (void)window;
   // Conditional-norm noise: the noise MLP on the hidden nodes (never checkpointed), whose output
   // every processor layer reads; a conditional norm saves its input, the normalised tensor and
   // 1 + scale(noise) for the product, and the noise embedding for its two Linears.
   if (k > 0) {
     m.blocks.push_back(noise_injector_block(w, Nh, k, f.checkpointing));
   }
+  // The processor's stream (its input, the residual sums) is the encoder's output: a Linear's plus
+  // a Linear's, bf16 under autocast, and so is each LayerNorm's input, which it saves (seen at the
+  // traced peak: [B, Nh, C] bf16 norm inputs, tests/models/test_aifs.cpp
+  // AifsChunks.DISABLED_PeakTensors with AIFS_MP=2 AIFS_PRECISION=bf16-mixed).
+  const double stream = w.autocast ? w.low : w.high;
   auto layer_norm = [&]() -> Layer {
-    if (k <= 0) return norm(w, Nh * C, Nh);
+    if (k <= 0) return {"norm", Nh * C * stream + 8 * Nh, Nh * C * stream, Nh * C * stream};
     return {"conditional norm", 3 * Nh * C * w.high + 8 * Nh + Nh * k * w.high, Nh * C * w.high, 2 * Nh * C * w.high};
   };
+  // A transformer layer on Nh nodes: LayerNorm, q/k/v (one input), attention (q, k, v, its output
+  // and log-sum-exp per head), the projection's input, LayerNorm, MLP. Sharded, the keys and values
+  // are of the rank's nodes widened by the window halo (K nodes: aifs.cpp WindowKeys), fetched per
+  // layer: the rows sent, the exchange's, the halo, their concatenation with the rank's rows and
+  // that reordered into sequence order (the keys' input, which k and v save).
+  const Exchange& wh = g.window_halo;
+  const double K = Nh + wh.halo;
+  const bool sharded = g.ranks > 1;
   const int64_t groups = o.processor_chunks;
   const int64_t per_chunk = o.processor_layers / groups;
   for (int64_t c = 0; c < groups; ++c) {
@@ -328,22 +455,46 @@ ModelMemory aifs_activation_memory(const AifsOptions& o, const ModelShape& s, co
     b.name = "processor" + std::to_string(c);
     for (int64_t l = 0; l < per_chunk; ++l) {
       b.layers.push_back(layer_norm());
-      b.layers.push_back({"q/k/v", Nh * C * (w.autocast ? 3 * w.low : w.high), Nh * C * w.high, 3 * Nh * C * w.low});
-      b.layers.push_back({"attention", (4 * Nh * C) * w.low + Nh * H * 4, 3 * Nh * C * w.low, Nh * C * w.low});
+      if (sharded) {
+        b.layers.push_back({"window halo", 0, (wh.gathered + 2 * K) * C * w.high,
+                            (wh.sent + wh.gathered + wh.halo + 2 * K) * C * w.high});
+        b.layers.push_back({"q/k/v", (Nh * C + K * C) * (w.autocast ? w.low : w.high) + (w.autocast ? K * C * w.low : 0),
+                            (Nh + K) * C * w.high, (Nh + 2 * K) * C * w.low});
+        b.layers.push_back({"attention", (2 * Nh + 2 * K) * C * w.low + Nh * H * 4, (Nh + 2 * K) * C * w.low, Nh * C * w.low});
+      } else {
+        b.layers.push_back({"q/k/v", Nh * C * (w.autocast ? 3 * w.low : w.high), Nh * C * w.high, 3 * Nh * C * w.low});
+        b.layers.push_back({"attention", (4 * Nh * C) * w.low + Nh * H * 4, 3 * Nh * C * w.low, Nh * C * w.low});
+      }
       b.layers.push_back(conv_or_linear(w, Nh * C, Nh * C));
       b.layers.push_back(layer_norm());
       b.layers.push_back(conv_or_linear(w, Nh * C, Nh * M));
       b.layers.push_back(activation(Nh * M, w.low));
       b.layers.push_back(conv_or_linear(w, Nh * M, Nh * C));
     }
-    b.output = Nh * C * w.high;
-    finish(std::move(b), o.checkpoint_processor, Nh * (C + k) * w.high);
+    b.output = Nh * C * stream;
+    // The attention masks, batch-independent: with the block's saved tensors (all of them without
+    // checkpointing; during its replay and backward with it).
+    const double masks = static_cast<double>(per_chunk) * w.low *
+                         window_mask_elements(static_cast<int64_t>(Nh), static_cast<int64_t>(K), o.window_size,
+                                              static_cast<int64_t>(g.window_before));
+    b.fixed_saved = masks;
+    b.fixed_backward = after_decoder;
+    if (f.checkpointing && o.checkpoint_processor) b.fixed_forward = masks, b.fixed_backward += masks;
+    if (f.checkpointing && !o.checkpoint_processor) b.fixed_kept = masks;
+    finish(std::move(b), o.checkpoint_processor, Nh * C * stream + Nh * k * w.high);
   }
+  // Sharded, the decoder's senders are the rank's latents and the halo's (their concatenation,
+  // which a checkpoint keeps), gathered through one exchange whose backward hands the halo's
+  // gradients back to their owners.
+  const Exchange& dh = g.decoder_halo;
   for (size_t i = 0; i < g.decoder.size(); ++i) {
     Block b = mapper_chunk("decoder" + std::to_string(i), w, g.decoder[i], C, data_in, C,
                            static_cast<double>(o.mapper_num_heads), M, edge_dim, out, false);
     b.fixed_backward += edge_grads_dec + cell_grads;
-    finish(std::move(b), o.checkpoint_decoder, i == 0 ? Nh * C * w.high : 0);
+    if (sharded && i == 0)
+      b.layers.insert(b.layers.begin(), Layer{"decoder halo", 0, (dh.gathered + Nh) * C * w.high,
+                                              (dh.sent + dh.gathered + dh.halo + Nh + dh.halo) * C * w.high});
+    finish(std::move(b), o.checkpoint_decoder, i == 0 ? (Nh + dh.halo) * C * stream : 0);
   }
   return m;
 }

@@ -320,14 +320,37 @@ void print_chunks(const RunConfig& r, const ModelShape& shape) {
                   static_cast<long long>(c.edge_end - c.edge_begin));
 }
 
+// AIFS_MP=P: rank 0 of a model-parallel group of P (the stand-in group, as estimate runs it) on the
+// model and region of tests/estimator/test_model_parallel.cpp, its partition's sizes named too.
 TEST(AifsChunks, DISABLED_PeakTensors) {
-  const ModelShape shape{12, 6, 65, 72};
+  const char* mp = std::getenv("AIFS_MP");
+  ModelShape shape{12, 6, 65, 72};
   const char* env = std::getenv("AIFS_CHUNKS");
   const int64_t chunks = env ? std::atoll(env) : 4;
   RunConfig r;
   r.model = aifs_config("encoder_chunks = " + std::to_string(chunks) + "\ndecoder_chunks = " + std::to_string(chunks) +
                             "\n",
                         32, "o4");
+  if (mp) {
+    shape = ModelShape{12, 6, 33, 36};
+    for (int64_t i = 0; i < 33; ++i) shape.latitudes.push_back(20.0 + 1.25 * static_cast<double>(i));
+    for (int64_t j = 0; j < 36; ++j) shape.longitudes.push_back(-140.0 + 2.5 * static_cast<double>(j));
+    r.model = parse_config("[model]\nname = \"aifs\"\nnum_channels = 16\nnum_heads = 2\nmapper_num_heads = 2\n"
+                           "mlp_hidden_ratio = 2\nprocessor_layers = 2\nhidden_grid = \"o8\"\nwindow_size = 32\n"
+                           "encoder_chunks = " + std::to_string(chunks) + "\ndecoder_chunks = " + std::to_string(chunks) +
+                               "\n[data]\nvariables = [\"a\"]\ngrid = [8, 8]\n",
+                           "aifs.toml")
+                  .model;
+    // AIFS_O4: the model of tests/estimator AnalyticVsTrace.AifsFollowsTheTrace instead.
+    if (std::getenv("AIFS_O4"))
+      r.model = parse_config("[model]\nname = \"aifs\"\nnum_channels = 32\nnum_heads = 4\nmapper_num_heads = 4\n"
+                             "processor_layers = 2\nwindow_size = 40\nhidden_grid = \"o4\"\nencoder_chunks = " +
+                                 std::to_string(chunks) + "\ndecoder_chunks = " + std::to_string(chunks) +
+                                 "\n[data]\nvariables = [\"a\"]\ngrid = [8, 8]\n",
+                             "aifs.toml")
+                    .model;
+    r.distributed.model_parallel = std::atoll(mp);
+  }
   r.train.checkpointing = std::getenv("AIFS_NOCKPT") == nullptr;
   if (const char* p = std::getenv("AIFS_PRECISION")) r.train.precision = parse_precision(p);
   r.train.device = "cuda";
@@ -335,7 +358,45 @@ TEST(AifsChunks, DISABLED_PeakTensors) {
   print_chunks(r, shape);
   std::vector<std::pair<std::string, int64_t>> dims = {{"1", 1}, {"C", 32}, {"H", 2}, {"M", 128}, {"Nd", 4680},
                                                        {"Nh", 208}, {"Ee", 3584}, {"Ed", 14040}, {"out", 6}, {"in", 12}, {"din", 24}, {"ef", 11}};
-  {
+  if (mp) {
+    const int64_t P = std::atoll(mp);
+    const auto& ro = r.model.options.as<AifsOptions>();
+    dims = {{"1", 1}, {"C", ro.num_channels}, {"H", ro.num_heads}, {"M", aifs_mlp_hidden(ro)}, {"in", 12}, {"out", 6},
+            {"din", 24}, {"ef", 11}, {"hf", 12}};
+    WeatherModel model = build_model(r.model, shape);
+    const auto& a = dynamic_cast<const AifsImpl&>(*model);
+    LatLonPoints data;
+    const CellCoordinates cells = cell_coordinates(shape);
+    data.latitudes = cells.latitudes, data.longitudes = cells.longitudes;
+    std::vector<int64_t> bounds{0};
+    for (int64_t q = 0; q < P; ++q) bounds.push_back(bounds.back() + (33 / P + (q < 33 % P ? 1 : 0)) * 36);
+    const AifsPartition part =
+        aifs_partition(data, a.hidden_grid(), a.encoder_edges(), a.decoder_edges(), bounds, 0, a.options());
+    auto add = [&](const std::string& n, int64_t v) {
+      dims.push_back({n, v});
+      std::printf("[ peak ] %s = %lld\n", n.c_str(), static_cast<long long>(v));
+    };
+    add("Ndw", shape.lat * shape.lon), add("Nhw", a.hidden_grid().size());
+    add("Eew", a.encoder_edges().edges()), add("Edw", a.decoder_edges().edges());
+    add("Nd", part.cell_count), add("Nh", part.hidden_count);
+    add("Ee", part.encoder.edges.numel()), add("Ed", part.decoder.edges.numel());
+    for (const auto& [n, g] : {std::make_pair(std::string("e"), &part.encoder), std::make_pair(std::string("w"), &part.window),
+                               std::make_pair(std::string("d"), &part.decoder)}) {
+      add("S" + n, g->send_rows[0]), add("X" + n, g->exchange_nodes()), add("H" + n, g->halo_nodes());
+    }
+    add("Nd+He", part.cell_count + part.encoder.halo_nodes()), add("K", part.hidden_count + part.window.halo_nodes());
+    add("Nh+Hd", part.hidden_count + part.decoder.halo_nodes());
+    for (size_t i = 0; i < part.encoder_chunks.size(); ++i) {
+      const EdgeChunk& c = part.encoder_chunks[i];
+      add("Ee" + std::to_string(i), c.edge_end - c.edge_begin), add("Se" + std::to_string(i), c.senders.size(0));
+      add("Re" + std::to_string(i), c.dst_end - c.dst_begin);
+    }
+    for (size_t i = 0; i < part.decoder_chunks.size(); ++i) {
+      const EdgeChunk& c = part.decoder_chunks[i];
+      add("Ed" + std::to_string(i), c.edge_end - c.edge_begin), add("Sd" + std::to_string(i), c.senders.size(0));
+      add("Rd" + std::to_string(i), c.dst_end - c.dst_begin);
+    }
+  } else {
     WeatherModel model = build_model(r.model, shape);
     const auto& a = dynamic_cast<const AifsImpl&>(*model);
     int k = 0;
