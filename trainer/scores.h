@@ -28,6 +28,7 @@
 // (the climatology forecast itself) has a zero denominator: its acc_t is 0, which is what ACC says
 // of a forecast that carries no information beyond climatology.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -160,10 +161,23 @@ class ScoreAccumulator {
   LeadScores result(int64_t step, int64_t lead_seconds) const;
 
   int64_t num_leads() const { return leads_; }
+
+  // Model parallelism (docs/distributed.md): this accumulator scores one band of the grid (its
+  // `weights` and the fields given to add() are the band's) and `sum_over_group` sums a float64
+  // CPU tensor in place over the model-parallel group. Every score of one sample is a ratio of sums
+  // over its grid points (sum w err^2 / sum w, ACC's three sums, CRPS's and the variance's), so
+  // each add() sums the band's per-sample partial sums [B, V, 7] over the group (a collective: the
+  // group's ranks call add() in the same order with the same samples) and scores the whole grid
+  // from them; no field is gathered. `records_samples`: this rank counts the group's per-sample
+  // scores (its first rank), so the world's allreduce of sums() counts each sample once; the rank
+  // histogram's counts are per point and every rank adds its band's.
+  void score_bands(std::function<void(torch::Tensor&)> sum_over_group, bool records_samples);
   const std::vector<std::string>& forecasters() const { return forecasters_; }
 
  private:
   std::vector<std::string> names_, forecasters_, units_;
+  std::function<void(torch::Tensor&)> sum_over_group_;  // score_bands's; empty: the whole grid here
+  bool records_samples_ = true;
   // add() and add_ensemble(): `members` undefined for a deterministic forecast.
   void accumulate(int forecaster, int64_t lead, const torch::Tensor& forecast, const torch::Tensor& members,
                   const torch::Tensor& truth, const torch::Tensor& climatology, const torch::Tensor& mask);
