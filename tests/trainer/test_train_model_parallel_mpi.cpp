@@ -267,6 +267,59 @@ TEST(ModelParallel, ASharedRunResumesInOneProcess) {
   EXPECT_LE(max_difference(checkpoint_in(reference).model, c.model, &worst), 3e-5) << worst;
 }
 
+// A point set: the O12 cells of tests/data/cells_fixture.py (xarray's NetCDF with a cell dimension),
+// cut to a region across the 0/360 seam, with computed forcings (insolation, per cell and valid
+// time). The bands are ranges of the region's cells, read alone from the file; their forcings are
+// computed for their cells. Two bands train the gnn to one process's weights and scores.
+TEST(ModelParallel, TwoBandsOfCellsReadAloneTrainLikeOneProcess) {
+  const std::string dir = base_dir() + "/cells";
+  const std::string fixture = WXTRAIN_SYSTEM_PYTHON + std::string(" ") + WXTRAIN_SOURCE_DIR +
+                              "/tests/data/cells_fixture.py " + dir + "/data";
+  ASSERT_EQ(run(fixture, dir + "_fixture.log").code, 0) << read_file(dir + "_fixture.log");
+  const std::string cells = dir + "/data/cells.nc";
+  std::string text = model_text("gnn") +
+                     "\n[data]\nhistory = 2\nval_fraction = 0.25\ntime_step = \"6h\"\n"
+                     "forcings = [\"cos_latitude\", \"insolation\"]\n"
+                     "region = { lat = [-50, 70], lon = [300, 100] }\n";
+  for (const char* source : {"name = \"z\"\nvariable = \"z\"\nlevels = [500, 850]\n", "name = \"t\"\nvariable = \"t\"\nlevels = [850]\n",
+                             "name = \"t2m\"\nvariable = \"t2m\"\n"})
+    text += "[[data.sources]]\nfile = \"" + cells + "\"\n" + source;
+  text = "[model]\n" + text +
+         "\n[train]\nbatch_size = 2\nlr = 2e-3\nsteps = 4\nwarmup_steps = 1\nseed = 3\ncheckpoint_every = 0\n"
+         "log_every = 1000\nval_every = 2\ngrad_clip = 1.0\n";
+  const std::string run_path = dir + "/cells.toml";
+  std::ofstream(run_path) << text;
+  const Result one = run(kWxtrain + " train -c " + run_path + " --set train.out_dir=" + dir + "/whole", dir + "_whole.log");
+  ASSERT_EQ(one.code, 0) << one.output;
+  const Result two = run(kMpirun + kWxtrain + " train -c " + run_path + " --set train.out_dir=" + dir +
+                             "/bands --set distributed.model_parallel=2",
+                         dir + "_bands.log");
+  ASSERT_EQ(two.code, 0) << two.output;
+  // The region's cells split in two ranges; rank 0's batch is its cells' share.
+  const size_t at = two.output.find("model parallel data: rank 0 reads its band of ");
+  ASSERT_NE(at, std::string::npos) << two.output;
+  long long band = 0, cells_in_region = 0;
+  double rank0 = 0, group = 0;
+  ASSERT_EQ(std::sscanf(two.output.c_str() + at, "model parallel data: rank 0 reads its band of %lld of %lld cells; its "
+                                                 "micro-batch is %lf bytes of its group's %lf",
+                        &band, &cells_in_region, &rank0, &group),
+            4)
+      << two.output;
+  EXPECT_EQ(band, (cells_in_region + 1) / 2);
+  EXPECT_GT(cells_in_region, 200);
+  EXPECT_LT(cells_in_region, 1008);
+  EXPECT_DOUBLE_EQ(rank0 * static_cast<double>(cells_in_region), group * static_cast<double>(band));
+  const Checkpoint a = checkpoint_in(dir + "/whole"), b = checkpoint_in(dir + "/bands");
+  EXPECT_EQ(b.step, 4);
+  std::string worst;
+  EXPECT_LE(max_difference(a.model, b.model, &worst), 3e-5) << "largest difference in " << worst;
+  const auto la = losses(dir + "/whole"), lb = losses(dir + "/bands");
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lb.size(), 4u);
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-5 * std::abs(la[i])) << "step " << i + 1;
+  expect_same_scores(dir + "/whole/validation.csv", dir + "/bands/validation.csv");
+}
+
 TEST(ModelParallel, RefusesWhatCannotShard) {
   // A model that cannot shard its grid: the run file's error, exit code 2, before any work.
   const std::string unet = base_dir() + "/unet.toml";
