@@ -819,8 +819,8 @@ torch::Tensor Dataset::shared_state(int64_t t) const {
   TORCH_CHECK(t >= 0 && t < num_times(), "time index ", t, " outside [0, ", num_times(), ")");
   if (preloaded_.defined()) return preloaded_[t];
   if (banded()) {
-    // The whole grid after set_band (the statistics of a resumed run's new channels, forecast's
-    // initial state): read each time, never cached, so the cache holds the band only.
+    // The whole grid after set_band (the normalisation statistics' pass over the training split,
+    // which stay the whole grid's): read each time, never cached, so the cache holds the band only.
     torch::Tensor state = torch::empty({num_variables(), num_lat(), num_lon()}, torch::kFloat32);
     read_state(t, state.data_ptr<float>());
     return state;

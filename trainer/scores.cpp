@@ -89,7 +89,11 @@ Climatology Climatology::compute(const data::Dataset& dataset, int64_t time_begi
     c.first_date_ = date_only(axis.seconds[static_cast<size_t>(time_begin)], axis.calendar);
     c.last_date_ = date_only(axis.seconds[static_cast<size_t>(time_end - 1)], axis.calendar);
   }
-  const std::vector<int64_t> shape = {dataset.num_variables(), dataset.num_lat(), dataset.num_lon()};
+  // The band's states under model parallelism (Dataset::set_band): each rank keeps the climatology
+  // of the rows it scores.
+  const std::vector<int64_t> shape = dataset.point_set()
+                                         ? std::vector<int64_t>{dataset.num_variables(), 1, dataset.band_length()}
+                                         : std::vector<int64_t>{dataset.num_variables(), dataset.band_length(), dataset.num_lon()};
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
 
@@ -109,7 +113,7 @@ Climatology Climatology::compute(const data::Dataset& dataset, int64_t time_begi
   const int length = year_length(c.calendar_);
   torch::Tensor total_sum = torch::zeros(shape, f64), total_count = torch::zeros(shape, f32);
   for (int64_t t = time_begin; t < time_end; ++t) {
-    const torch::Tensor state = dataset.shared_state(t);  // read-only: not modified below
+    const torch::Tensor state = dataset.band_state(t);  // read-only: not modified below
     const torch::Tensor finite = torch::isfinite(state);
     const torch::Tensor values = torch::where(finite, state, torch::zeros({}, f32)).to(torch::kFloat64);
     const torch::Tensor count = finite.to(torch::kFloat32);

@@ -51,7 +51,8 @@ class Climatology {
   // window is circular over that length (366 in the leap-capable calendars, so December 31 of a
   // common year, day 365, is two days from January 1): a state counts for day d when its day of
   // year is within window_days of d. NaN (fill) values are skipped point by point. One pass over
-  // the training states, each read once through dataset.shared_state(t).
+  // the training states, each read once through dataset.band_state(t): under model parallelism
+  // (Dataset::set_band) the climatology of the rank's band only, [V, band rows, lon].
   //
   // A needed day whose window holds no training state (a training split shorter than a year) uses
   // the all-time training mean, point by point; fallback_days() counts those days. A point with no
@@ -63,7 +64,7 @@ class Climatology {
   static Climatology compute(const data::Dataset& dataset, int64_t time_begin, int64_t time_end,
                              const std::vector<int64_t>& valid_seconds, int window_days = 15);
 
-  // float32 [V, lat, lon] in physical units for the time `seconds` (in the dataset's calendar); the
+  // float32 [V, lat, lon] (the band's, after Dataset::set_band) in physical units for the time `seconds` (in the dataset's calendar); the
   // all-time mean without dates. The climatology's own tensor (days share it): read it, do not
   // modify it in place. Throws wxtrain::Error naming the date when its day of year was not among
   // those compute() was asked for.

@@ -571,6 +571,14 @@ void split_samples(Run& run) {
   if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split, *run.val_split) << "\n";
   run.val_times = run.val_split->sample_times(data::Split::kValidation);
   if (run.val_times.empty()) no_validation_samples(run, val_leads);
+  // Model parallelism: from here this rank reads, caches and batches only its band of the grid,
+  // the rows the training state's ModelParallelSetup gives it (start_run checks they agree), and
+  // keeps the climatology of its band; the normalisation statistics stay the whole grid's
+  // (Normalization::compute reads whole states: Dataset::shared_state).
+  if (const int64_t P = c.distributed.model_parallel; P > 1) {
+    const auto [begin, length] = data::grid_band(run.dataset->grid_extent(), P, run.world.rank % P);
+    run.dataset->set_band(begin, length);
+  }
   std::vector<int64_t> valid_seconds;
   if (axis.has_dates)
     for (int64_t s0 : run.val_times)
@@ -848,11 +856,12 @@ void start_run(Run& run) {
   }
   run.residual_scale = residual_scale_for(run);
   build_state(run, from);
-  // Model parallelism: from here this rank reads, caches and batches only its band of the grid
-  // (the statistics and the climatology above were taken over the whole grid).
+  // Model parallelism: the dataset's band (split_samples) is the training state's.
   if (const ModelParallelSetup& mp = run.state->model_parallel; mp.on()) {
-    run.dataset->set_band(mp.start, mp.length);
-    run.band_read_from = run.dataset->archive_bytes_read();
+    TORCH_CHECK(run.dataset->band_begin() == mp.start && run.dataset->band_length() == mp.length,
+                "model parallel: the dataset's band (", run.dataset->band_begin(), ", ", run.dataset->band_length(),
+                ") is not the training state's (", mp.start, ", ", mp.length, ")");
+    run.band_read_from = run.dataset->archive_bytes_read();  // after the statistics' whole-grid pass
   }
   open_loader(run, from);
   if (from.resume_from) run.first_step = run.saved_step = from.resume_from->step;
