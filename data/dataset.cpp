@@ -98,11 +98,14 @@ struct Dataset::Source {
   size_t num_lat() const { return cells ? 1 : dims[lat_dim].length; }
   size_t num_lon() const { return dims[lon_dim].length; }
   // All of this source's channels at source time ts into out (channel after channel, each a
-  // [lat, lon] plane in the dataset's grid order), decoded. The selected levels are read in one
-  // slab from the lowest to the highest: one request per state, so a Zarr chunk holding every
-  // level is opened once and only the levels between decoded (zarr::blosc_decode_range).
-  void read_channels(int64_t ts, float* out, std::vector<float>& scratch) const {
-    const size_t H = num_lat(), W = num_lon(), rank = dims.size();
+  // [rows, lon] plane in the dataset's grid order), decoded: the rows [row_begin, row_begin + rows)
+  // of the sources' whole grid in the dataset's row order (the cells, on a point set), so a
+  // model-parallel rank's band is one hyperslab along the latitude (cell) dimension. The selected
+  // levels are read in one slab from the lowest to the highest: one request per state, so a Zarr
+  // chunk holding every level is opened once and only the levels between decoded
+  // (zarr::blosc_decode_range). Returns the float32 bytes the reader was asked for.
+  int64_t read_channels(int64_t ts, float* out, std::vector<float>& scratch, size_t row_begin, size_t rows) const {
+    const size_t W = cells ? rows : num_lon(), H = cells ? 1 : rows, rank = dims.size();
     std::vector<size_t> start(rank, 0), count(rank, 1);
     start[time_dim] = static_cast<size_t>(ts);
     size_t lowest = 0;
@@ -111,8 +114,17 @@ struct Dataset::Source {
       start[*level_dim] = lowest;
       count[*level_dim] = *std::max_element(level_indices.begin(), level_indices.end()) - lowest + 1;
     }
-    count[lat_dim] = H;
-    count[lon_dim] = W;
+    if (cells) {
+      start[lon_dim] = row_begin;
+      count[lon_dim] = rows;
+    } else {
+      // The dataset's row i is the source's row i, or H - 1 - i when its latitudes run the other
+      // way: the band's rows are then the mirrored slab, read and turned over below.
+      const size_t whole = dims[lat_dim].length;
+      start[lat_dim] = flip_lat ? whole - row_begin - rows : row_begin;
+      count[lat_dim] = rows;
+      count[lon_dim] = W;
+    }
     size_t total = 1;
     std::vector<size_t> stride(rank, 1);
     for (size_t d = rank; d-- > 0;) {
@@ -139,6 +151,7 @@ struct Dataset::Source {
       }
       decode(plane, static_cast<int64_t>(H * W));
     }
+    return static_cast<int64_t>(total * sizeof(float));
   }
 
   // Fill values -> NaN, then scale_factor/add_offset, as CF decoders (xarray) do.
@@ -747,28 +760,55 @@ std::vector<std::string> Dataset::variable_names() const {
   return names;
 }
 
-void Dataset::read_state(int64_t t, float* out) const {
-  const int64_t plane = full_lat_ * full_lon_;
+int64_t Dataset::grid_extent() const { return point_set_ ? num_lon() : num_lat(); }
+
+void Dataset::read_state(int64_t t, float* out) const { read_rows(t, 0, grid_extent(), out); }
+
+void Dataset::read_rows(int64_t t, int64_t begin, int64_t length, float* out) const {
+  // The band's rows (cells) in the sources' whole grid: with data.region the region's rows
+  // (cells) from `begin`, ascending and contiguous for a rectangle's latitudes, ascending for a
+  // point set's cells; the span between the lowest and highest is read and the band cut from it.
+  const bool region = !region_rows_.empty();
+  const std::vector<int64_t>& band_index = point_set_ ? region_cols_ : region_rows_;
+  int64_t lo = begin, hi = begin + length - 1;
+  if (region) {
+    lo = band_index[static_cast<size_t>(begin)];
+    hi = band_index[static_cast<size_t>(begin + length - 1)];
+    for (int64_t i = begin; i < begin + length; ++i) {
+      lo = std::min(lo, band_index[static_cast<size_t>(i)]);
+      hi = std::max(hi, band_index[static_cast<size_t>(i)]);
+    }
+  }
+  const int64_t span = hi - lo + 1;
+  const int64_t plane = point_set_ ? span : span * full_lon_;
   thread_local std::vector<float> scratch;  // one per loader worker, reused state after state
-  thread_local std::vector<float> full;     // the sources' whole grid, when a region is cut from it
+  thread_local std::vector<float> full;     // the span of the sources' grid, when a region is cut from it
   float* target = out;
-  if (!region_rows_.empty()) {
+  if (region) {
     full.resize(static_cast<size_t>(num_variables() * plane));
     target = full.data();
   }
+  int64_t bytes = 0;
   for (const auto& s : sources_) {
-    s->read_channels(s->time_index[static_cast<size_t>(t)], target + static_cast<int64_t>(s->first_channel) * plane,
-                     scratch);
+    bytes += s->read_channels(s->time_index[static_cast<size_t>(t)], target + static_cast<int64_t>(s->first_channel) * plane,
+                              scratch, static_cast<size_t>(lo), static_cast<size_t>(span));
   }
-  if (region_rows_.empty()) return;
-  // Reading whole planes and cutting here keeps every reader simple; a region of a global
-  // archive costs the global read (noted in docs/architecture.md).
+  archive_bytes_ += bytes;
+  if (!region) return;
+  // The region's columns are cut from whole rows: a rectangle's rows are read whole (a rolled or
+  // seam-crossing region needs them), so a region of a global archive costs its rows' global read.
+  const int64_t out_plane = point_set_ ? length : length * num_lon();
   for (int64_t v = 0; v < num_variables(); ++v) {
     const float* source = full.data() + v * plane;
-    for (int64_t i = 0; i < num_lat(); ++i) {
-      const float* row = source + region_rows_[static_cast<size_t>(i)] * full_lon_;
-      float* dest = out + (v * num_lat() + i) * num_lon();
-      for (int64_t j = 0; j < num_lon(); ++j) dest[j] = row[region_cols_[static_cast<size_t>(j)]];
+    float* dest = out + v * out_plane;
+    if (point_set_) {
+      for (int64_t i = 0; i < length; ++i) dest[i] = source[region_cols_[static_cast<size_t>(begin + i)] - lo];
+      continue;
+    }
+    for (int64_t i = 0; i < length; ++i) {
+      const float* row = source + (region_rows_[static_cast<size_t>(begin + i)] - lo) * full_lon_;
+      float* line = dest + i * num_lon();
+      for (int64_t j = 0; j < num_lon(); ++j) line[j] = row[region_cols_[static_cast<size_t>(j)]];
     }
   }
 }
@@ -778,6 +818,24 @@ torch::Tensor Dataset::state(int64_t t) const { return shared_state(t).clone(); 
 torch::Tensor Dataset::shared_state(int64_t t) const {
   TORCH_CHECK(t >= 0 && t < num_times(), "time index ", t, " outside [0, ", num_times(), ")");
   if (preloaded_.defined()) return preloaded_[t];
+  if (banded()) {
+    // The whole grid after set_band (the normalisation statistics' pass over the training split,
+    // which stay the whole grid's): read each time, never cached, so the cache holds the band only.
+    torch::Tensor state = torch::empty({num_variables(), num_lat(), num_lon()}, torch::kFloat32);
+    read_state(t, state.data_ptr<float>());
+    return state;
+  }
+  return cached(t);
+}
+
+torch::Tensor Dataset::band_state(int64_t t) const {
+  if (!banded()) return shared_state(t);
+  TORCH_CHECK(t >= 0 && t < num_times(), "time index ", t, " outside [0, ", num_times(), ")");
+  if (band_preloaded_.defined()) return band_preloaded_[t];
+  return cached(t);
+}
+
+torch::Tensor Dataset::cached(int64_t t) const {
   {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     auto hit = cache_.find(t);
@@ -786,8 +844,10 @@ torch::Tensor Dataset::shared_state(int64_t t) const {
       return hit->second.first;
     }
   }
-  torch::Tensor state = torch::empty({num_variables(), num_lat(), num_lon()}, torch::kFloat32);
-  read_state(t, state.data_ptr<float>());
+  const int64_t begin = banded() ? band_begin_ : 0, length = banded() ? band_length_ : grid_extent();
+  torch::Tensor state = point_set_ ? torch::empty({num_variables(), 1, length}, torch::kFloat32)
+                                   : torch::empty({num_variables(), length, num_lon()}, torch::kFloat32);
+  read_rows(t, begin, length, state.data_ptr<float>());
   if (options_.cache_states > 0) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.find(t) == cache_.end()) {
@@ -800,6 +860,55 @@ torch::Tensor Dataset::shared_state(int64_t t) const {
     }
   }
   return state;
+}
+
+void Dataset::set_band(int64_t begin, int64_t length) {
+  const int64_t extent = grid_extent();
+  if (begin < 0 || length < 1 || begin + length > extent) {
+    throw DataError("a band of " + std::to_string(length) + " " + (point_set_ ? "cells" : "latitude rows") + " from " +
+                    std::to_string(begin) + " does not fit the grid's " + std::to_string(extent));
+  }
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    cache_.clear();
+    cache_order_.clear();
+  }
+  if (begin == 0 && length == extent) {  // the whole grid: no band
+    band_begin_ = 0;
+    band_length_ = 0;
+    band_preloaded_ = torch::Tensor();
+    return;
+  }
+  band_begin_ = begin;
+  band_length_ = length;
+  // Small data was read whole at construction: keep the band of it, so this rank holds 1/P (a
+  // second set_band reads its band lazily).
+  band_preloaded_ = preloaded_.defined() ? preloaded_.narrow(point_set_ ? 3 : 2, begin, length).clone() : torch::Tensor();
+  preloaded_ = torch::Tensor();
+}
+
+torch::Tensor Dataset::band(const torch::Tensor& t) const {
+  if (!banded() || !t.defined()) return t;
+  return t.narrow(point_set_ ? -1 : -2, band_begin_, band_length_);
+}
+
+torch::Tensor Dataset::band_static_fields() const { return band(statics_); }
+
+torch::Tensor Dataset::band_computed_forcings(int64_t seconds) const {
+  if (!banded()) return computed_forcings(seconds);
+  const auto first = static_cast<std::ptrdiff_t>(band_begin_), last = static_cast<std::ptrdiff_t>(band_begin_ + band_length_);
+  if (point_set_) {
+    const std::vector<double> lat(lat_.begin() + first, lat_.begin() + last), lon(lon_.begin() + first, lon_.begin() + last);
+    return compute_cell_forcings(computed_forcings_, lat, lon, seconds, time_.calendar);
+  }
+  const std::vector<double> lat(lat_.begin() + first, lat_.begin() + last);
+  return compute_forcings(computed_forcings_, lat, lon_, seconds, time_.calendar);
+}
+
+std::pair<int64_t, int64_t> grid_band(int64_t extent, int64_t parts, int64_t index) {
+  int64_t begin = 0;
+  for (int64_t r = 0; r < index; ++r) begin += extent / parts + (r < extent % parts ? 1 : 0);
+  return {begin, extent / parts + (index < extent % parts ? 1 : 0)};
 }
 
 void take_grid(RunConfig& config, const Dataset& dataset) {

@@ -25,6 +25,7 @@
 // Small datasets (the storm data is ~1.8 MB) are read whole at construction; larger ones one time
 // slice at a time (only the chunks a state needs, for Zarr) through a small LRU cache of states, so
 // a 100 GB archive never sits in memory. Thread-safe: loader workers call state() concurrently.
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -168,14 +169,43 @@ class Dataset {
 
   // True when any source declares _FillValue or missing_value: samples then carry a target mask.
   bool has_fill_values() const { return has_fill_values_; }
-  bool preloaded() const { return preloaded_.defined(); }
+  bool preloaded() const { return preloaded_.defined() || band_preloaded_.defined(); }
 
   // float32 [V, lat, lon] in physical units; NaN where the file has fill values. A copy the caller
-  // may change.
+  // may change. Always the whole grid (after data.region), also after set_band.
   torch::Tensor state(int64_t t) const;
   // The same values without the copy: the preloaded data's or the state cache's own tensor, which
-  // the caller must not modify in place (the loader's workers only read it: make_sample).
+  // the caller must not modify in place. After set_band, read from the archive at every call
+  // (the cache and the preloaded data then hold the band only).
   torch::Tensor shared_state(int64_t t) const;
+
+  // Model parallelism (docs/distributed.md): this rank's band of the grid, the rows [begin, begin +
+  // length) of the region-cut grid (its cells on a point set). From then on band_state reads only
+  // those rows from the archive (one hyperslab along the latitude or cell dimension per source and
+  // state: NetCDF and Zarr read just those rows and the chunks holding them; GRIB decodes the
+  // message and keeps the rows), the state cache holds band states, and data preloaded at
+  // construction is cut to the band. Metadata (lat(), lon(), grid(), static_fields(),
+  // computed_forcings()) stays the whole grid's: the model, the loss weights and the statistics are
+  // built on it. The whole grid (begin 0, length all) removes the band. Call before the loaders
+  // start (not thread-safe against concurrent reads). Throws DataError for a band outside the grid.
+  void set_band(int64_t begin, int64_t length);
+  bool banded() const { return band_length_ > 0; }
+  int64_t band_begin() const { return banded() ? band_begin_ : 0; }
+  int64_t band_length() const { return banded() ? band_length_ : grid_extent(); }
+  // Rows of a rectangle, cells of a point set: what a band counts.
+  int64_t grid_extent() const;
+  // float32 [V, band rows, lon] ([V, 1, band cells]): the band of state t, shared as shared_state's
+  // (read it, do not modify it); shared_state(t) itself without a band.
+  torch::Tensor band_state(int64_t t) const;
+  // t [..., lat, lon] of the whole grid cut to the band (t itself without one).
+  torch::Tensor band(const torch::Tensor& t) const;
+  // The band of static_fields(), and computed_forcings at `seconds` computed for the band's cells.
+  torch::Tensor band_static_fields() const;
+  torch::Tensor band_computed_forcings(int64_t seconds) const;
+  // float32 bytes the sources' readers were asked for so far (every state and band read, the
+  // preload at construction included; not the static fields): what this process read from the
+  // archive, for `train`'s data line and bench/sharded_read.
+  int64_t archive_bytes_read() const { return archive_bytes_.load(); }
 
  private:
   struct Source;  // one [[data.sources]] entry: its reader, dimension layout, decoding, grid mapping
@@ -184,7 +214,11 @@ class Dataset {
   void merge_time_axes(const DataConfig& config);
   void cut_region(const DataConfig& config);
   void read_statics(const DataConfig& config);
-  void read_state(int64_t t, float* out) const;  // all channels at time t
+  void read_state(int64_t t, float* out) const;  // all channels at time t, the whole grid
+  // All channels at time t on rows (cells) [begin, begin + length) of the region-cut grid.
+  void read_rows(int64_t t, int64_t begin, int64_t length, float* out) const;
+  // The band's state (the whole grid's without a band) through the LRU cache.
+  torch::Tensor cached(int64_t t) const;
 
   std::vector<std::unique_ptr<Source>> sources_;
   std::vector<VariableInfo> variables_;
@@ -208,13 +242,20 @@ class Dataset {
   bool source_monthly_ = false;
   DatasetOptions options_;
 
-  torch::Tensor preloaded_;  // [T, V, lat, lon] when small enough
+  torch::Tensor preloaded_;  // [T, V, lat, lon] when small enough (undefined once a band is set)
+  torch::Tensor band_preloaded_;  // the band of it after set_band
+  int64_t band_begin_ = 0, band_length_ = 0;  // set_band's; length 0: no band
+  mutable std::atomic<int64_t> archive_bytes_{0};
 
   // LRU of lazily read states: most recent at the front.
   mutable std::mutex cache_mutex_;
   mutable std::list<int64_t> cache_order_;
   mutable std::unordered_map<int64_t, std::pair<torch::Tensor, std::list<int64_t>::iterator>> cache_;
 };
+
+// Band `index` of `parts` of a grid of `extent` rows (cells): {begin, length}, bands of extent / parts
+// rows, the first extent % parts of them one more (the model-parallel split, docs/distributed.md).
+std::pair<int64_t, int64_t> grid_band(int64_t extent, int64_t parts, int64_t index);
 
 // The dataset's grid into `config`: [data] lat and lon and, where the files give them, the
 // coordinates (a point set: lat = 1, lon = cells, one coordinate per cell in both lists), so that models::model_shape(config) builds a model where the data lies (graphcast's

@@ -120,6 +120,10 @@ Batch Loader::build_batch(int64_t epoch, int64_t k) const {
   batch.forcings = torch::stack(forcings);
   batch.target = torch::stack(targets);
   if (!masks.empty()) batch.target_mask = torch::stack(masks);
+  int64_t bytes = 0;
+  for (const torch::Tensor* t : {&batch.input, &batch.forcings, &batch.target, &batch.target_mask})
+    if (t->defined()) bytes += t->numel() * t->element_size();
+  batch_bytes_ = bytes;
   if (options_.device.is_cuda()) {
     // Page-locked memory lets the copy in next() run asynchronously.
     batch.input = batch.input.pin_memory();

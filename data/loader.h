@@ -4,6 +4,7 @@
 // bounded queue. Batch k of an epoch is a pure function of (seed, epoch, rank, k), so the number of
 // workers never changes what a run sees, and a resumed run continues with exactly the batch it
 // would have seen.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -81,6 +82,9 @@ class Loader {
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   int64_t num_samples() const { return static_cast<int64_t>(sample_times_.size()); }
+  // Bytes of the last batch built (input, forcings, target and the mask; 0 before the first): what
+  // one batch moves to the device. Under model parallelism the band's (Dataset::set_band).
+  int64_t batch_bytes() const { return batch_bytes_.load(); }
   // The sample times of batch k in `epoch` on this rank (what next() will load).
   std::vector<int64_t> batch_times(int64_t epoch, int64_t k) const;
 
@@ -117,6 +121,7 @@ class Loader {
   int64_t next_to_build_ = 0;
   int64_t next_to_consume_ = 0;
   std::map<int64_t, Built> ready_;
+  mutable std::atomic<int64_t> batch_bytes_{0};  // build_batch is const and runs on the workers
 };
 
 }  // namespace wxtrain::data

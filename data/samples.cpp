@@ -190,7 +190,8 @@ SampleMaker::SampleMaker(const Dataset& dataset, const Normalization& normalizat
   output_norm_ = normalization.subset(names_of(dataset, outputs));
   file_forcing_norm_ = normalization.subset(names_of(dataset, file_forcings));
   computed_norm_ = normalization.subset(dataset.computed_forcing_names());
-  statics_ = normalization.subset(dataset.static_names()).normalize(dataset.static_fields());
+  // The band's static fields under model parallelism (Dataset::set_band), the whole grid's otherwise.
+  statics_ = normalization.subset(dataset.static_names()).normalize(dataset.band_static_fields());
   // NaN in a file that declares no fill value (netCDF4-python writes np.nan without _FillValue)
   // is missing all the same: the statistics' pass over the training split saw it.
   mask_targets_ = dataset.has_fill_values() || normalization.missing().any();
@@ -203,7 +204,7 @@ int64_t SampleMaker::num_forcings() const {
 torch::Tensor SampleMaker::step_forcings(int64_t seconds, const torch::Tensor& file_state) const {
   std::vector<torch::Tensor> parts;
   if (file_forcings_.size(0) > 0) parts.push_back(file_forcing_norm_.normalize(file_state.index_select(0, file_forcings_)));
-  if (!dataset_.computed_forcing_names().empty()) parts.push_back(computed_norm_.normalize(dataset_.computed_forcings(seconds)));
+  if (!dataset_.computed_forcing_names().empty()) parts.push_back(computed_norm_.normalize(dataset_.band_computed_forcings(seconds)));
   parts.push_back(statics_);
   return torch::cat(parts, 0);
 }
@@ -214,7 +215,8 @@ Sample SampleMaker::make(int64_t t) const {
   TORCH_CHECK(first >= 0 && last < dataset_.num_times(), "sample at time ", t, " needs states ", first, "..", last,
               " but the dataset has ", dataset_.num_times());
   std::vector<torch::Tensor> states;
-  for (int64_t s = first; s <= last; ++s) states.push_back(dataset_.shared_state(s));  // stack copies
+  // The band's states under model parallelism: only its rows were read from the archive.
+  for (int64_t s = first; s <= last; ++s) states.push_back(dataset_.band_state(s));  // stack copies
   const torch::Tensor raw = torch::stack(states);  // [H + R, V, lat, lon]
   const int64_t H = window_.history, P = prognostic_.size(0);
 

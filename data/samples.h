@@ -80,6 +80,8 @@ struct Sample {
 
 // Cuts normalised samples (masked points are 0 in input, forcings and target) from a dataset:
 // the channel selections and the normalised static fields are prepared once.
+// Under model parallelism (Dataset::set_band before the maker is made) the samples are the
+// band's: [.., band rows, lon], from the band's states, static fields and computed forcings.
 class SampleMaker {
  public:
   // `normalization` must cover every channel of the dataset, its static fields and its computed

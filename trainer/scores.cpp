@@ -89,7 +89,11 @@ Climatology Climatology::compute(const data::Dataset& dataset, int64_t time_begi
     c.first_date_ = date_only(axis.seconds[static_cast<size_t>(time_begin)], axis.calendar);
     c.last_date_ = date_only(axis.seconds[static_cast<size_t>(time_end - 1)], axis.calendar);
   }
-  const std::vector<int64_t> shape = {dataset.num_variables(), dataset.num_lat(), dataset.num_lon()};
+  // The band's states under model parallelism (Dataset::set_band): each rank keeps the climatology
+  // of the rows it scores.
+  const std::vector<int64_t> shape = dataset.point_set()
+                                         ? std::vector<int64_t>{dataset.num_variables(), 1, dataset.band_length()}
+                                         : std::vector<int64_t>{dataset.num_variables(), dataset.band_length(), dataset.num_lon()};
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
 
@@ -109,7 +113,7 @@ Climatology Climatology::compute(const data::Dataset& dataset, int64_t time_begi
   const int length = year_length(c.calendar_);
   torch::Tensor total_sum = torch::zeros(shape, f64), total_count = torch::zeros(shape, f32);
   for (int64_t t = time_begin; t < time_end; ++t) {
-    const torch::Tensor state = dataset.shared_state(t);  // read-only: not modified below
+    const torch::Tensor state = dataset.band_state(t);  // read-only: not modified below
     const torch::Tensor finite = torch::isfinite(state);
     const torch::Tensor values = torch::where(finite, state, torch::zeros({}, f32)).to(torch::kFloat64);
     const torch::Tensor count = finite.to(torch::kFloat32);
@@ -268,14 +272,7 @@ void ScoreAccumulator::accumulate(int forecaster, int64_t lead, const torch::Ten
   w = torch::where(verified, w, zero);
 
   const std::vector<int64_t> space = {2, 3};
-  const torch::Tensor weight = w.sum(space);  // [B, V]
-  const torch::Tensor counted = weight > 0;
-  const torch::Tensor mse = (w * (f - obs).square()).sum(space) / weight;
   const torch::Tensor fa = f - c, oa = obs - c;
-  const torch::Tensor den = ((w * fa.square()).sum(space) * (w * oa.square()).sum(space)).sqrt();
-  // A zero denominator is a forecast (or truth) without anomaly: acc_t = 0 (see scores.h). NaN is
-  // not zero, so a NaN forecast stays NaN.
-  const torch::Tensor acc = torch::where(den == 0, zero, (w * fa * oa).sum(space) / den);
 
   // CRPS per point: a deterministic forecast's is its absolute error; an ensemble's the fair CRPS
   // over its members, the pair sum taken on the sorted members (trainer/training_step.h's afcrps
@@ -292,21 +289,42 @@ void ScoreAccumulator::accumulate(int forecaster, int64_t lead, const torch::Ten
     crps_points = skill - pairs / static_cast<double>(M * (M - 1));
     variance = (x - x.mean(1, /*keepdim=*/true)).square().sum(1) / static_cast<double>(M - 1);
   }
-  const torch::Tensor crps = (w * crps_points).sum(space) / weight;
-  const torch::Tensor var = (w * variance).sum(space) / weight;
+  // The per-sample sums over the grid points every score is a ratio of, [B, V] each: summed over
+  // a model-parallel group's bands they are the whole grid's (score_bands).
+  torch::Tensor partial = torch::stack({w.sum(space), (w * (f - obs).square()).sum(space), (w * fa * oa).sum(space),
+                                        (w * fa.square()).sum(space), (w * oa.square()).sum(space),
+                                        (w * crps_points).sum(space), (w * variance).sum(space)},
+                                       2);  // [B, V, 7]
+  if (sum_over_group_) sum_over_group_(partial);
+  const torch::Tensor weight = partial.select(2, 0);
+  const torch::Tensor counted = weight > 0;
+  const torch::Tensor mse = partial.select(2, 1) / weight;
+  const torch::Tensor den = (partial.select(2, 3) * partial.select(2, 4)).sqrt();
+  // A zero denominator is a forecast (or truth) without anomaly: acc_t = 0 (see scores.h). NaN is
+  // not zero, so a NaN forecast stays NaN.
+  const torch::Tensor acc = torch::where(den == 0, zero, partial.select(2, 2) / den);
+  const torch::Tensor crps = partial.select(2, 5) / weight;
+  const torch::Tensor var = partial.select(2, 6) / weight;
 
   torch::Tensor row = sums_[forecaster][lead];  // [V, 6], a view into sums_
-  row.select(1, 0) += torch::where(counted, mse, zero).sum(0);
-  row.select(1, 1) += torch::where(counted, acc, zero).sum(0);
-  row.select(1, 2) += counted.to(torch::kFloat64).sum(0);
-  row.select(1, 3) += torch::where(counted, crps, zero).sum(0);
-  if (members.defined()) {
-    row.select(1, 4) += torch::where(counted, var, zero).sum(0);
-    row.select(1, 5) += counted.to(torch::kFloat64).sum(0);
-    // The rank histogram over the verified points (members unmasked: their zeros at unverified
-    // points are not counted anyway).
-    row.narrow(1, 6, rank_bins_) += rank_histogram(members, o, verified);
+  if (records_samples_) {
+    row.select(1, 0) += torch::where(counted, mse, zero).sum(0);
+    row.select(1, 1) += torch::where(counted, acc, zero).sum(0);
+    row.select(1, 2) += counted.to(torch::kFloat64).sum(0);
+    row.select(1, 3) += torch::where(counted, crps, zero).sum(0);
+    if (members.defined()) {
+      row.select(1, 4) += torch::where(counted, var, zero).sum(0);
+      row.select(1, 5) += counted.to(torch::kFloat64).sum(0);
+    }
   }
+  // The rank histogram over the verified points (members unmasked: their zeros at unverified
+  // points are not counted anyway): per point, so every band adds its own.
+  if (members.defined()) row.narrow(1, 6, rank_bins_) += rank_histogram(members, o, verified);
+}
+
+void ScoreAccumulator::score_bands(std::function<void(torch::Tensor&)> sum_over_group, bool records_samples) {
+  sum_over_group_ = std::move(sum_over_group);
+  records_samples_ = records_samples;
 }
 
 void ScoreAccumulator::add_rank_bins(int64_t members) {

@@ -28,6 +28,7 @@
 // (the climatology forecast itself) has a zero denominator: its acc_t is 0, which is what ACC says
 // of a forecast that carries no information beyond climatology.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,7 +51,8 @@ class Climatology {
   // window is circular over that length (366 in the leap-capable calendars, so December 31 of a
   // common year, day 365, is two days from January 1): a state counts for day d when its day of
   // year is within window_days of d. NaN (fill) values are skipped point by point. One pass over
-  // the training states, each read once through dataset.shared_state(t).
+  // the training states, each read once through dataset.band_state(t): under model parallelism
+  // (Dataset::set_band) the climatology of the rank's band only, [V, band rows, lon].
   //
   // A needed day whose window holds no training state (a training split shorter than a year) uses
   // the all-time training mean, point by point; fallback_days() counts those days. A point with no
@@ -62,7 +64,7 @@ class Climatology {
   static Climatology compute(const data::Dataset& dataset, int64_t time_begin, int64_t time_end,
                              const std::vector<int64_t>& valid_seconds, int window_days = 15);
 
-  // float32 [V, lat, lon] in physical units for the time `seconds` (in the dataset's calendar); the
+  // float32 [V, lat, lon] (the band's, after Dataset::set_band) in physical units for the time `seconds` (in the dataset's calendar); the
   // all-time mean without dates. The climatology's own tensor (days share it): read it, do not
   // modify it in place. Throws wxtrain::Error naming the date when its day of year was not among
   // those compute() was asked for.
@@ -160,10 +162,23 @@ class ScoreAccumulator {
   LeadScores result(int64_t step, int64_t lead_seconds) const;
 
   int64_t num_leads() const { return leads_; }
+
+  // Model parallelism (docs/distributed.md): this accumulator scores one band of the grid (its
+  // `weights` and the fields given to add() are the band's) and `sum_over_group` sums a float64
+  // CPU tensor in place over the model-parallel group. Every score of one sample is a ratio of sums
+  // over its grid points (sum w err^2 / sum w, ACC's three sums, CRPS's and the variance's), so
+  // each add() sums the band's per-sample partial sums [B, V, 7] over the group (a collective: the
+  // group's ranks call add() in the same order with the same samples) and scores the whole grid
+  // from them; no field is gathered. `records_samples`: this rank counts the group's per-sample
+  // scores (its first rank), so the world's allreduce of sums() counts each sample once; the rank
+  // histogram's counts are per point and every rank adds its band's.
+  void score_bands(std::function<void(torch::Tensor&)> sum_over_group, bool records_samples);
   const std::vector<std::string>& forecasters() const { return forecasters_; }
 
  private:
   std::vector<std::string> names_, forecasters_, units_;
+  std::function<void(torch::Tensor&)> sum_over_group_;  // score_bands's; empty: the whole grid here
+  bool records_samples_ = true;
   // add() and add_ensemble(): `members` undefined for a deterministic forecast.
   void accumulate(int forecaster, int64_t lead, const torch::Tensor& forecast, const torch::Tensor& members,
                   const torch::Tensor& truth, const torch::Tensor& climatology, const torch::Tensor& mask);

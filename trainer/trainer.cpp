@@ -216,6 +216,7 @@ struct Run {
   std::unique_ptr<data::Loader> loader;
   int64_t first_step = 0;   // the step this invocation starts from (a resumed run's checkpoint step)
   int64_t saved_step = -1;  // the step checkpoint.pt holds (-1: none from this run yet)
+  int64_t band_read_from = 0;  // the dataset's archive bytes when the band was set (model parallelism)
   bool is_root() const { return world.rank == 0; }
 };
 
@@ -252,19 +253,30 @@ Validation validate(Run& run, int64_t step) {
   const torch::Tensor& lw = run.state->lat_weights;
   torch::Tensor weights = (lw.dim() == 2 ? lw.cpu() : lw.cpu().view({-1, 1})).expand({dataset.num_lat(), dataset.num_lon()});
   if (run.state->interior.defined()) weights = weights * run.state->interior.cpu();
+  // Model parallelism: each rank rolls out and scores its band (the loader reads only the band:
+  // Dataset::set_band); every score is a ratio of per-sample sums over grid points, so the bands'
+  // partial sums are summed over the group per batch (ScoreAccumulator::score_bands), a [B, V, 7]
+  // float64 allreduce instead of gathering the [B, L, V, lat, lon] prediction.
+  const ModelParallelSetup& mp = run.state->model_parallel;
+  weights = mp.band(weights);
   ScoreAccumulator scores(names, L, {"model", "persistence", "climatology"}, weights.contiguous(), units);
+  if (mp.on())
+    scores.score_bands(
+        [&mp, &run](torch::Tensor& partial) {
+          torch::Tensor on_device = partial.to(run.device);  // NCCL reduces device tensors only
+          mp.comm->allreduce(on_device);
+          partial = on_device.cpu();
+        },
+        mp.rank == 0);
   // An ensemble's members are rolled out together, each with its own noise from a validation
   // stream of its own (seeded by the step), so validating leaves the training noise untouched. In
   // an ensemble group each rank rolls out its M / G members (the group's shared validation stream,
   // its slice, as in training), the members are gathered, and the group's first rank scores all M;
   // the others score nothing, so the sums over the world count each sample once.
   const int64_t M = run.state->ensemble.members, local = run.state->ensemble.local_members();
-  const bool scoring = groups.group_rank == 0;
+  const bool scoring = mp.on() || groups.group_rank == 0;
   scores.expect_ensemble(0, M);
   RolloutSetup setup = run.state->rollout;
-  // Model parallelism: each rank rolls out its band; the group's bands are gathered for the
-  // group's first rank to score (groups.group_rank is the rank in the model-parallel group).
-  const ModelParallelSetup& mp = run.state->model_parallel;
   setup.boundary = mp.band(setup.boundary);
   if (setup.noise_channels > 0)
     setup.noise = make_noise_generator(c.train.seed + 0x76616cULL + static_cast<uint64_t>(step), groups.group);
@@ -283,12 +295,9 @@ Validation validate(Run& run, int64_t step) {
       torch::Tensor prediction;
       {
         AutocastGuard guard(autocast);
-        prediction = rollout(model, tile_members(mp.band(batch->input).to(dtype), local),
-                             tile_members(mp.band(batch->forcings), local), L, setup,
-                             setup.boundary.defined() ? tile_members(mp.band(batch->target), local)
-                                                      : mp.band(batch->target));
-        prediction = gather_members(*run.state, prediction);  // collective over the group
-        if (mp.on()) prediction = distributed::allgather_along(mp.comm, prediction, mp.dim, mp.sizes);
+        prediction = rollout(model, tile_members(batch->input.to(dtype), local), tile_members(batch->forcings, local), L,
+                             setup, setup.boundary.defined() ? tile_members(batch->target, local) : batch->target);
+        prediction = gather_members(*run.state, prediction);  // collective over the ensemble group
       }
       if (!scoring) continue;
       prediction = output_norm.denormalize(prediction.cpu());  // [B * M, L, V, lat, lon], sample-major
@@ -303,7 +312,7 @@ Validation validate(Run& run, int64_t step) {
       const torch::Tensor mask = batch->target_mask.defined() ? batch->target_mask.cpu() : torch::Tensor();
       // Persistence: the state at t, every channel (a diagnostic too), fill points at the channel mean.
       std::vector<torch::Tensor> held;
-      for (int64_t t : batch->times) held.push_back(dataset.state(t).index_select(0, output_index));
+      for (int64_t t : batch->times) held.push_back(dataset.band_state(t).index_select(0, output_index));
       torch::Tensor persistence = torch::stack(held);
       persistence = torch::where(torch::isnan(persistence), output_norm.mean().view({1, -1, 1, 1}).expand_as(persistence),
                                  persistence);
@@ -311,7 +320,7 @@ Validation validate(Run& run, int64_t step) {
         std::vector<torch::Tensor> clim;
         for (int64_t t : batch->times) {
           const int64_t seconds = axis.has_dates ? axis.seconds[static_cast<size_t>(t + 1 + k)] : 0;
-          clim.push_back(run.climatology->at(seconds).index_select(0, output_index));
+          clim.push_back(mp.band(run.climatology->at(seconds)).index_select(0, output_index));
         }
         const torch::Tensor climatology = torch::stack(clim);
         const torch::Tensor observed = truth.select(1, k);
@@ -562,6 +571,14 @@ void split_samples(Run& run) {
   if (run.is_root()) std::cerr << data::describe_samples(*run.dataset, *run.split, *run.val_split) << "\n";
   run.val_times = run.val_split->sample_times(data::Split::kValidation);
   if (run.val_times.empty()) no_validation_samples(run, val_leads);
+  // Model parallelism: from here this rank reads, caches and batches only its band of the grid,
+  // the rows the training state's ModelParallelSetup gives it (start_run checks they agree), and
+  // keeps the climatology of its band; the normalisation statistics stay the whole grid's
+  // (Normalization::compute reads whole states: Dataset::shared_state).
+  if (const int64_t P = c.distributed.model_parallel; P > 1) {
+    const auto [begin, length] = data::grid_band(run.dataset->grid_extent(), P, run.world.rank % P);
+    run.dataset->set_band(begin, length);
+  }
   std::vector<int64_t> valid_seconds;
   if (axis.has_dates)
     for (int64_t s0 : run.val_times)
@@ -839,6 +856,13 @@ void start_run(Run& run) {
   }
   run.residual_scale = residual_scale_for(run);
   build_state(run, from);
+  // Model parallelism: the dataset's band (split_samples) is the training state's.
+  if (const ModelParallelSetup& mp = run.state->model_parallel; mp.on()) {
+    TORCH_CHECK(run.dataset->band_begin() == mp.start && run.dataset->band_length() == mp.length,
+                "model parallel: the dataset's band (", run.dataset->band_begin(), ", ", run.dataset->band_length(),
+                ") is not the training state's (", mp.start, ", ", mp.length, ")");
+    run.band_read_from = run.dataset->archive_bytes_read();  // after the statistics' whole-grid pass
+  }
   open_loader(run, from);
   if (from.resume_from) run.first_step = run.saved_step = from.resume_from->step;
   if (run.is_root()) print_header(run);
@@ -906,6 +930,7 @@ class TrainingLoop {
     meter_.reset_peak();
     const int64_t rollout = run_.config.rollout_at(step_);
     StepResult r = step_runner_.run(micro, lr, rollout);
+    if (step_ == run_.first_step) print_band_data();
     // Each rank's loss is over its own shard: log the mean over ranks, the loss of the whole
     // effective batch (what one process with that batch reports).
     if (run_.world.size > 1) r.loss = run_.state->comm->sum(r.loss) / run_.world.size;
@@ -916,6 +941,29 @@ class TrainingLoop {
     log_step(r, lr, rollout, seconds);
     if (t_.val_every > 0 && step_ % t_.val_every == 0) validate_now();
     return checkpoint_or_stop();
+  }
+
+  // Model parallelism, after the first step (a collective): what each rank of a group holds and
+  // reads, measured: rank 0's micro-batch bytes (its band's) against its group's sum (one
+  // process's whole batch), and the archive bytes each read for its samples since set_band.
+  void print_band_data() {
+    const ModelParallelSetup& mp = run_.state->model_parallel;
+    if (!mp.on()) return;
+    const auto batch = static_cast<double>(run_.loader->batch_bytes());
+    const auto read = static_cast<double>(run_.dataset->archive_bytes_read() - run_.band_read_from);
+    const double groups = static_cast<double>(run_.world.size / mp.size);
+    const double batch_sum = run_.state->comm->sum(batch) / groups, read_sum = run_.state->comm->sum(read) / groups;
+    if (!run_.is_root()) return;
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "model parallel data: rank 0 reads its band of %lld of %lld %s; its micro-batch is %.0f bytes of "
+                  "its group's %.0f (1/%.2f); archive bytes read for its samples so far: %.0f of its group's %.0f%s\n",
+                  static_cast<long long>(mp.length), static_cast<long long>(mp.extent),
+                  mp.dim == -2 ? "latitude rows" : "cells", batch, batch_sum, batch > 0 ? batch_sum / batch : 0.0, read,
+                  read_sum,
+                  run_.dataset->preloaded() ? " (the data was small enough to read whole at open; each rank keeps its band)"
+                                            : "");
+    std::cerr << line;
   }
 
   std::vector<MicroBatch> next_micro_batches() {

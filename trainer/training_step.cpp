@@ -11,7 +11,9 @@
 
 #include "core/autocast.h"
 #include "core/error.h"
+#include "data/dataset.h"
 #include "data/grid.h"
+#include "distributed/world.h"
 #include "distributed/autograd_gather.h"
 #include "distributed/halo_exchange.h"
 #include "ops/checkpoint.h"
@@ -389,6 +391,7 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
       shard.bounds.push_back(shard.bounds.back() + mp.sizes.back() * per_cell);
     }
     mp.length = mp.sizes[static_cast<size_t>(mp.rank)];
+    mp.extent = extent;
     std::shared_ptr<distributed::Communicator> group = mp.comm;
     shard.exchange = [group](const torch::Tensor& send, const std::vector<int64_t>& rows) {
       return distributed::exchange_halo_rows(group, send, rows);
@@ -400,6 +403,10 @@ std::unique_ptr<TrainingState> build_training_state(const RunConfig& config, con
 
 torch::Tensor ModelParallelSetup::band(const torch::Tensor& t) const {
   if (!on() || !t.defined()) return t;
+  const int64_t n = t.size(dim);
+  if (n == length) return t;  // read as the band (data::Dataset::set_band)
+  TORCH_CHECK(n == extent, "model parallel: a tensor of shape ", t.sizes(), " has ", n, " entries along dimension ",
+              dim, "; expected the whole grid's ", extent, " or this rank's band of ", length);
   return t.narrow(dim, start, length);
 }
 
@@ -612,7 +619,9 @@ StepResult TrainingStep::run(const std::vector<MicroBatch>& micro_batches, doubl
   const AutocastState autocast = autocast_for(config.train.precision, state_.device);
   result.loss_scale = scale;
 
-  // Model parallelism: this rank's band of every micro-batch and of the boundary frame.
+  // Model parallelism: this rank's band of every micro-batch and of the boundary frame. The
+  // trainer's loader reads the band only (data::Dataset::set_band), so its micro-batches arrive
+  // banded and pass through; a whole-grid micro-batch (a caller's own) is cut here.
   const ModelParallelSetup& mp = state_.model_parallel;
   std::vector<MicroBatch> banded;
   RolloutSetup setup = state_.rollout;
@@ -702,6 +711,14 @@ std::vector<MicroBatch> synthetic_micro_batches(const RunConfig& config, const m
                                                 int64_t batch_size, int64_t count, torch::Device device) {
   std::vector<MicroBatch> out;
   auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  // Under model parallelism a rank holds its band only, as the trainer's loader reads it: rank 0's
+  // in one process (the stand-in group), this rank's in a world the group size divides.
+  int64_t lat = shape.lat, lon = shape.lon;
+  if (const int64_t P = config.distributed.model_parallel; P > 1) {
+    const int world = distributed::current_world().size;
+    const int64_t r = world % P == 0 ? distributed::current_world().rank % P : 0;
+    (shape.point_set ? lon : lat) = data::grid_band(shape.point_set ? shape.lon : shape.lat, P, r).second;
+  }
   for (int64_t i = 0; i < count; ++i) {
     MicroBatch mb;
     const ChannelLayout layout = config.channels();
@@ -712,9 +729,9 @@ std::vector<MicroBatch> synthetic_micro_batches(const RunConfig& config, const m
     // An ensemble's noise channels are drawn by the rollout, not held by the batch.
     const int64_t noise = layout.in_channels() == shape.in_channels ? layout.noise : 0;
     const int64_t rollout = config.max_rollout();
-    mb.input = torch::randn({batch_size, shape.in_channels - forcings - noise, shape.lat, shape.lon}, opts);
-    mb.forcings = torch::randn({batch_size, rollout, forcings, shape.lat, shape.lon}, opts);
-    mb.target = torch::randn({batch_size, rollout, shape.out_channels, shape.lat, shape.lon}, opts);
+    mb.input = torch::randn({batch_size, shape.in_channels - forcings - noise, lat, lon}, opts);
+    mb.forcings = torch::randn({batch_size, rollout, forcings, lat, lon}, opts);
+    mb.target = torch::randn({batch_size, rollout, shape.out_channels, lat, lon}, opts);
     out.push_back(std::move(mb));
   }
   return out;

@@ -103,8 +103,11 @@ struct ModelParallelSetup {
   int64_t dim = -2;
   std::vector<int64_t> sizes;
   int64_t start = 0, length = 0;
+  int64_t extent = 0;  // the whole grid's entries along `dim`
   bool on() const { return size > 1; }
-  // t [..., lat, lon] cut to this rank's band (t itself when off or undefined).
+  // t [..., lat, lon] cut to this rank's band (t itself when off or undefined). A tensor that is
+  // the band already (the loader read only the band: Dataset::set_band) is returned as it is;
+  // one of neither size is an error naming both.
   torch::Tensor band(const torch::Tensor& t) const;
   // Loss weights (TrainingState::lat_weights: [lat] or [1, cells]) cut to the band.
   torch::Tensor band_weights(const torch::Tensor& w) const;

@@ -246,3 +246,88 @@ TEST_F(Archives, ForecastsOpenInXarrayWithLevelsTimesAndValues) {
     EXPECT_TRUE(torch::allclose(reread.state(2)[1], forecast[2][1]));
   }
 }
+
+// Model parallelism (Dataset::set_band, docs/data.md "Bands"): a rank reads only its band of
+// latitude rows from every format, and its values are xarray's rows of that band. The reader is
+// asked for the band's rows only: the bytes it reads for one state are the band's share of a
+// whole state's, exactly (every source reads whole rows).
+TEST_F(Archives, EachBandReadsOnlyItsRowsFromEveryFormat) {
+  for (const std::string store : {"era5.zarr", "era5_zstd.zarr", "era5_v3.zarr", "era5.nc", "era5.grib2"}) {
+    SCOPED_TRACE(store);
+    const bool grib = store == "era5.grib2";
+    const torch::Tensor truth = expected(store, grib ? 4 : 5);  // [19 times, channels, 19 lat, 36 lon]
+    DatasetOptions lazy;
+    lazy.preload_max_bytes = 0;
+    Dataset whole(era5_config(store, grib), lazy);
+    const int64_t before = whole.archive_bytes_read();
+    whole.state(3);
+    const int64_t whole_bytes = whole.archive_bytes_read() - before;
+    EXPECT_GT(whole_bytes, 0);
+    for (const int64_t parts : {2, 3}) {
+      for (int64_t r = 0; r < parts; ++r) {
+        const auto [begin, length] = grid_band(19, parts, r);
+        Dataset dataset(era5_config(store, grib), lazy);
+        dataset.set_band(begin, length);
+        EXPECT_TRUE(dataset.banded());
+        const int64_t at_band = dataset.archive_bytes_read();
+        for (const int64_t t : {0, 3, 18}) {
+          const torch::Tensor band = dataset.band_state(t);
+          ASSERT_EQ(band.sizes(), (std::vector<int64_t>{grib ? 4 : 5, length, 36})) << "band " << r << " of " << parts;
+          const torch::Tensor want = truth[t].narrow(1, begin, length);
+          ASSERT_TRUE(torch::equal(torch::isnan(band), torch::isnan(want))) << "band " << r << " of " << parts;
+          EXPECT_LE((torch::nan_to_num(band, 0) - torch::nan_to_num(want, 0)).abs().max().item<double>(),
+                    store == "era5.nc" ? 1e-4 : 0.0)
+              << "band " << r << " of " << parts << " at time " << t;
+        }
+        // Three states, each the band's rows of every source: length / 19 of a whole state.
+        EXPECT_EQ((dataset.archive_bytes_read() - at_band) * 19, 3 * whole_bytes * length)
+            << "band " << r << " of " << parts;
+        // The whole grid stays readable (the statistics' pass), read apart from the band's cache.
+        EXPECT_TRUE(torch::equal(torch::nan_to_num(dataset.state(3), 0), torch::nan_to_num(whole.state(3), 0)));
+      }
+    }
+  }
+}
+
+// A band of a region cut from a source whose latitudes run the other way (and whose longitudes
+// are rolled): the rows of the band of the region, in the dataset's order; the computed forcings
+// and static fields are the band's; data preloaded at open is cut to the band.
+TEST_F(Archives, ABandOfARegionOfAFlippedSourceIsThoseRows) {
+  const std::string flipped = file("era5_flipped_band.nc");
+  const std::string command = kPython + " -c \"import xarray as xr; ds = xr.open_dataset('" + file("era5.nc") +
+                              "'); ds = ds.isel(latitude=slice(None, None, -1)); ds = ds.assign_coords(longitude="
+                              "(((ds.longitude + 180) % 360) - 180)).sortby('longitude'); ds.to_netcdf('" + flipped + "')\"";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  DataConfig config;
+  config.sources = {{file("era5.nc"), "t2m", "t2m", {}}, {flipped, "t2m", "t2m_flipped", {}}};
+  config.region.set = true;
+  config.region.lat_min = -30, config.region.lat_max = 60, config.region.lon_min = 300, config.region.lon_max = 60;
+  config.forcings = {"cos_latitude", "sin_longitude"};
+  DatasetOptions lazy;
+  lazy.preload_max_bytes = 0;
+  const Dataset whole(config, lazy);
+  ASSERT_EQ(whole.num_lat(), 10);  // 60 .. -30 every 10 degrees
+  ASSERT_EQ(whole.num_lon(), 13);  // 300 .. 60 across the seam
+  for (const DatasetOptions& options : {DatasetOptions{}, lazy}) {
+    for (int64_t r = 0; r < 3; ++r) {
+      const auto [begin, length] = grid_band(10, 3, r);
+      Dataset dataset(config, options);
+      dataset.set_band(begin, length);
+      EXPECT_EQ(dataset.preloaded(), options.preload_max_bytes > 0);
+      for (const int64_t t : {0, 50, 118}) {
+        const torch::Tensor band = dataset.band_state(t), want = whole.state(t).narrow(1, begin, length);
+        ASSERT_EQ(band.sizes(), (std::vector<int64_t>{2, length, 13}));
+        EXPECT_TRUE(torch::equal(band, want)) << "band " << r << " at " << t;
+        EXPECT_TRUE(torch::allclose(band[0], band[1], 0, 1e-4)) << "the flipped copy's rows, band " << r;
+      }
+      const int64_t seconds = whole.time_axis().seconds[7];
+      EXPECT_TRUE(torch::allclose(dataset.band_computed_forcings(seconds),
+                                  whole.computed_forcings(seconds).narrow(1, begin, length)))
+          << "band " << r;
+      EXPECT_EQ(dataset.band_static_fields().size(1), length);
+    }
+  }
+  Dataset dataset(config, lazy);
+  EXPECT_NE(data_error([&] { dataset.set_band(8, 3); }).find("a band of 3 latitude rows from 8 does not fit the grid's 10"),
+            std::string::npos);
+}

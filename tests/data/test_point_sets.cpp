@@ -255,3 +255,53 @@ TEST_F(PointSets, WhatCellsCannotDoIsRefusedByName) {
 }
 
 }  // namespace
+
+// Model parallelism on a point set (Dataset::set_band): a band is a range of cells, read as one
+// hyperslab of the cell dimension from NetCDF and Zarr (GRIB decodes the message and keeps the
+// cells), with its cells' computed forcings.
+TEST_F(PointSets, ABandIsARangeOfCellsReadAlone) {
+  const torch::Tensor want = expected();
+  for (const std::string store : {"cells.nc", "cells.zarr", "o12.grib2"}) {
+    SCOPED_TRACE(store);
+    DataConfig c = config(store);
+    c.forcings = {"cos_latitude", "sin_longitude"};
+    DatasetOptions lazy;
+    lazy.preload_max_bytes = 0;
+    const Dataset whole(c, lazy);
+    for (int64_t r = 0; r < 2; ++r) {
+      const auto [begin, length] = grid_band(kCells, 2, r);
+      Dataset d(c, lazy);
+      d.set_band(begin, length);
+      const int64_t before = d.archive_bytes_read();
+      for (int64_t t = 0; t < kTimes; ++t) {
+        const torch::Tensor band = d.band_state(t);
+        ASSERT_EQ(band.sizes(), (std::vector<int64_t>{kChannels, 1, length}));
+        ASSERT_EQ((band.squeeze(1) - want[t].narrow(1, begin, length)).abs().max().item<float>(), 0.0f) << "time " << t;
+      }
+      // z at two levels, t at one, t2m: 4 planes of the band's cells per state, float32.
+      EXPECT_EQ(d.archive_bytes_read() - before, kTimes * 4 * length * 4);
+      const int64_t seconds = d.time_axis().seconds[2];
+      EXPECT_TRUE(torch::allclose(d.band_computed_forcings(seconds), whole.computed_forcings(seconds).narrow(2, begin, length)));
+    }
+    // A band of a region's cells (across the seam): the span of the file's cells between the
+    // band's first and last is read, and the region's cells kept.
+    c.region.set = true;
+    c.region.lat_min = -50, c.region.lat_max = 70, c.region.lon_min = 300, c.region.lon_max = 100;
+    const Dataset region(c, lazy);
+    const int64_t n = region.num_lon();
+    ASSERT_GT(n, 200);
+    for (int64_t r = 0; r < 3; ++r) {
+      const auto [begin, length] = grid_band(n, 3, r);
+      Dataset d(c, lazy);
+      d.set_band(begin, length);
+      for (const int64_t t : {0, 9, 18}) {
+        const torch::Tensor band = d.band_state(t);
+        ASSERT_EQ(band.sizes(), (std::vector<int64_t>{kChannels, 1, length}));
+        EXPECT_TRUE(torch::equal(band, region.state(t).narrow(2, begin, length))) << "band " << r << " at " << t;
+        const auto cols = torch::tensor(std::vector<int64_t>(region.region_cols().begin() + begin,
+                                                             region.region_cols().begin() + begin + length));
+        EXPECT_TRUE(torch::equal(band.squeeze(1), want[t].index_select(1, cols))) << "band " << r << " at " << t;
+      }
+    }
+  }
+}

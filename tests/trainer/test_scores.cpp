@@ -392,3 +392,63 @@ TEST(ScoresOutput, SvgIsValidXmlWithAPolylinePerForecasterPerPanel) {
     EXPECT_EQ(std::system(command.c_str()), 0) << path;
   }
 }
+
+// Model parallelism (ScoreAccumulator::score_bands, docs/distributed.md "Validation"): two bands of
+// a 5 x 4 grid, each scored by its own accumulator whose per-sample sums are summed over the
+// "group" (here: the other band's, handed over in order), give the scores of one accumulator on
+// the whole grid: RMSE, ACC, CRPS, spread and the rank histogram, with a mask and a NaN truth. The
+// second band records no sample, so a sum over the group's accumulators counts each sample once.
+TEST(Scores, BandsSummedOverTheGroupScoreLikeTheWholeGrid) {
+  torch::manual_seed(11);
+  const int64_t B = 3, M = 4, V = 2, H = 5, W = 4, rows0 = 3;
+  const torch::Tensor weights = torch::rand({H, W}) + 0.5;
+  const torch::Tensor members = torch::randn({B, M, V, H, W}), forecast = torch::randn({B, V, H, W});
+  torch::Tensor truth = torch::randn({B, V, H, W});
+  truth[1][0][4][2] = std::numeric_limits<float>::quiet_NaN();
+  const torch::Tensor clim = torch::randn({B, V, H, W}) * 0.1;
+  torch::Tensor mask = torch::ones({B, V, H, W});
+  mask[0][1][0].zero_();  // a masked row in band 0
+  mask[2][0][3].zero_();  // and in band 1
+  auto fill = [&](ScoreAccumulator& s, int64_t begin, int64_t length) {
+    auto cut = [&](const torch::Tensor& t) { return t.narrow(-2, begin, length); };
+    for (int64_t l = 0; l < 2; ++l) {
+      s.add_ensemble(0, l, cut(members) * (1 + l), cut(truth), cut(clim), cut(mask));
+      s.add(1, l, cut(forecast), cut(truth), cut(clim), cut(mask));
+    }
+  };
+  ScoreAccumulator whole({"a", "b"}, 2, {"model", "persistence"}, weights);
+  fill(whole, 0, H);
+  // Band 1 runs first and keeps its partial sums; band 0 then adds them to its own (the group's
+  // allreduce, in the order both ranks call add()).
+  std::vector<torch::Tensor> handed;
+  ScoreAccumulator band1({"a", "b"}, 2, {"model", "persistence"}, weights.narrow(0, rows0, H - rows0));
+  band1.score_bands([&](torch::Tensor& partial) { handed.push_back(partial.clone()); }, false);
+  fill(band1, rows0, H - rows0);
+  size_t next = 0;
+  ScoreAccumulator band0({"a", "b"}, 2, {"model", "persistence"}, weights.narrow(0, 0, rows0));
+  band0.score_bands([&](torch::Tensor& partial) { partial = partial + handed.at(next++); }, true);
+  fill(band0, 0, rows0);
+  EXPECT_EQ(next, handed.size());
+  ScoreAccumulator group({"a", "b"}, 2, {"model", "persistence"}, weights.narrow(0, 0, rows0));
+  group.expect_ensemble(0, M);
+  group.set_sums(band0.sums() + band1.sums());  // the world's allreduce of the two ranks' sums
+  const LeadScores a = whole.result(0, 0), b = group.result(0, 0);
+  ASSERT_EQ(a.samples, b.samples);
+  EXPECT_EQ(a.samples[0], B);
+  for (size_t f = 0; f < 2; ++f)
+    for (size_t l = 0; l < 2; ++l)
+      for (size_t v = 0; v < 2; ++v) {
+        EXPECT_NEAR(a.rmse[f][l][v], b.rmse[f][l][v], 1e-12) << f << l << v;
+        EXPECT_NEAR(a.acc[f][l][v], b.acc[f][l][v], 1e-12) << f << l << v;
+        EXPECT_NEAR(a.crps[f][l][v], b.crps[f][l][v], 1e-12) << f << l << v;
+        if (f == 0) {
+          EXPECT_NEAR(a.spread[f][l][v], b.spread[f][l][v], 1e-12) << l << v;
+          ASSERT_EQ(a.ranks[f][l][v].size(), static_cast<size_t>(M + 1));
+          for (int64_t r = 0; r <= M; ++r) EXPECT_NEAR(a.ranks[f][l][v][r], b.ranks[f][l][v][r], 1e-9) << l << v << r;
+        }
+      }
+  // A band alone is not the whole grid: its RMSE differs (so the sums above did the work).
+  ScoreAccumulator alone({"a", "b"}, 2, {"model", "persistence"}, weights.narrow(0, 0, rows0));
+  fill(alone, 0, rows0);
+  EXPECT_GT(std::abs(alone.result(0, 0).rmse[1][0][0] - a.rmse[1][0][0]), 1e-3);
+}
