@@ -228,9 +228,35 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
   return e;
 }
 
+bool per_rank_formulas(const Estimate& e) {
+  if (e.method.rfind("analytic formulas", 0) != 0 || e.options.mode != Mode::kTrain) return false;
+  RunConfig c = e.config;
+  c.distributed.model_parallel = 2;
+  return analytic_activations(c, e.shape, e.options.mode).ranks == 2;
+}
+
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu) {
   Breakdown b = e.breakdown(batch, std::nullopt);
-  b.activations *= static_cast<double>(e.activation_ranks) / static_cast<double>(std::max<int64_t>(1, ranks));
+  const int64_t P = std::max<int64_t>(1, ranks);
+  // From the formulas (--analytic, or a run too large to trace) of a model that describes one rank
+  // of a group (the gnn on a rectangle, GraphCast: ModelMemory::ranks), the formulas at P: rank 0's
+  // band with its halos and its share of the batch-independent terms, not the whole grid over P.
+  // What estimate() added to the formulas' lines (the micro-batches beyond those a trace runs) is
+  // the difference of sample_bytes and the formulas' batch tensors, and is kept.
+  if (P != e.activation_ranks && per_rank_formulas(e)) {
+    RunConfig c = e.config;
+    c.distributed.model_parallel = P;
+    const ActivationFit rank = analytic_activations(c, e.shape, e.options.mode);
+    if (rank.ranks == P) {
+      const double added = std::max(0.0, e.sample_bytes - batch_tensor_bytes(e.config, e.shape));
+      b.activations = std::max(0.0, rank.at(static_cast<double>(batch)) + added * static_cast<double>(batch));
+      b.overhead = gpu_overhead(b.allocated(), e.libraries, gpu).total();
+      return b;
+    }
+  }
+  // Otherwise a projection from what the estimate holds (a trace of rank 0 of its own group, or the
+  // whole grid's formulas): activations x activation_ranks / P.
+  b.activations *= static_cast<double>(e.activation_ranks) / static_cast<double>(P);
   b.overhead = gpu_overhead(b.allocated(), e.libraries, gpu).total();
   return b;
 }

@@ -118,12 +118,14 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
 // GPUs per model (distributed.model_parallel = P, docs/distributed.md "Model parallelism"): when one
 // GPU does not hold a rank of the run, how many ranks sharing each sample would. A rank of a
 // model-parallel group holds the whole model states (the group replicates the parameters; ZeRO
-// shards them across groups as before) and its band of the grid's activations. This is the
-// projection activations x activation_ranks / P from what the estimate holds: from a whole-grid
-// estimate it leaves out the halo nodes a sharded graph also holds (a few rows of the band per
-// message-passing layer) and what does not shrink with the grid (the batch-independent terms shrink
-// here too), so it is a lower bound on P; at the traced run's own model_parallel it is the trace of
-// that rank, halos included.
+// shards them across groups as before) and its band of the grid's activations. From the formulas
+// of a model that describes one rank (per_rank_formulas: the gnn on a rectangle, GraphCast) these
+// are the formulas at each P, rank 0's band with its halos. Otherwise this is the projection
+// activations x activation_ranks / P from what the estimate holds: from a whole-grid estimate it
+// leaves out the halo nodes a sharded graph also holds (a few rows of the band per message-passing
+// layer) and what does not shrink with the grid (the batch-independent terms shrink here too), so
+// it is a lower bound on P; at the traced run's own model_parallel it is the trace of that rank,
+// halos included.
 struct ModelParallelFit {
   GpuSpec gpu;
   int64_t ranks = 0;         // the smallest P (1..kMaxModelParallel) whose per-rank total fits; 0: none
@@ -133,6 +135,9 @@ inline constexpr int64_t kMaxModelParallel = 64;
 // The per-rank memory at `batch` with P ranks sharing each sample, on `gpu` (its overhead included).
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu);
 ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu);
+// Whether GPUs per model takes the estimate's formulas at each P (its activations are the formulas'
+// and the model's formulas describe one rank of a group: models::ModelMemory::ranks).
+bool per_rank_formulas(const Estimate& e);
 // Whether the run's model can shard its grid over model-parallel ranks today (its
 // ModelSchema::shards_grid: the graph models). For the others, GPUs per model is a
 // projection for a model not yet shardable.

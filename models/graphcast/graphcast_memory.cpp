@@ -1,5 +1,6 @@
 // estimate --analytic for GraphCast (models/graphcast/graphcast.cpp), layer by layer.
-#include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -42,34 +43,44 @@ std::vector<int64_t> band_bounds(const ModelShape& s, int64_t P) {
 }
 
 GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s, int64_t model_parallel = 1) {
-  // A few runs' sizes (the whole graph's, for the buffers, and a rank's, for the activations, are
-  // asked for in turn): building the graph at 0.25 degrees takes seconds.
-  using Key = std::tuple<std::vector<double>, std::vector<double>, int64_t, std::string, bool, int64_t>;
+  // The last grid's sizes, per model-parallel size asked: GPUs per model (estimator/estimate.cpp)
+  // asks for P = 1, 2, 3, ... in turn, and building the graph at 0.25 degrees takes seconds, so its
+  // index tensors (16 bytes an edge) are kept and each further P costs only the partition (a tenth
+  // of a second at 0.25 degrees).
+  using Key = std::tuple<std::vector<double>, std::vector<double>, int64_t, std::string, bool>;
   static std::mutex mutex;
-  static std::deque<std::pair<Key, GraphCastSizes>> cache;
+  static Key key;
+  static std::map<int64_t, GraphCastSizes> per_size;
+  static std::shared_ptr<const GraphCastGraph> kept;
   auto [lat, lon] = graphcast_grid(s);
   const std::vector<int64_t> bounds = band_bounds(s, model_parallel);
   const int64_t P = bounds.empty() ? 1 : model_parallel;
-  Key key{std::move(lat), std::move(lon), c.mesh_refinement, c.graph, s.point_set, P};
+  Key asked{std::move(lat), std::move(lon), c.mesh_refinement, c.graph, s.point_set};
   std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& [k, sizes] : cache)
-    if (k == key) return sizes;
-  const GraphCastGraph g = build_model_graph(c, std::get<0>(key), std::get<1>(key), s.point_set);
+  if (asked != key) {
+    key = std::move(asked);
+    per_size.clear();
+    kept.reset();
+  }
+  if (auto it = per_size.find(P); it != per_size.end()) return it->second;
+  std::shared_ptr<const GraphCastGraph> g = kept;
+  if (!g) {
+    auto built = std::make_shared<GraphCastGraph>(build_model_graph(c, std::get<0>(key), std::get<1>(key), s.point_set));
+    for (torch::Tensor* t : {&built->grid_features, &built->mesh_features, &built->g2m_features,
+                             &built->mesh_edge_features, &built->m2g_features})
+      *t = torch::Tensor();  // the partition reads the edges' ends only
+    g = built;
+  }
+  kept = g;
   GraphCastSizes z;
-  z.whole_grid = z.grid = static_cast<double>(g.grid_nodes);
-  z.whole_mesh = z.mesh = static_cast<double>(g.mesh_nodes);
-  z.whole_g2m = z.g2m = static_cast<double>(g.g2m_senders.size(0));
-  z.whole_mesh_edges = z.mesh_edges = static_cast<double>(g.mesh_senders.size(0));
-  z.whole_m2g = z.m2g = static_cast<double>(g.m2g_senders.size(0));
-  auto remember = [&](Key k, const GraphCastSizes& sizes) {
-    if (cache.size() >= 4) cache.pop_front();
-    cache.emplace_back(std::move(k), sizes);
-  };
+  z.whole_grid = z.grid = static_cast<double>(g->grid_nodes);
+  z.whole_mesh = z.mesh = static_cast<double>(g->mesh_nodes);
+  z.whole_g2m = z.g2m = static_cast<double>(g->g2m_senders.size(0));
+  z.whole_mesh_edges = z.mesh_edges = static_cast<double>(g->mesh_senders.size(0));
+  z.whole_m2g = z.m2g = static_cast<double>(g->m2g_senders.size(0));
+  per_size[1] = z;
   if (P > 1) {
-    Key whole = key;
-    std::get<5>(whole) = 1;
-    remember(std::move(whole), z);  // the buffers' question, asked next
-    const GraphCastShard r0 = shard_graphcast_graph(g, bounds, 0);
+    const GraphCastShard r0 = shard_graphcast_graph(*g, bounds, 0);
     auto halo = [](const ShardedGraph& sg) {
       return Halo{static_cast<double>(sg.halo_nodes()), static_cast<double>(sg.exchange_nodes()),
                   static_cast<double>(sg.send_rows.front())};
@@ -83,8 +94,8 @@ GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s, i
     z.g2m_halo = halo(r0.g2m);
     z.mesh_halo = halo(r0.mesh_edges);
     z.m2g_halo = halo(r0.m2g);
+    per_size[P] = z;
   }
-  remember(std::move(key), z);
   return z;
 }
 

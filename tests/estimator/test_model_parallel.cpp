@@ -130,6 +130,25 @@ TEST(ModelParallelFormula, GraphCastRankWithinEightPercentOfTheTrace) {
       }
 }
 
+// GPUs per model from GraphCast's formulas takes the formulas at each P (rank 0's band and halos),
+// not the whole grid over P: at P = 2 and 4 the per-rank activations are the formulas' at that P.
+TEST(ModelParallelFormula, GraphCastGpusPerModelTakesTheFormulasAtEachP) {
+  const models::ModelShape shape = storm_region_shape();
+  EstimateOptions options;
+  options.analytic = true;
+  const Estimate e = estimate(small_run("graphcast", 1), shape, options);
+  ASSERT_TRUE(per_rank_formulas(e));
+  const GpuSpec gpu{"custom", "custom", int64_t{1} << 40, false, 90};
+  for (const int64_t P : {2, 4}) {
+    const ActivationFit rank = analytic_activations(small_run("graphcast", P), shape, Mode::kTrain);
+    const Breakdown b = model_parallel_breakdown(e, 4, P, gpu);
+    EXPECT_NEAR(b.activations, rank.at(4.0), 1.0) << "P " << P;
+    EXPECT_GT(b.activations, e.breakdown(4, std::nullopt).activations / static_cast<double>(P))
+        << "rank 0 of " << P << " holds more than 1/P of the whole: its halos and the whole micro-batch";
+  }
+  EXPECT_FALSE(per_rank_formulas(estimate(small_run("aifs", 1), shape, options)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Graph, ModelParallelTrace, ::testing::Values("gnn", "graphcast", "aifs"));
 
 }  // namespace
