@@ -13,6 +13,7 @@
 #include "estimator/activation_trace.h"
 #include "estimator/analytic.h"
 #include "estimator/estimate.h"
+#include "models/graphcast/graphcast.h"
 #include "models/weather_model.h"
 
 namespace wxtrain::estimator {
@@ -147,6 +148,37 @@ TEST(ModelParallelFormula, GraphCastGpusPerModelTakesTheFormulasAtEachP) {
         << "rank 0 of " << P << " holds more than 1/P of the whole: its halos and the whole micro-batch";
   }
   EXPECT_FALSE(per_rank_formulas(estimate(small_run("aifs", 1), shape, options)));
+}
+
+// Diagnostic (--gtest_also_run_disabled_tests): every rank's share of GraphCast's graph, as
+// shard_graphcast_graph cuts it, on the storm region (M3) and at 0.25 degrees (M6): whether rank 0,
+// whose share the formulas give, is the largest.
+TEST(ModelParallelFormula, DISABLED_GraphCastEveryRanksShare) {
+  const models::ModelShape storm = storm_region_shape();
+  const std::vector<double> lat = models::global_latitudes(721), lon = models::global_longitudes(1440);
+  struct Grid {
+    const char* name;
+    models::GraphCastGraph graph;
+    int64_t rows, per_row;
+  };
+  const Grid grids[] = {
+      {"storm M3", models::build_graphcast_graph(storm.latitudes, storm.longitudes, 3), storm.lat, storm.lon},
+      {"0.25 deg M6", models::build_graphcast_graph(lat, lon, 6), 721, 1440}};
+  for (const Grid& g : grids)
+    for (const int64_t P : {2, 4}) {
+      std::vector<int64_t> bounds{0};
+      for (int64_t r = 0; r < P; ++r) bounds.push_back(bounds.back() + (g.rows / P + (r < g.rows % P ? 1 : 0)) * g.per_row);
+      for (int r = 0; r < P; ++r) {
+        const models::GraphCastShard s = models::shard_graphcast_graph(g.graph, bounds, r);
+        std::printf("[ shares ] %-11s P %lld rank %d: grid %8lld mesh %6lld g2m %8lld mesh edges %7lld m2g %8lld | halo "
+                    "g2m %5lld mesh %5lld m2g %5lld\n",
+                    g.name, static_cast<long long>(P), r, static_cast<long long>(s.grid.owned_by(r)),
+                    static_cast<long long>(s.mesh.owned_by(r)), static_cast<long long>(s.g2m.edges.numel()),
+                    static_cast<long long>(s.mesh_edges.edges.numel()), static_cast<long long>(s.m2g.edges.numel()),
+                    static_cast<long long>(s.g2m.halo_nodes()), static_cast<long long>(s.mesh_edges.halo_nodes()),
+                    static_cast<long long>(s.m2g.halo_nodes()));
+      }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Graph, ModelParallelTrace, ::testing::Values("gnn", "graphcast", "aifs"));
