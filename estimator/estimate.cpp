@@ -239,8 +239,9 @@ Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ran
   Breakdown b = e.breakdown(batch, std::nullopt);
   const int64_t P = std::max<int64_t>(1, ranks);
   // From the formulas (--analytic, or a run too large to trace) of a model that describes one rank
-  // of a group (the gnn on a rectangle, GraphCast: ModelMemory::ranks), the formulas at P: rank 0's
-  // band with its halos and its share of the batch-independent terms, not the whole grid over P.
+  // of a group (the gnn on a rectangle, GraphCast: ModelMemory::ranks), the formulas at P: the band
+  // they describe (the gnn's rank 0, the widest; GraphCast's rank with the most mesh nodes) with its
+  // halos and its share of the batch-independent terms, not the whole grid over P.
   // What estimate() added to the formulas' lines (the micro-batches beyond those a trace runs) is
   // the difference of sample_bytes and the formulas' batch tensors, and is kept.
   if (P != e.activation_ranks && per_rank_formulas(e)) {

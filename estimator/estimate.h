@@ -120,7 +120,8 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
 // model-parallel group holds the whole model states (the group replicates the parameters; ZeRO
 // shards them across groups as before) and its band of the grid's activations. From the formulas
 // of a model that describes one rank (per_rank_formulas: the gnn on a rectangle, GraphCast) these
-// are the formulas at each P, rank 0's band with its halos. Otherwise this is the projection
+// are the formulas at each P, the largest rank's band with its halos (the gnn's rank 0; GraphCast's
+// rank with the most mesh nodes). Otherwise this is the projection
 // activations x activation_ranks / P from what the estimate holds: from a whole-grid estimate it
 // leaves out the halo nodes a sharded graph also holds (a few rows of the band per message-passing
 // layer) and what does not shrink with the grid (the batch-independent terms shrink here too), so

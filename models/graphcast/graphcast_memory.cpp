@@ -1,4 +1,5 @@
 // estimate --analytic for GraphCast (models/graphcast/graphcast.cpp), layer by layer.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,23 +16,30 @@ namespace {
 // cached for the last (grid, refinement, model-parallel size) asked, since the activations and the
 // buffers both need it.
 //
-// Under model parallelism (distributed.model_parallel = P > 1) the activations are rank 0's (what the
-// traced stand-in runs, trainer/training_step.cpp BandGroup): the grid split in bands as the trainer
-// splits it, the graph cut as the model cuts it (shard_graphcast_graph, the code set_node_shard
-// runs): its grid cells and mesh nodes, the edges it receives, and per graph the halo it reads
-// (halo: rows) through one exchange of every rank's send rows (exchanged; sent: rank 0's own).
+// Under model parallelism (distributed.model_parallel = P > 1) the activations are one rank's: the
+// grid split in bands as the trainer splits it, the graph cut as the model cuts it
+// (shard_graphcast_graph, the code set_node_shard runs): the rank's grid cells and mesh nodes, the
+// edges it receives, and per graph the halo it reads (halo: rows) through one exchange of every
+// rank's send rows (exchanged; sent: the rank's own). Which rank: the one owning the most mesh
+// nodes. Bands have equal rows, not equal area, and the mesh is uniform on the sphere, so a band
+// near the equator owns more mesh nodes and edges than a polar one: at 0.25 degrees and P = 4
+// rank 1 receives 2.4 times rank 0's mesh edges, and its activations are 55% larger. The grid's
+// terms differ by at most a row between ranks, so the mesh decides which rank is largest, and GPUs
+// per model must fit that one. On the storm region (a regional mesh) it is rank 0, the rank the
+// traced stand-in runs (trainer/training_step.cpp BandGroup), which the tests compare with.
 struct Halo {
   double halo = 0, exchanged = 0, sent = 0;
 };
 struct GraphCastSizes {
   double grid = 0, mesh = 0, g2m = 0, mesh_edges = 0, m2g = 0;
   int64_t ranks = 1;
+  int rank = 0;  // the rank described (of `ranks`)
   Halo g2m_halo, mesh_halo, m2g_halo;  // grid latents for grid2mesh; mesh latents for each processor layer and mesh2grid
   // The whole graph's (the buffers stay whole on every rank).
   double whole_grid = 0, whole_mesh = 0, whole_g2m = 0, whole_mesh_edges = 0, whole_m2g = 0;
 };
 
-// Rank 0's cells of P bands as the trainer cuts them (trainer/training_step.cpp): whole latitude rows
+// The cells of P bands as the trainer cuts them (trainer/training_step.cpp): whole latitude rows
 // on a rectangle, cells on a point set, the first ranks taking one more where the count does not
 // divide. Empty when the grid has fewer rows (cells) than ranks (the trainer refuses that run).
 std::vector<int64_t> band_bounds(const ModelShape& s, int64_t P) {
@@ -80,20 +88,25 @@ GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s, i
   z.whole_m2g = z.m2g = static_cast<double>(g->m2g_senders.size(0));
   per_size[1] = z;
   if (P > 1) {
-    const GraphCastShard r0 = shard_graphcast_graph(*g, bounds, 0);
-    auto halo = [](const ShardedGraph& sg) {
+    // The rank owning the most mesh nodes (the first of equals).
+    std::vector<int64_t> owned(static_cast<size_t>(P), 0);
+    for (const int o : graphcast_mesh_owners(*g, bounds)) ++owned[static_cast<size_t>(o)];
+    const int r = static_cast<int>(std::max_element(owned.begin(), owned.end()) - owned.begin());
+    const GraphCastShard share = shard_graphcast_graph(*g, bounds, r);
+    auto halo = [r](const ShardedGraph& sg) {
       return Halo{static_cast<double>(sg.halo_nodes()), static_cast<double>(sg.exchange_nodes()),
-                  static_cast<double>(sg.send_rows.front())};
+                  static_cast<double>(sg.send_rows[static_cast<size_t>(r)])};
     };
     z.ranks = P;
-    z.grid = static_cast<double>(r0.grid.owned_by(0));
-    z.mesh = static_cast<double>(r0.mesh.owned_by(0));
-    z.g2m = static_cast<double>(r0.g2m.edges.numel());
-    z.mesh_edges = static_cast<double>(r0.mesh_edges.edges.numel());
-    z.m2g = static_cast<double>(r0.m2g.edges.numel());
-    z.g2m_halo = halo(r0.g2m);
-    z.mesh_halo = halo(r0.mesh_edges);
-    z.m2g_halo = halo(r0.m2g);
+    z.rank = r;
+    z.grid = static_cast<double>(share.grid.owned_by(r));
+    z.mesh = static_cast<double>(share.mesh.owned_by(r));
+    z.g2m = static_cast<double>(share.g2m.edges.numel());
+    z.mesh_edges = static_cast<double>(share.mesh_edges.edges.numel());
+    z.m2g = static_cast<double>(share.m2g.edges.numel());
+    z.g2m_halo = halo(share.g2m);
+    z.mesh_halo = halo(share.mesh_edges);
+    z.m2g_halo = halo(share.m2g);
     per_size[P] = z;
   }
   return z;
