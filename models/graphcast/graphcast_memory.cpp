@@ -13,8 +13,8 @@ namespace wxtrain::models {
 namespace {
 
 // The sizes of GraphCast's graph for a run: built as the model builds it (fast: a spatial index),
-// cached for the last (grid, refinement, model-parallel size) asked, since the activations and the
-// buffers both need it.
+// cached for the last grid asked, per model-parallel size, since the activations and the buffers
+// both need it.
 //
 // Under model parallelism (distributed.model_parallel = P > 1) the activations are one rank's: the
 // grid split in bands as the trainer splits it, the graph cut as the model cuts it
@@ -32,11 +32,8 @@ struct Halo {
 };
 struct GraphCastSizes {
   double grid = 0, mesh = 0, g2m = 0, mesh_edges = 0, m2g = 0;
-  int64_t ranks = 1;
-  int rank = 0;  // the rank described (of `ranks`)
+  int64_t ranks = 1;  // 1: the whole graph's (the buffers, whole on every rank)
   Halo g2m_halo, mesh_halo, m2g_halo;  // grid latents for grid2mesh; mesh latents for each processor layer and mesh2grid
-  // The whole graph's (the buffers stay whole on every rank).
-  double whole_grid = 0, whole_mesh = 0, whole_g2m = 0, whole_mesh_edges = 0, whole_m2g = 0;
 };
 
 // The cells of P bands as the trainer cuts them (trainer/training_step.cpp): whole latitude rows
@@ -53,7 +50,7 @@ std::vector<int64_t> band_bounds(const ModelShape& s, int64_t P) {
 GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s, int64_t model_parallel = 1) {
   // The last grid's sizes, per model-parallel size asked: GPUs per model (estimator/estimate.cpp)
   // asks for P = 1, 2, 3, ... in turn, and building the graph at 0.25 degrees takes seconds, so its
-  // index tensors (16 bytes an edge) are kept and each further P costs only the partition (a tenth
+  // index tensors (16 bytes an edge) are kept and each further P costs only the partition (tenths
   // of a second at 0.25 degrees).
   using Key = std::tuple<std::vector<double>, std::vector<double>, int64_t, std::string, bool>;
   static std::mutex mutex;
@@ -81,11 +78,11 @@ GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s, i
   }
   kept = g;
   GraphCastSizes z;
-  z.whole_grid = z.grid = static_cast<double>(g->grid_nodes);
-  z.whole_mesh = z.mesh = static_cast<double>(g->mesh_nodes);
-  z.whole_g2m = z.g2m = static_cast<double>(g->g2m_senders.size(0));
-  z.whole_mesh_edges = z.mesh_edges = static_cast<double>(g->mesh_senders.size(0));
-  z.whole_m2g = z.m2g = static_cast<double>(g->m2g_senders.size(0));
+  z.grid = static_cast<double>(g->grid_nodes);
+  z.mesh = static_cast<double>(g->mesh_nodes);
+  z.g2m = static_cast<double>(g->g2m_senders.size(0));
+  z.mesh_edges = static_cast<double>(g->mesh_senders.size(0));
+  z.m2g = static_cast<double>(g->m2g_senders.size(0));
   per_size[1] = z;
   if (P > 1) {
     // The rank owning the most mesh nodes (the first of equals).
@@ -98,7 +95,6 @@ GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s, i
                   static_cast<double>(sg.send_rows[static_cast<size_t>(r)])};
     };
     z.ranks = P;
-    z.rank = r;
     z.grid = static_cast<double>(share.grid.owned_by(r));
     z.mesh = static_cast<double>(share.mesh.owned_by(r));
     z.g2m = static_cast<double>(share.g2m.edges.numel());
@@ -136,7 +132,8 @@ int64_t graphcast_parameter_count(const GraphCastOptions& c, const ModelShape& s
 }
 
 // GraphCast (graphcast.cpp), per sample over Ng grid nodes, Nm mesh nodes, Eg grid2mesh,
-// Em mesh and Ed = 3 Ng mesh2grid edges. What only the graph's features feed (the mesh node and
+// Em mesh and Ed = 3 Ng mesh2grid edges (under model parallelism the rank's, graphcast_sizes: its
+// cells and mesh nodes, the edges it receives, plus the halo each graph reads). What only the graph's features feed (the mesh node and
 // the three edge embeddings, the edge and receiver shares of grid2mesh's edge MLP) is the same for
 // every sample: batch-independent (fixed), as the gnn's edge embedding.
 //
