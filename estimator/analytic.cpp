@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "data/dataset.h"
 #include "estimator/model_states.h"
 #include "models/registry.h"
 
@@ -66,10 +67,19 @@ int64_t members_per_sample(const RunConfig& config) {
   return std::max<int64_t>(1, config.train.ensemble_members / std::max<int64_t>(1, config.distributed.ensemble_group));
 }
 
+double batch_grid_points(const RunConfig& config, const models::ModelShape& shape) {
+  const int64_t P = config.distributed.model_parallel;
+  const ModelSchema* schema = find_model_schema(config.model.name);
+  if (P <= 1 || !schema || !schema->shards_grid) return static_cast<double>(shape.lat * shape.lon);
+  // Bands of rows on a rectangle, of cells on a point set (lat = 1).
+  if (shape.point_set || shape.lat == 1) return static_cast<double>(data::grid_band(shape.lon, P, 0).second);
+  return static_cast<double>(data::grid_band(shape.lat, P, 0).second * shape.lon);
+}
+
 double batch_tensor_bytes(const RunConfig& config, const models::ModelShape& shape) {
   const double rollout = static_cast<double>(std::max<int64_t>(1, config.max_rollout()));
   const double accumulation = static_cast<double>(std::max<int64_t>(1, config.train.accumulation));
-  const double grid = static_cast<double>(shape.lat * shape.lon);
+  const double grid = batch_grid_points(config, shape);
   const ChannelLayout layout = config.channels();
   // The step's micro-batches (fp32 input, forcings for every rollout step, target), all alive for
   // the whole step; the input's channels count one step's forcings already. An ensemble's noise
@@ -111,10 +121,11 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   fit.traced_states = static_cast<int64_t>(static_cast<double>(fit.num_params) * per_param + buffers);
 
   const double rollout = static_cast<double>(std::max<int64_t>(1, config.max_rollout()));
-  const double in_elems = static_cast<double>(shape.in_channels) * shape.lat * shape.lon;
+  // The grid points of this rank's tensors: its band under model parallelism (training only).
+  const double grid = mode == Mode::kTrain ? batch_grid_points(config, shape) : static_cast<double>(shape.lat * shape.lon);
+  const double in_elems = static_cast<double>(shape.in_channels) * grid;
   const ChannelLayout layout_channels = config.channels();
-  const double forcing_elems =
-      static_cast<double>(layout_channels.forcing.size() + layout_channels.statics.size()) * shape.lat * shape.lon;
+  const double forcing_elems = static_cast<double>(layout_channels.forcing.size() + layout_channels.statics.size()) * grid;
   const double batch_tensors = batch_tensor_bytes(config, shape);
 
   double saved = 0, inputs = 0, fixed_saved = 0, fixed_kept = 0, weights = 0, worst_weights = 0;
@@ -166,7 +177,7 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   const bool steps_checkpointed = config.train.rollout_checkpointing;
   const double kept_steps = steps_checkpointed ? 1 : rollout;
   const double state_elems =
-      static_cast<double>(shape.state_channels > 0 ? shape.state_channels : shape.out_channels) * shape.lat * shape.lon;
+      static_cast<double>(shape.state_channels > 0 ? shape.state_channels : shape.out_channels) * grid;
   const double step_inputs =
       !steps_checkpointed ? 0
       : config.train.precision == Precision::kBf16 ? members * (rollout - 1) * (state_elems + forcing_elems) * 2
@@ -180,7 +191,7 @@ ActivationFit analytic_activations(const RunConfig& config, const models::ModelS
   // first block its input.
   double ensemble_inputs = 0;
   if (ensemble) {
-    const double noise_elems = static_cast<double>(layout_channels.noise) * shape.lat * shape.lon;
+    const double noise_elems = static_cast<double>(layout_channels.noise) * grid;
     const double input_width = config.train.precision == Precision::kBf16 ? 2 : 4;
     const bool first_keeps_input = config.train.checkpointing && !m.blocks.empty() && m.blocks.front().inputs == 0;
     if (steps_checkpointed)

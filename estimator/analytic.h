@@ -16,8 +16,14 @@ int64_t analytic_param_count(const ModelConfig& config, const models::ModelShape
 // The rows of the model's batch per sample: train.ensemble_members (1 for a deterministic run).
 int64_t members_per_sample(const RunConfig& config);
 
+// The grid points one rank's micro-batch holds: the whole grid, or under distributed.model_parallel
+// = P > 1 (a model that shards its grid) rank 0's band, the widest, as each rank reads only its band
+// (data::grid_band; docs/data.md "Bands").
+double batch_grid_points(const RunConfig& config, const models::ModelShape& shape);
+
 // Bytes per sample of the step's micro-batch tensors (fp32 input less an ensemble's noise channels,
-// forcings of every rollout step, target), all micro-batches of the step: not tiled by the members.
+// forcings of every rollout step, target) over batch_grid_points, all micro-batches of the step: not
+// tiled by the members.
 double batch_tensor_bytes(const RunConfig& config, const models::ModelShape& shape);
 
 // Activation lines by formula, in the same form the trace produces. An ensemble (ensemble_members M

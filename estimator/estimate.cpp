@@ -193,7 +193,7 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
     // The trainer holds all of a step's micro-batches at once; the trace ran fewer of them.
     const int64_t extra = config.train.accumulation - trace_config(config).train.accumulation;
     const double sample_bytes =
-        4.0 * static_cast<double>(shape.lat * shape.lon) *
+        4.0 * batch_grid_points(config, shape) *
         static_cast<double>(shape.in_channels + 2 * config.max_rollout() * shape.out_channels);  // input, target, mask
     for (Line* l : {&e.activations.forward_backward, &e.activations.optimizer}) l->per_sample += extra * sample_bytes;
     for (Line& l : e.activations.small_batch) l.per_sample += extra * sample_bytes;
@@ -241,12 +241,28 @@ std::optional<ActivationFit> rank_formula(const Estimate& e, int64_t ranks) {
   return a;
 }
 
+bool per_rank_formulas(const Estimate& e) { return rank_formula(e, 2).has_value(); }
+
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu) {
   Breakdown b = e.breakdown(batch, std::nullopt);
-  if (const std::optional<ActivationFit> rank = rank_formula(e, ranks))
-    b.activations = std::max(0.0, rank->at(static_cast<double>(batch)));
-  else
-    b.activations *= static_cast<double>(e.activation_ranks) / static_cast<double>(std::max<int64_t>(1, ranks));
+  const int64_t P = std::max<int64_t>(1, ranks);
+  // From the formulas (--analytic, or a run too large to trace) of a model that describes one rank
+  // of a group (ModelMemory::ranks: the gnn on a rectangle, GraphCast, AIFS), the formulas at P
+  // (rank_formula): the band they describe (the gnn's and AIFS's rank 0; GraphCast's rank with the
+  // most mesh nodes) with its halos and its share of the batch-independent terms, not the whole grid
+  // over P. What estimate() added to the formulas' lines (the micro-batches beyond those a trace
+  // runs) is the difference of sample_bytes and the formulas' batch tensors, and is kept.
+  if (P != e.activation_ranks) {
+    if (const std::optional<ActivationFit> rank = rank_formula(e, P)) {
+      const double added = std::max(0.0, e.sample_bytes - batch_tensor_bytes(e.config, e.shape));
+      b.activations = std::max(0.0, rank->at(static_cast<double>(batch)) + added * static_cast<double>(batch));
+      b.overhead = gpu_overhead(b.allocated(), e.libraries, gpu).total();
+      return b;
+    }
+  }
+  // Otherwise a projection from what the estimate holds (a trace of rank 0 of its own group, or the
+  // whole grid's formulas): activations x activation_ranks / P.
+  b.activations *= static_cast<double>(e.activation_ranks) / static_cast<double>(P);
   b.overhead = gpu_overhead(b.allocated(), e.libraries, gpu).total();
   return b;
 }

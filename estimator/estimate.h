@@ -126,8 +126,9 @@ Estimate estimate(const RunConfig& config, const models::ModelShape& shape, cons
 // model-parallel group holds the whole model states (the group replicates the parameters; ZeRO
 // shards them across groups as before) and its band of the grid's activations. Where the estimate
 // is the formulas' and the model's formulas describe one rank (models::ModelMemory::ranks: the gnn
-// on a rectangle, AIFS), each P asks them for rank 0 of a group of P: its band, its halos, and the
-// batch-independent terms as that rank holds them (rank_formula). Otherwise it is the projection
+// on a rectangle, GraphCast, AIFS), each P asks them for that rank of a group of P (rank_formula):
+// its band (the gnn's and AIFS's rank 0; GraphCast's rank with the most mesh nodes), its halos, and
+// the batch-independent terms as that rank holds them. Otherwise it is the projection
 // activations x activation_ranks / P from what the estimate holds: from a whole-grid estimate it
 // leaves out the halo nodes a sharded graph also holds (a few rows of the band per message-passing
 // layer) and what does not shrink with the grid (the batch-independent terms shrink here too), so
@@ -137,9 +138,9 @@ struct ModelParallelFit {
   GpuSpec gpu;
   int64_t ranks = 0;         // the smallest P (1..kMaxModelParallel) whose per-rank total fits; 0: none
   Breakdown per_rank;        // at that P (at kMaxModelParallel when none)
-  bool per_rank_formula = false;  // per_rank is the formulas' rank 0 of P, not a projection
+  bool per_rank_formula = false;  // per_rank is the formulas' rank of P (rank_formula), not a projection
 };
-// The formulas' activations of rank 0 of a group of `ranks` for the estimate's run, where the
+// The formulas' activations of one rank of a group of `ranks` (the one they describe, above) for the estimate's run, where the
 // estimate is the formulas' (Estimate::formulas) and the model's formulas describe that rank; empty
 // otherwise.
 std::optional<ActivationFit> rank_formula(const Estimate& e, int64_t ranks);
@@ -147,6 +148,9 @@ inline constexpr int64_t kMaxModelParallel = 64;
 // The per-rank memory at `batch` with P ranks sharing each sample, on `gpu` (its overhead included).
 Breakdown model_parallel_breakdown(const Estimate& e, int64_t batch, int64_t ranks, const GpuSpec& gpu);
 ModelParallelFit model_parallel_fit(const Estimate& e, const GpuSpec& gpu);
+// Whether GPUs per model takes the estimate's formulas at each P (its activations are the formulas'
+// and the model's formulas describe one rank of a group: models::ModelMemory::ranks).
+bool per_rank_formulas(const Estimate& e);
 // Whether the run's model can shard its grid over model-parallel ranks today (its
 // ModelSchema::shards_grid: the graph models). For the others, GPUs per model is a
 // projection for a model not yet shardable.

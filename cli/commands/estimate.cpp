@@ -121,10 +121,10 @@ std::vector<estimator::ModelParallelFit> gpus_per_model(const estimator::Estimat
 
 std::string model_parallel_caveat(const estimator::Estimate& e) {
   const RunConfig& config = e.config;
-  // The formulas that describe one rank (the gnn on a rectangle, AIFS) are asked for each P.
-  if (estimator::rank_formula(e, 2))
-    return "per rank from the formulas of rank 0 of each P (its band, its halos, the whole-grid tensors every rank "
-           "keeps), whole model states";
+  // The formulas that describe one rank (the gnn on a rectangle, GraphCast, AIFS) are asked for each P.
+  if (estimator::per_rank_formulas(e))
+    return "the formulas of the largest rank of P (its band, the edges it receives, its halos): activations per "
+           "rank, whole model states";
   if (e.activation_ranks > 1)
     return "from rank 0 of model_parallel = " + std::to_string(e.activation_ranks) +
            " (halos included there): activations x " + std::to_string(e.activation_ranks) +

@@ -590,12 +590,12 @@ GridFit GraphCastImpl::fit_checkpoint_to_grid(std::map<std::string, torch::Tenso
   return fit;
 }
 
-std::vector<int> GraphCastImpl::mesh_owners(const std::vector<int64_t>& bounds) const {
+std::vector<int> graphcast_mesh_owners(const GraphCastGraph& graph, const std::vector<int64_t>& bounds) {
   const NodePartition grid = NodePartition::from_bounds(bounds);
-  TORCH_CHECK(bounds.back() == graph_.grid_nodes, "graphcast: node shard bounds must end at the ", graph_.grid_nodes,
+  TORCH_CHECK(bounds.back() == graph.grid_nodes, "graphcast: node shard bounds must end at the ", graph.grid_nodes,
               " grid cells, got ", bounds.back());
-  const int64_t nm = graph_.mesh_nodes;
-  std::vector<int64_t> lowest(static_cast<size_t>(nm), graph_.grid_nodes), highest(static_cast<size_t>(nm), -1);
+  const int64_t nm = graph.mesh_nodes;
+  std::vector<int64_t> lowest(static_cast<size_t>(nm), graph.grid_nodes), highest(static_cast<size_t>(nm), -1);
   auto visit = [&](const torch::Tensor& grid_ids, const torch::Tensor& mesh_ids) {
     const torch::Tensor g = grid_ids.cpu().contiguous(), m = mesh_ids.cpu().contiguous();
     const int64_t* gp = g.data_ptr<int64_t>();
@@ -606,8 +606,8 @@ std::vector<int> GraphCastImpl::mesh_owners(const std::vector<int64_t>& bounds) 
       highest[node] = std::max(highest[node], gp[k]);
     }
   };
-  visit(graph_.g2m_senders, graph_.g2m_receivers);
-  visit(graph_.m2g_receivers, graph_.m2g_senders);
+  visit(graph.g2m_senders, graph.g2m_receivers);
+  visit(graph.m2g_receivers, graph.m2g_senders);
   std::vector<int> owner(static_cast<size_t>(nm));
   for (int64_t m = 0; m < nm; ++m) {
     const auto i = static_cast<size_t>(m);
@@ -617,18 +617,32 @@ std::vector<int> GraphCastImpl::mesh_owners(const std::vector<int64_t>& bounds) 
   return owner;
 }
 
+GraphCastShard shard_graphcast_graph(const GraphCastGraph& graph, const std::vector<int64_t>& bounds, int rank) {
+  const auto P = static_cast<int>(bounds.size()) - 1;
+  TORCH_CHECK(P >= 1 && rank >= 0 && rank < P && bounds.front() == 0 && bounds.back() == graph.grid_nodes,
+              "graphcast: node shard bounds must run from 0 to the ", graph.grid_nodes, " grid cells, one range per rank");
+  GraphCastShard s;
+  s.grid = NodePartition::from_bounds(bounds);
+  s.mesh = NodePartition::from_owners(graphcast_mesh_owners(graph, bounds), P);
+  s.g2m = shard_graph(graph.g2m_senders, graph.g2m_receivers, s.grid, s.mesh, rank);
+  s.mesh_edges = shard_graph(graph.mesh_senders, graph.mesh_receivers, s.mesh, s.mesh, rank);
+  s.m2g = shard_graph(graph.m2g_senders, graph.m2g_receivers, s.mesh, s.grid, rank);
+  return s;
+}
+
+std::vector<int> GraphCastImpl::mesh_owners(const std::vector<int64_t>& bounds) const {
+  return graphcast_mesh_owners(graph_, bounds);
+}
+
 void GraphCastImpl::set_node_shard(const NodeShard& shard) {
-  const auto P = static_cast<int>(shard.bounds.size()) - 1;
-  TORCH_CHECK(P >= 1 && shard.rank >= 0 && shard.rank < P && shard.bounds.front() == 0 &&
-                  shard.bounds.back() == graph_.grid_nodes,
-              "graphcast: node shard bounds must run from 0 to the ", graph_.grid_nodes, " grid cells, one range per rank");
   const torch::Device device = graph_.g2m_senders.device();
-  const NodePartition grid = NodePartition::from_bounds(shard.bounds);
-  mesh_nodes_ = NodePartition::from_owners(mesh_owners(shard.bounds), P);
+  GraphCastShard parts = shard_graphcast_graph(graph_, shard.bounds, shard.rank);
+  const auto P = parts.grid.ranks;
+  mesh_nodes_ = std::move(parts.mesh);
   const int r = shard.rank;
-  g2m_shard_ = shard_graph(graph_.g2m_senders, graph_.g2m_receivers, grid, mesh_nodes_, r);
-  mesh_shard_ = shard_graph(graph_.mesh_senders, graph_.mesh_receivers, mesh_nodes_, mesh_nodes_, r);
-  m2g_shard_ = shard_graph(graph_.m2g_senders, graph_.m2g_receivers, mesh_nodes_, grid, r);
+  g2m_shard_ = std::move(parts.g2m);
+  mesh_shard_ = std::move(parts.mesh_edges);
+  m2g_shard_ = std::move(parts.m2g);
   for (ShardedGraph* g : {&g2m_shard_, &mesh_shard_, &m2g_shard_}) g->to(device);
   // This rank's graph, as the blocks read a whole one: its cells (a contiguous range), its mesh
   // nodes, its edges with senders indexing its own nodes followed by the halo.

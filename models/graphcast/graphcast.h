@@ -143,6 +143,19 @@ bool covers_the_sphere(const std::vector<double>& latitudes, const std::vector<d
 // a point set, one latitude and longitude per cell.
 std::pair<std::vector<double>, std::vector<double>> graphcast_grid(const ModelShape& shape);
 
+// Model parallelism's partition of a graph (GraphCastImpl::set_node_shard, and estimate --analytic's
+// per-rank formula, graphcast_memory.cpp, which must count what the model keeps): the grid cells in
+// the ranks' bands (bounds: rank r owns cells [bounds[r], bounds[r + 1])), the mesh nodes as
+// graphcast_mesh_owners assigns them, and each of the three edge sets cut to `rank` (the edges whose
+// receivers it owns, its halo and what each exchange moves).
+struct GraphCastShard {
+  NodePartition grid, mesh;
+  ShardedGraph g2m, mesh_edges, m2g;
+};
+// The rank owning each mesh node (GraphCastImpl::mesh_owners says how it is chosen).
+std::vector<int> graphcast_mesh_owners(const GraphCastGraph& graph, const std::vector<int64_t>& bounds);
+GraphCastShard shard_graphcast_graph(const GraphCastGraph& graph, const std::vector<int64_t>& bounds, int rank);
+
 // ---- blocks ----
 
 // The encoder: embeddings, then grid -> mesh interaction. forward(grid inputs [B, Ng, C]) ->

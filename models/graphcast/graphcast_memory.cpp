@@ -1,4 +1,7 @@
 // estimate --analytic for GraphCast (models/graphcast/graphcast.cpp), layer by layer.
+#include <algorithm>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -10,25 +13,99 @@ namespace wxtrain::models {
 namespace {
 
 // The sizes of GraphCast's graph for a run: built as the model builds it (fast: a spatial index),
-// cached for the last (grid, refinement) asked, since the activations and the buffers both need it.
+// cached for the last grid asked, per model-parallel size, since the activations and the buffers
+// both need it.
+//
+// Under model parallelism (distributed.model_parallel = P > 1) the activations are one rank's: the
+// grid split in bands as the trainer splits it, the graph cut as the model cuts it
+// (shard_graphcast_graph, the code set_node_shard runs): the rank's grid cells and mesh nodes, the
+// edges it receives, and per graph the halo it reads (halo: rows) through one exchange of every
+// rank's send rows (exchanged; sent: the rank's own). Which rank: the one owning the most mesh
+// nodes. Bands have equal rows, not equal area, and the mesh is uniform on the sphere, so a band
+// near the equator owns more mesh nodes and edges than a polar one: at 0.25 degrees and P = 4
+// rank 1 receives 2.4 times rank 0's mesh edges, and its activations are 55% larger. The grid's
+// terms differ by at most a row between ranks, so the mesh decides which rank is largest, and GPUs
+// per model must fit that one. On the storm region (a regional mesh) it is rank 0, the rank the
+// traced stand-in runs (trainer/training_step.cpp BandGroup), which the tests compare with.
+struct Halo {
+  double halo = 0, exchanged = 0, sent = 0;
+};
 struct GraphCastSizes {
   double grid = 0, mesh = 0, g2m = 0, mesh_edges = 0, m2g = 0;
+  int64_t ranks = 1;  // 1: the whole graph's (the buffers, whole on every rank)
+  Halo g2m_halo, mesh_halo, m2g_halo;  // grid latents for grid2mesh; mesh latents for each processor layer and mesh2grid
 };
-GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s) {
+
+// The cells of P bands as the trainer cuts them (trainer/training_step.cpp): whole latitude rows
+// on a rectangle, cells on a point set, the first ranks taking one more where the count does not
+// divide. Empty when the grid has fewer rows (cells) than ranks (the trainer refuses that run).
+std::vector<int64_t> band_bounds(const ModelShape& s, int64_t P) {
+  const int64_t extent = s.point_set ? s.lon : s.lat, per_cell = s.point_set ? 1 : s.lon;
+  if (P <= 1 || extent < P) return {};
+  std::vector<int64_t> bounds{0};
+  for (int64_t r = 0; r < P; ++r) bounds.push_back(bounds.back() + (extent / P + (r < extent % P ? 1 : 0)) * per_cell);
+  return bounds;
+}
+
+GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s, int64_t model_parallel = 1) {
+  // The last grid's sizes, per model-parallel size asked: GPUs per model (estimator/estimate.cpp)
+  // asks for P = 1, 2, 3, ... in turn, and building the graph at 0.25 degrees takes seconds, so its
+  // index tensors (16 bytes an edge) are kept and each further P costs only the partition (tenths
+  // of a second at 0.25 degrees).
+  using Key = std::tuple<std::vector<double>, std::vector<double>, int64_t, std::string, bool>;
   static std::mutex mutex;
-  static std::tuple<std::vector<double>, std::vector<double>, int64_t, std::string, bool> key;
-  static GraphCastSizes cached;
+  static Key key;
+  static std::map<int64_t, GraphCastSizes> per_size;
+  static std::shared_ptr<const GraphCastGraph> kept;
   auto [lat, lon] = graphcast_grid(s);
+  const std::vector<int64_t> bounds = band_bounds(s, model_parallel);
+  const int64_t P = bounds.empty() ? 1 : model_parallel;
+  Key asked{std::move(lat), std::move(lon), c.mesh_refinement, c.graph, s.point_set};
   std::lock_guard<std::mutex> lock(mutex);
-  if (std::get<0>(key) == lat && std::get<1>(key) == lon && std::get<2>(key) == c.mesh_refinement &&
-      std::get<3>(key) == c.graph && std::get<4>(key) == s.point_set)
-    return cached;
-  const GraphCastGraph g = build_model_graph(c, lat, lon, s.point_set);
-  cached = {static_cast<double>(g.grid_nodes), static_cast<double>(g.mesh_nodes),
-            static_cast<double>(g.g2m_senders.size(0)), static_cast<double>(g.mesh_senders.size(0)),
-            static_cast<double>(g.m2g_senders.size(0))};
-  key = {std::move(lat), std::move(lon), c.mesh_refinement, c.graph, s.point_set};
-  return cached;
+  if (asked != key) {
+    key = std::move(asked);
+    per_size.clear();
+    kept.reset();
+  }
+  if (auto it = per_size.find(P); it != per_size.end()) return it->second;
+  std::shared_ptr<const GraphCastGraph> g = kept;
+  if (!g) {
+    auto built = std::make_shared<GraphCastGraph>(build_model_graph(c, std::get<0>(key), std::get<1>(key), s.point_set));
+    for (torch::Tensor* t : {&built->grid_features, &built->mesh_features, &built->g2m_features,
+                             &built->mesh_edge_features, &built->m2g_features})
+      *t = torch::Tensor();  // the partition reads the edges' ends only
+    g = built;
+  }
+  kept = g;
+  GraphCastSizes z;
+  z.grid = static_cast<double>(g->grid_nodes);
+  z.mesh = static_cast<double>(g->mesh_nodes);
+  z.g2m = static_cast<double>(g->g2m_senders.size(0));
+  z.mesh_edges = static_cast<double>(g->mesh_senders.size(0));
+  z.m2g = static_cast<double>(g->m2g_senders.size(0));
+  per_size[1] = z;
+  if (P > 1) {
+    // The rank owning the most mesh nodes (the first of equals).
+    std::vector<int64_t> owned(static_cast<size_t>(P), 0);
+    for (const int o : graphcast_mesh_owners(*g, bounds)) ++owned[static_cast<size_t>(o)];
+    const int r = static_cast<int>(std::max_element(owned.begin(), owned.end()) - owned.begin());
+    const GraphCastShard share = shard_graphcast_graph(*g, bounds, r);
+    auto halo = [r](const ShardedGraph& sg) {
+      return Halo{static_cast<double>(sg.halo_nodes()), static_cast<double>(sg.exchange_nodes()),
+                  static_cast<double>(sg.send_rows[static_cast<size_t>(r)])};
+    };
+    z.ranks = P;
+    z.grid = static_cast<double>(share.grid.owned_by(r));
+    z.mesh = static_cast<double>(share.mesh.owned_by(r));
+    z.g2m = static_cast<double>(share.g2m.edges.numel());
+    z.mesh_edges = static_cast<double>(share.mesh_edges.edges.numel());
+    z.m2g = static_cast<double>(share.m2g.edges.numel());
+    z.g2m_halo = halo(share.g2m);
+    z.mesh_halo = halo(share.mesh_edges);
+    z.m2g_halo = halo(share.m2g);
+    per_size[P] = z;
+  }
+  return z;
 }
 
 }  // namespace
@@ -55,7 +132,8 @@ int64_t graphcast_parameter_count(const GraphCastOptions& c, const ModelShape& s
 }
 
 // GraphCast (graphcast.cpp), per sample over Ng grid nodes, Nm mesh nodes, Eg grid2mesh,
-// Em mesh and Ed = 3 Ng mesh2grid edges. What only the graph's features feed (the mesh node and
+// Em mesh and Ed = 3 Ng mesh2grid edges (under model parallelism the rank's, graphcast_sizes: its
+// cells and mesh nodes, the edges it receives, plus the halo each graph reads). What only the graph's features feed (the mesh node and
 // the three edge embeddings, the edge and receiver shares of grid2mesh's edge MLP) is the same for
 // every sample: batch-independent (fixed), as the gnn's edge embedding.
 //
@@ -69,7 +147,9 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   // Edge blocks hold one block at a time when checkpointed, and in inference (no graph).
   const bool one_edge_block_at_a_time = f.checkpointing || f.inference;
   ModelMemory m;
-  const GraphCastSizes g = graphcast_sizes(c, s);
+  const GraphCastSizes g = graphcast_sizes(c, s, f.model_parallel);
+  m.ranks = g.ranks;
+  const bool sharded = g.ranks > 1;
   const double Nm = g.mesh, Ng = g.grid, Em = g.mesh_edges;
   const bool blocked_g2m = one_edge_block_at_a_time && c.edge_block > 0 && static_cast<double>(c.edge_block) < g.g2m;
   const bool blocked_m2g = one_edge_block_at_a_time && c.edge_block > 0 && static_cast<double>(c.edge_block) < g.m2g;
@@ -83,6 +163,16 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   const int64_t layers = c.mlp_layers, Li = c.latent;
   // A latent read by two Linears: under autocast each takes a bf16 copy, otherwise both save it.
   const double read_twice = w.autocast ? 2 * w.low : w.high;
+  // A Linear's saved input: under autocast its fresh bf16 copy, otherwise the tensor itself.
+  const double read_once = w.autocast ? w.low : w.high;
+  // Model parallelism: a graph's senders are this rank's `own` rows followed by its halo, which
+  // with_halo (models/graph_shard.cpp) builds per layer: the send rows picked, every rank's gathered
+  // by the exchange, the halo picked from those and the whole concatenated. None of them is saved
+  // (index_select and cat keep indices and sizes), but they exist while the layer's forward runs,
+  // and in backward their gradients do (the exchange's reduce-scatter hands the halo's back).
+  auto halo_rows = [&](double own, const Halo& h) {
+    return gather(own * L, w.high, (h.sent + h.exchanged + h.halo + own + h.halo) * L * w.high);
+  };
   // An embedding MLP of `rows` batch-independent inputs of width `in`: what it saves.
   auto embedding = [&](double rows, double in) {
     Block e;
@@ -95,9 +185,16 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   enc.name = "grid2mesh";
   enc.layers.push_back(conv_or_linear(w, Ng * C, Ng * L));  // the transposed input's contiguous copy
   graph_mlp(enc, w, Ng, L, L, layers, true);
-  enc.layers.push_back(keep(Ng * L, read_twice));  // h_grid, read by the edge and grid node MLPs
+  if (!sharded) {
+    enc.layers.push_back(keep(Ng * L, read_twice));  // h_grid, read by the edge and grid node MLPs
+  } else {
+    // The grid node MLP reads h_grid, the edge MLP's sender projection h_grid with its halo.
+    enc.layers.push_back(keep(Ng * L, read_once));
+    enc.layers.push_back(halo_rows(Ng, g.g2m_halo));
+    enc.layers.push_back(keep((Ng + g.g2m_halo.halo) * L, read_once));
+  }
   // The sender share gathered onto the edges, plus the per-edge shared term: the edge MLP's input.
-  enc.layers.push_back(gather(Ng * L, w.high, 2 * Eg * L * w.low));
+  enc.layers.push_back(gather((Ng + g.g2m_halo.halo) * L, w.high, 2 * Eg * L * w.low));
   graph_mlp(enc, w, Eg, L, L, layers, true);
   enc.layers.push_back(gather(Eg * L, w.high, blocked_g2m ? Nm * L * w.low : 0));  // index_add into the mesh nodes
   enc.layers.push_back(keep(Nm * L, w.low));      // the sum, saved by the mesh node MLP
@@ -139,7 +236,15 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
     b.name = "processor" + std::to_string(i);
     // The gathers' backward hands the layer before both its gradients: nodes and (after the first
     // layer, whose edges are the batch-independent embedding) edges.
-    b.layers.push_back(gather((Nm + (i == 0 ? 0 : Em)) * L, w.high, 2 * Em * L * w.low + Nm * L * w.low));
+    // Sharded, both node projections read the mesh latents with their halo: a tensor of its own,
+    // saved (unsharded they read the layer's input, which its checkpoint or the layer before keeps;
+    // under autocast their bf16 copies are in the measured carry below, and grow by the halo).
+    const double Hm = g.mesh_halo.halo;
+    if (sharded) {
+      b.layers.push_back(halo_rows(Nm, g.mesh_halo));
+      b.layers.push_back(keep(w.autocast ? 2 * Hm * L : (Nm + Hm) * L, w.autocast ? w.low : w.high));
+    }
+    b.layers.push_back(gather((Nm + Hm + (i == 0 ? 0 : Em)) * L, w.high, 2 * Em * L * w.low + Nm * L * w.low));
     graph_mlp(b, w, Em, L, L, layers, true);
     if (k > 0) b.layers.push_back(conditional(Em));
     b.layers.push_back(keep(Em * L, w.high));  // e_new: the residual sum
@@ -162,7 +267,13 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
   Block dec;
   dec.name = "mesh2grid";
   // Sender (mesh) and receiver (grid) shares gathered onto the 3 Ng edges, plus the edge share.
-  dec.layers.push_back(gather((Nm + Ng) * L, w.high, 2 * Ed * L * w.low + (Nm + Ng) * L * w.low));
+  // Sharded, the sender projection reads the mesh latents with their halo (as a processor layer's).
+  const double Hd = g.m2g_halo.halo;
+  if (sharded) {
+    dec.layers.push_back(halo_rows(Nm, g.m2g_halo));
+    dec.layers.push_back(keep(w.autocast ? Hd * L : (Nm + Hd) * L, w.autocast ? w.low : w.high));
+  }
+  dec.layers.push_back(gather((Nm + Hd + Ng) * L, w.high, 2 * Ed * L * w.low + (Nm + Hd + Ng) * L * w.low));
   graph_mlp(dec, w, Ed, L, L, layers, true);
   dec.layers.push_back(gather(Ed * L, w.high, blocked_m2g ? Ng * L * w.low : 0));  // index_add into the grid nodes
   dec.layers.push_back(keep(Ng * L, w.low));
@@ -199,7 +310,7 @@ ModelMemory graphcast_activation_memory(const GraphCastOptions& c, const ModelSh
 double graphcast_buffer_bytes(const GraphCastOptions& c, const ModelShape& s, double param_bytes) {
   // Three edge sets (int64 senders and receivers, 4 features each), 3 positional features per
   // grid and mesh node, and the kept mesh node ids (int64, not a buffer: never cast).
-  const GraphCastSizes g = graphcast_sizes(c, s);
+  const GraphCastSizes g = graphcast_sizes(c, s);  // the whole graph's: every rank keeps it
   return (g.g2m + g.mesh_edges + g.m2g) * (16 + 4 * param_bytes) + 3 * param_bytes * (g.grid + g.mesh) + 8 * g.mesh;
 }
 
