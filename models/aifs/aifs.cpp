@@ -2,6 +2,7 @@
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,16 @@ torch::Tensor sin_cos(const LatLonPoints& p) {
     out[4 * i] = std::sin(lat), out[4 * i + 1] = std::sin(lon), out[4 * i + 2] = std::cos(lat), out[4 * i + 3] = std::cos(lon);
   }
   return t;
+}
+
+// f() inside a named span of at::RecordFunction's user scope, so that a profiler (PyTorch's, or
+// bench/aifs_step_parts.cpp, which also charges each span's backward to it by the autograd nodes'
+// sequence numbers) can say where a step's time goes: encoder, each processor layer's attention and
+// MLP, the halo exchanges, decoder. With no profiler listening it costs one flag check.
+template <typename F>
+auto span(const char* name, F&& f) {
+  RECORD_USER_SCOPE(name);
+  return f();
 }
 
 }  // namespace
@@ -291,30 +302,35 @@ torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x, const torch:
     return conditional ? conditional->forward(t, cond) : plain->forward(t);
   };
   if (torch::GradMode::is_enabled()) {  // training: as it has always run (see the mapper's)
-    const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
-    const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
-    auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };
-    const torch::Tensor o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)),
-                                                     split(lin_v->forward(hk)), window, keys.fetch ? keys.before : 0);
-    torch::Tensor y = x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
-    return y + mlp->forward(norm(layer_norm_mlp, cond_norm_mlp, y));
+    torch::Tensor y = span("aifs.processor.attention", [&] {
+      const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
+      const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
+      auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };
+      const torch::Tensor o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)),
+                                                       split(lin_v->forward(hk)), window, keys.fetch ? keys.before : 0);
+      return x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
+    });
+    return span("aifs.processor.mlp", [&] { return y + mlp->forward(norm(layer_norm_mlp, cond_norm_mlp, y)); });
   }
   // Inference: the attention's inputs and output are let go once read (scopes), as the mapper's.
-  torch::Tensor o;
-  {
-    const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
-    // Model parallelism: the keys and values are of the range widened by the window, fetched from
-    // the ranks that own it (the queries are this rank's own nodes).
-    const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
-    auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };  // [B, H, N, d]
-    o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)), split(lin_v->forward(hk)), window,
-                                 keys.fetch ? keys.before : 0);
-  }
-  o = o.transpose(1, 2).reshape({B, N, C});
-  torch::Tensor y = x + projection->forward(o);
-  o.reset();
-  torch::Tensor m = run_mlp(mlp, norm(layer_norm_mlp, cond_norm_mlp, y));
-  return fuse(y, m) ? y.add_(m) : y + m;  // in inference y += mlp(norm(y)), the same sum
+  torch::Tensor y = span("aifs.processor.attention", [&] {
+    torch::Tensor o;
+    {
+      const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
+      // Model parallelism: the keys and values are of the range widened by the window, fetched from
+      // the ranks that own it (the queries are this rank's own nodes).
+      const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
+      auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };  // [B, H, N, d]
+      o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)), split(lin_v->forward(hk)),
+                                   window, keys.fetch ? keys.before : 0);
+    }
+    o = o.transpose(1, 2).reshape({B, N, C});
+    return x + projection->forward(o);
+  });
+  return span("aifs.processor.mlp", [&] {
+    torch::Tensor m = run_mlp(mlp, norm(layer_norm_mlp, cond_norm_mlp, y));
+    return fuse(y, m) ? y.add_(m) : y + m;  // in inference y += mlp(norm(y)), the same sum
+  });
 }
 
 // ---- chunks ----
@@ -601,15 +617,19 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
   torch::Tensor latent;
   if (sharded_) {
     // The halo cells' input rows (in_channels: fewer values than their embeddings).
-    const torch::Tensor source = encoder_shard_.with_halo(data, 1, shard_);
-    latent = run_mapper(encoder_, local_encoder_chunks_,
+    const torch::Tensor source = span("aifs.encoder.halo", [&] { return encoder_shard_.with_halo(data, 1, shard_); });
+    latent = span("aifs.encoder", [&] {
+      return run_mapper(encoder_, local_encoder_chunks_,
                         {source, cells.index_select(0, encoder_source_ids_), torch::Tensor(),
                          hidden.narrow(0, hidden_begin_, hidden_count_),
                          encoder_edges.index_select(0, encoder_shard_.edges)},
                         on && options_.checkpoint_encoder);
+    });
   } else {
-    latent = run_mapper(encoder_, encoder_chunks_, {data, cells, torch::Tensor(), hidden, encoder_edges},
+    latent = span("aifs.encoder", [&] {
+      return run_mapper(encoder_, encoder_chunks_, {data, cells, torch::Tensor(), hidden, encoder_edges},
                         on && options_.checkpoint_encoder);
+    });
   }
 
   // Processor layers in options_.processor_chunks groups, each one checkpoint (anemoi's run_layers).
@@ -621,7 +641,7 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
     keys.before = before;
     keys.fetch = [shard, halo, before](const torch::Tensor& h) {
       // Owned rows then the halo ascending: the halo's first `before` rows precede this range.
-      const torch::Tensor all = halo.with_halo(h, 1, shard);
+      const torch::Tensor all = span("aifs.processor.halo", [&] { return halo.with_halo(h, 1, shard); });
       const int64_t n = h.size(1), after = all.size(1) - n - before;
       return torch::cat({all.narrow(1, n, before), h, all.narrow(1, n + before, after)}, 1);
     };
@@ -650,13 +670,18 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
 
   torch::Tensor out;
   if (sharded_) {
-    out = run_mapper(decoder_, local_decoder_chunks_,
-                     {decoder_shard_.with_halo(latent, 1, shard_), torch::Tensor(), data,
-                      cells.narrow(0, cell_begin_, cell_count_), decoder_edges.index_select(0, decoder_shard_.edges)},
-                     on && options_.checkpoint_decoder);  // [B, cells here, C_out]
+    const torch::Tensor source = span("aifs.decoder.halo", [&] { return decoder_shard_.with_halo(latent, 1, shard_); });
+    out = span("aifs.decoder", [&] {
+      return run_mapper(decoder_, local_decoder_chunks_,
+                        {source, torch::Tensor(), data, cells.narrow(0, cell_begin_, cell_count_),
+                         decoder_edges.index_select(0, decoder_shard_.edges)},
+                        on && options_.checkpoint_decoder);  // [B, cells here, C_out]
+    });
   } else {
-    out = run_mapper(decoder_, decoder_chunks_, {latent, torch::Tensor(), data, cells, decoder_edges},
-                     on && options_.checkpoint_decoder);  // [B, Nd, C_out]
+    out = span("aifs.decoder", [&] {
+      return run_mapper(decoder_, decoder_chunks_, {latent, torch::Tensor(), data, cells, decoder_edges},
+                        on && options_.checkpoint_decoder);  // [B, Nd, C_out]
+    });
   }
   return out.transpose(1, 2).reshape({B, out.size(2), lat, lon});
 }
