@@ -11,8 +11,11 @@
 // how PyTorch's own profiler pairs backward with forward). "backward, outside the spans": the
 // loss, the rollout's pointwise update, AccumulateGrad. "rest": the step's wall time less all of
 // that (the optimizer, the gradient all-reduce's wait, the batch cut to the band, the loss).
-// A halo exchange's time includes the wait for the slowest rank of the group: on the faster rank
-// of an unbalanced pair it is mostly that wait.
+// Each is measured twice: wall time, and the thread's CPU time (clock_gettime
+// CLOCK_THREAD_CPUTIME_ID), which on a machine shared with other work is what the part computed
+// rather than what it also waited for a core. A halo exchange's time includes the wait for the
+// slowest rank of the group: on the faster rank of an unbalanced pair it is mostly that wait (in
+// CPU time too, as far as Open MPI polls while it waits).
 //
 // Per rank it also prints what the rank computes: hidden nodes, encoder and decoder edges, the
 // keys of its processor window (own nodes plus the window on either side) and each exchange's
@@ -30,6 +33,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <time.h>
 
 #include <ATen/Parallel.h>
 #include <ATen/SequenceNumber.h>
@@ -59,12 +64,18 @@ constexpr int kRest = 8;     // the step less everything above
 // autograd engine runs backward on the caller's), so nothing here is locked.
 struct Profile {
   bool on = false;
+  // Wall time and this thread's CPU time: on a machine shared with other work the CPU time is
+  // what the part computed, the wall time also what it waited for a core (and, in an exchange,
+  // for the other rank).
   std::vector<double> forward_ms = std::vector<double>(kParts.size() + 2, 0.0);
   std::vector<double> backward_ms = std::vector<double>(kParts.size() + 2, 0.0);
+  std::vector<double> forward_cpu_ms = std::vector<double>(kParts.size() + 2, 0.0);
+  std::vector<double> backward_cpu_ms = std::vector<double>(kParts.size() + 2, 0.0);
   struct Open {
     int part;
     Clock::time_point start;
-    double inner_ms = 0;
+    double cpu_start;
+    double inner_ms = 0, inner_cpu_ms = 0;
     uint64_t first_seq;
   };
   std::vector<Open> open;
@@ -85,10 +96,16 @@ Profile g_profile;
 
 struct BackwardContext : at::ObserverContext {
   Clock::time_point start;
+  double cpu_start = 0;
   int64_t seq = -1;
 };
 
 double ms_since(Clock::time_point t) { return 1e3 * std::chrono::duration<double>(Clock::now() - t).count(); }
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
+}
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   Profile& p = g_profile;
@@ -97,12 +114,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (p.backward_depth > 0) return nullptr;  // a checkpoint's replay: inside its node's time
     const std::string name = fn.name();
     for (size_t i = 0; i < kParts.size(); ++i)
-      if (name == kParts[i]) p.open.push_back({static_cast<int>(i), Clock::now(), 0, at::sequence_number::peek()});
+      if (name == kParts[i])
+        p.open.push_back({static_cast<int>(i), Clock::now(), thread_cpu_ms(), 0, 0, at::sequence_number::peek()});
     return nullptr;
   }
   // BACKWARD_FUNCTION
   auto ctx = std::make_unique<BackwardContext>();
-  if (p.backward_depth++ == 0) ctx->start = Clock::now(), ctx->seq = fn.seqNr();
+  if (p.backward_depth++ == 0) ctx->start = Clock::now(), ctx->cpu_start = thread_cpu_ms(), ctx->seq = fn.seqNr();
   return ctx;
 }
 
@@ -113,9 +131,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
     if (p.open.empty() || p.backward_depth > 0 || kParts[static_cast<size_t>(p.open.back().part)] != fn.name()) return;
     const Profile::Open o = p.open.back();
     p.open.pop_back();
-    const double total = ms_since(o.start);
+    const double total = ms_since(o.start), cpu = thread_cpu_ms() - o.cpu_start;
     p.forward_ms[static_cast<size_t>(o.part)] += total - o.inner_ms;
-    if (!p.open.empty()) p.open.back().inner_ms += total;
+    p.forward_cpu_ms[static_cast<size_t>(o.part)] += cpu - o.inner_cpu_ms;
+    if (!p.open.empty()) p.open.back().inner_ms += total, p.open.back().inner_cpu_ms += cpu;
     p.ranges.emplace_back(o.first_seq, at::sequence_number::peek(), o.part);
     return;
   }
@@ -123,7 +142,9 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   if (ctx == nullptr) return;
   --p.backward_depth;
   if (ctx->seq < 0) return;  // nested inside another node's
-  p.backward_ms[static_cast<size_t>(p.part_of_seq(static_cast<uint64_t>(ctx->seq)))] += ms_since(ctx->start);
+  const auto part = static_cast<size_t>(p.part_of_seq(static_cast<uint64_t>(ctx->seq)));
+  p.backward_ms[part] += ms_since(ctx->start);
+  p.backward_cpu_ms[part] += thread_cpu_ms() - ctx->cpu_start;
 }
 
 struct Args : bench::StepBenchArgs {
@@ -158,23 +179,28 @@ int run(const Args& args) {
   at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
                             .scopes({at::RecordScope::USER_SCOPE, at::RecordScope::BACKWARD_FUNCTION}));
   std::vector<double> step_ms;
-  double total_ms = 0;
+  double total_ms = 0, total_cpu_ms = 0;
   for (int i = 0; i < args.steps; ++i) {
     comm->barrier();
     g_profile.on = true;
     g_profile.ranges.clear();
     const auto start = Clock::now();
+    const double cpu_start = thread_cpu_ms();
     step.run(batches, config.train.lr);
     const double ms = ms_since(start);
+    total_cpu_ms += thread_cpu_ms() - cpu_start;
     g_profile.on = false;
     step_ms.push_back(ms);
     total_ms += ms;
   }
   Profile& p = g_profile;
-  double counted = 0;
-  for (size_t i = 0; i < kParts.size(); ++i) counted += p.forward_ms[i] + p.backward_ms[i];
+  double counted = 0, counted_cpu = 0;
+  for (size_t i = 0; i < kParts.size(); ++i)
+    counted += p.forward_ms[i] + p.backward_ms[i], counted_cpu += p.forward_cpu_ms[i] + p.backward_cpu_ms[i];
   counted += p.backward_ms[kOutside];
+  counted_cpu += p.backward_cpu_ms[kOutside];
   p.forward_ms[kRest] = total_ms - counted;
+  p.forward_cpu_ms[kRest] = total_cpu_ms - counted_cpu;
 
   // What this rank computes.
   const int64_t nh = aifs->hidden_grid().size();
@@ -202,7 +228,7 @@ int run(const Args& args) {
       decoder_edges += dp[e] >= bounds[static_cast<size_t>(r)] && dp[e] < bounds[static_cast<size_t>(r) + 1];
   }
   // Every rank's row, summed over the world (each fills its own), for rank 0 to print.
-  const int64_t K = 2 * static_cast<int64_t>(kParts.size() + 2) + 9;
+  const int64_t K = 4 * static_cast<int64_t>(kParts.size() + 2) + 10;
   torch::Tensor table = torch::zeros({world.size, K}, torch::kDouble);
   {
     auto row = table[world.rank];
@@ -210,8 +236,10 @@ int run(const Args& args) {
     for (size_t i = 0; i < kParts.size() + 2; ++i) {
       row[k++] = p.forward_ms[i] / args.steps;
       row[k++] = p.backward_ms[i] / args.steps;
+      row[k++] = p.forward_cpu_ms[i] / args.steps;
+      row[k++] = p.backward_cpu_ms[i] / args.steps;
     }
-    for (double v : {bench::median(step_ms), static_cast<double>(cells), static_cast<double>(hidden),
+    for (double v : {bench::median(step_ms), total_cpu_ms / args.steps, static_cast<double>(cells), static_cast<double>(hidden),
                      static_cast<double>(keys), static_cast<double>(encoder_edges), static_cast<double>(decoder_edges),
                      static_cast<double>(aifs->encoder_exchange_nodes()),
                      static_cast<double>(aifs->halo_exchange_nodes()), static_cast<double>(aifs->decoder_exchange_nodes())})
@@ -227,24 +255,24 @@ int run(const Args& args) {
                 static_cast<long long>(config.max_rollout()), world.size,
                 static_cast<long long>(config.distributed.model_parallel), at::get_num_threads(), args.steps);
     auto a = table.accessor<double, 2>();
-    const int64_t c0 = 2 * static_cast<int64_t>(kParts.size() + 2);
-    std::printf("%-28s", "per step, ms (fwd / bwd)");
-    for (int r = 0; r < world.size; ++r) std::printf("   rank %d fwd   bwd", r);
+    const int64_t c0 = 4 * static_cast<int64_t>(kParts.size() + 2);
+    std::printf("%-30s", "per step, ms: wall, CPU");
+    for (int r = 0; r < world.size; ++r) std::printf(" | rank %d fwd    bwd  cpu fwd    bwd", r);
     std::printf("\n");
     std::vector<std::string> names = kParts;
     names.push_back("backward outside the spans");
     names.push_back("rest (optimizer, reduce, loss)");
     for (size_t i = 0; i < names.size(); ++i) {
-      std::printf("%-28s", names[i].c_str());
-      for (int r = 0; r < world.size; ++r) std::printf("  %9.1f %6.1f", a[r][2 * i], a[r][2 * i + 1]);
+      std::printf("%-30s", names[i].c_str());
+      for (int r = 0; r < world.size; ++r)
+        std::printf(" | %10.1f %6.1f %7.1f %6.1f", a[r][4 * i], a[r][4 * i + 1], a[r][4 * i + 2], a[r][4 * i + 3]);
       std::printf("\n");
     }
-    const char* counts[] = {"step (median)", "cells", "hidden nodes", "window keys", "encoder edges", "decoder edges",
+    const char* counts[] = {"step (median wall)", "step (mean CPU)", "cells", "hidden nodes", "window keys", "encoder edges", "decoder edges",
                             "encoder exchange nodes", "window exchange nodes", "decoder exchange nodes"};
-    for (int j = 0; j < 9; ++j) {
-      std::printf("%-28s", counts[j]);
-      for (int r = 0; r < world.size; ++r)
-        std::printf(j == 0 ? "  %16.1f" : "  %16.0f", a[r][c0 + j]);
+    for (int j = 0; j < 10; ++j) {
+      std::printf("%-30s", counts[j]);
+      for (int r = 0; r < world.size; ++r) std::printf(j < 2 ? " | %32.1f" : " | %32.0f", a[r][c0 + j]);
       std::printf("\n");
     }
     std::fflush(stdout);

@@ -10,7 +10,8 @@
 #   bench/run_aifs_parts_bench.sh [BUILD_DIR] [STEPS] [LATENT] [HIDDEN_GRID] [--set key=value ...]
 #
 # BUILD_DIR (default build) holds bench/aifs_step_parts; STEPS timed steps (10) after 3 warm-up
-# steps; HIDDEN_GRID o16 by default. Trailing --set arguments go to both runs.
+# steps; HIDDEN_GRID o16 by default. Trailing --set arguments go to both runs. AIFS_PARTS_BIN=PATH
+# runs another build of aifs_step_parts (the one before a change, for an A/B on the same machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -18,7 +19,7 @@ steps=${2:-10}
 latent=${3:-64}
 hidden=${4:-o16}
 shift $(($# < 4 ? $# : 4))
-bin="$build/bench/aifs_step_parts"
+bin=${AIFS_PARTS_BIN:-$build/bench/aifs_step_parts}  # another build of it: an A/B on the same machine
 work="$build/bench/aifs_parts"
 export OMP_NUM_THREADS=1
 mkdir -p "$work"

@@ -20,7 +20,7 @@ steps=${2:-20}
 latent=${3:-64}
 model=${4:-gnn}
 hidden=${5:-o16}
-wxtrain="$build/cli/wxtrain"
+wxtrain=${WXTRAIN:-$build/cli/wxtrain}  # WXTRAIN=PATH: another build (the one before a change: an A/B)
 work="$build/bench/model_parallel"
 export OMP_NUM_THREADS=1
 rm -rf "$work"

@@ -462,39 +462,26 @@ std::vector<int> AifsImpl::hidden_owners(const std::vector<int64_t>& bounds) con
   const auto P = static_cast<int>(bounds.size()) - 1;
   TORCH_CHECK(P >= 1 && bounds.front() == 0 && bounds.back() == data_.size(), "aifs: node shard bounds must run from 0 to "
               "the ", data_.size(), " grid cells, one range per rank");
+  // Equal ranges of the sequence, not the bands' latitudes: nearly all of a step's work in the
+  // hidden space is per hidden node (the encoder's receivers are embedded, projected and MLP'd
+  // whether or not an edge reaches them, and every processor layer attends for every node), so a
+  // rank's share of the nodes is its share of that work. Cut at the bands' latitudes, the storm
+  // data's bands (20-40 and 41-60 degrees N) held 1276 and 324 of O16's 1600 nodes and the second
+  // rank waited in the halo exchanges for the first: two ranks took longer than one
+  // (bench/results/model_parallel_step_aifs_2026-11-27). The range at the sequence's start (the
+  // north) goes to the northernmost band, so that a band's cells are near its hidden nodes.
+  double first_mean = 0, last_mean = 0;
+  for (int64_t c = bounds[0]; c < bounds[1]; ++c) first_mean += data_.latitudes[static_cast<size_t>(c)];
+  for (int64_t c = bounds[static_cast<size_t>(P) - 1]; c < bounds[static_cast<size_t>(P)]; ++c)
+    last_mean += data_.latitudes[static_cast<size_t>(c)];
+  first_mean /= static_cast<double>(std::max<int64_t>(1, bounds[1] - bounds[0]));
+  last_mean /= static_cast<double>(std::max<int64_t>(1, bounds[static_cast<size_t>(P)] - bounds[static_cast<size_t>(P) - 1]));
+  const bool north_first = first_mean >= last_mean;
   const int64_t nh = hidden_.size();
-  // Each band's extreme latitudes and mean; bands are non-empty (the step gives each rank a row).
-  std::vector<double> lo(static_cast<size_t>(P), 90), hi(static_cast<size_t>(P), -90), mean(static_cast<size_t>(P), 0);
-  for (int r = 0; r < P; ++r) {
-    const auto i = static_cast<size_t>(r);
-    for (int64_t c = bounds[i]; c < bounds[i + 1]; ++c) {
-      const double lat = data_.latitudes[static_cast<size_t>(c)];
-      lo[i] = std::min(lo[i], lat), hi[i] = std::max(hi[i], lat), mean[i] += lat;
-    }
-    mean[i] /= static_cast<double>(std::max<int64_t>(1, bounds[i + 1] - bounds[i]));
-  }
-  // Bands from north to south (rank 0 the northernmost), as the hidden sequence runs, or the reverse.
-  const bool north_first = mean.front() >= mean.back();
-  std::vector<double> cut(static_cast<size_t>(P), 0);  // cut[r]: between band r - 1 and band r
-  for (int r = 1; r < P; ++r) {
-    const auto i = static_cast<size_t>(r);
-    cut[i] = north_first ? (lo[i - 1] + hi[i]) / 2 : (hi[i - 1] + lo[i]) / 2;
-    if (r > 1) cut[i] = north_first ? std::min(cut[i], cut[i - 1]) : std::max(cut[i], cut[i - 1]);
-  }
   std::vector<int> owner(static_cast<size_t>(nh), 0);
-  std::vector<int64_t> count(static_cast<size_t>(P), 0);
-  for (int64_t h = 0; h < nh; ++h) {
-    const double lat = hidden_.latitudes[static_cast<size_t>(h)];
-    int r = 0;
-    for (int q = 1; q < P; ++q) r += north_first ? lat < cut[static_cast<size_t>(q)] : lat > cut[static_cast<size_t>(q)];
-    owner[static_cast<size_t>(h)] = r;
-    ++count[static_cast<size_t>(r)];
-  }
-  if (std::find(count.begin(), count.end(), 0) != count.end())
-    for (int64_t h = 0; h < nh; ++h) {
-      const auto r = static_cast<int>(h * P / nh);
-      owner[static_cast<size_t>(h)] = north_first ? r : P - 1 - r;
-    }
+  int64_t h = 0;
+  for (int r = 0; r < P; ++r)  // r: the range's place in the sequence; the first nh % P one longer
+    for (int64_t n = nh / P + (r < nh % P ? 1 : 0); n > 0; --n) owner[static_cast<size_t>(h++)] = north_first ? r : P - 1 - r;
   return owner;
 }
 
