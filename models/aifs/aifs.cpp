@@ -3,6 +3,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
+#include <torch/autograd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -274,6 +275,42 @@ TransformerLayerImpl::TransformerLayerImpl(int64_t channels, int64_t heads, int6
   mlp = register_module("mlp", anemoi_mlp(channels, mlp_hidden, channels));
 }
 
+namespace {
+
+// Overlapping slabs of x along dim 2 (x.narrow(2, starts[i], lengths[i]): views, as narrow's), with
+// one backward for all of them: their gradients added into one tensor of x's size. Autograd's own
+// backward of each narrow is a gradient of x's whole size, zeros but the slab, summed with the
+// others in its input buffers: per layer blocks x whole-size work, quadratic in the hidden nodes
+// (bench/sliding_window_backward.py; at O32 it was a quarter of the training step,
+// bench/results/model_parallel_step_aifs_2026-11-27). The slabs stay views: what the attention
+// saves for backward is what it saved before.
+class OverlappingSlabs : public torch::autograd::Function<OverlappingSlabs> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths) {
+    ctx->saved_data["starts"] = starts;
+    ctx->saved_data["lengths"] = lengths;
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    torch::autograd::variable_list out;
+    for (size_t i = 0; i < starts.size(); ++i) out.push_back(x.narrow(2, starts[i], lengths[i]));
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const std::vector<int64_t> starts = ctx->saved_data["starts"].toIntVector();
+    const std::vector<int64_t> lengths = ctx->saved_data["lengths"].toIntVector();
+    torch::Tensor grad;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      if (!grad.defined()) grad = torch::zeros(ctx->saved_data["sizes"].toIntVector(), grads[i].options());
+      grad.narrow(2, starts[i], lengths[i]).add_(grads[i]);
+    }
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                        int64_t window, int64_t q_offset) {
   const int64_t N = q.size(2), K = k.size(2);
@@ -281,15 +318,27 @@ torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tens
   if (window <= 0 || window >= K) window = K;  // every key
   // Query block [a, b) sees keys [a + q_offset - w, b - 1 + q_offset + w]: a band mask on that slab.
   const int64_t block = std::max<int64_t>(std::min(window, K), 64);
-  std::vector<torch::Tensor> parts;
+  std::vector<int64_t> starts, lengths;
   for (int64_t a = 0; a < N; a += block) {
     const int64_t b = std::min(N, a + block);
     const int64_t k0 = std::max<int64_t>(0, a + q_offset - window), k1 = std::min(K, b + q_offset + window);
+    starts.push_back(k0), lengths.push_back(k1 - k0);
+  }
+  // With autograd recording, the blocks of q by one split and the slabs of k and v by
+  // OverlappingSlabs, so that backward moves block- and slab-sized gradients; otherwise plain views.
+  const bool record = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  const std::vector<torch::Tensor> qs = record ? q.split(block, 2) : std::vector<torch::Tensor>{};
+  const torch::autograd::variable_list ks = record ? OverlappingSlabs::apply(k, starts, lengths) : torch::autograd::variable_list{};
+  const torch::autograd::variable_list vs = record ? OverlappingSlabs::apply(v, starts, lengths) : torch::autograd::variable_list{};
+  std::vector<torch::Tensor> parts;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t a = static_cast<int64_t>(i) * block, b = std::min(N, a + block), k0 = starts[i], n = lengths[i];
     const torch::Tensor qi = torch::arange(a + q_offset, b + q_offset, torch::kLong).view({-1, 1});
-    const torch::Tensor ki = torch::arange(k0, k1, torch::kLong).view({1, -1});
+    const torch::Tensor ki = torch::arange(k0, k0 + n, torch::kLong).view({1, -1});
     const torch::Tensor mask = ((qi - ki).abs() <= window).to(q.device());
-    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, a, b - a), k.narrow(2, k0, k1 - k0),
-                                                     v.narrow(2, k0, k1 - k0), mask));
+    parts.push_back(record ? at::scaled_dot_product_attention(qs[i], ks[i], vs[i], mask)
+                           : at::scaled_dot_product_attention(q.narrow(2, a, b - a), k.narrow(2, k0, n),
+                                                              v.narrow(2, k0, n), mask));
   }
   return torch::cat(parts, 2);
 }
