@@ -6,11 +6,12 @@
 # the first two) and their ratio, and the sharded run's header line with the bytes per halo
 # exchange. Run it on a quiet machine: the ratio is a timing.
 #
-#   bench/run_model_parallel_bench.sh [BUILD_DIR] [STEPS] [LATENT] [MODEL]
+#   bench/run_model_parallel_bench.sh [BUILD_DIR] [STEPS] [LATENT] [MODEL] [HIDDEN_GRID]
 #
 # BUILD_DIR (default build) holds cli/wxtrain; runs go to BUILD_DIR/bench/model_parallel.
-# MODEL: gnn (default), graphcast (M4, 4 processor layers, latent LATENT) or aifs (O16 hidden grid,
-# num_channels LATENT, 4 heads, window 64, 4 processor layers).
+# MODEL: gnn (default), graphcast (M4, 4 processor layers, latent LATENT) or aifs (hidden grid
+# HIDDEN_GRID, o16 by default, num_channels LATENT, 4 heads, window 64, 4 processor layers); the
+# run file is bench/model_parallel_run_file.sh's.
 # Single-threaded ranks (OMP_NUM_THREADS=1), fp32, micro-batch 4, rollout 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,47 +19,13 @@ build=${1:-build}
 steps=${2:-20}
 latent=${3:-64}
 model=${4:-gnn}
-wxtrain="$build/cli/wxtrain"
+hidden=${5:-o16}
+wxtrain=${WXTRAIN:-$build/cli/wxtrain}  # WXTRAIN=PATH: another build (the one before a change: an A/B)
 work="$build/bench/model_parallel"
 export OMP_NUM_THREADS=1
 rm -rf "$work"
 mkdir -p "$work"
-source bench/storm_sources.sh
-case "$model" in
-  gnn) model_keys="name = \"gnn\"
-latent = $latent
-processor_layers = 4
-mlp_layers = 2" ;;
-  graphcast) model_keys="name = \"graphcast\"
-latent = $latent
-processor_layers = 4
-mlp_layers = 2
-mesh_refinement = 4" ;;
-  aifs) model_keys="name = \"aifs\"
-num_channels = $latent
-num_heads = 4
-mapper_num_heads = 4
-processor_layers = 4
-hidden_grid = \"o16\"
-window_size = 64" ;;
-  *) echo "MODEL must be gnn, graphcast or aifs, got $model" >&2; exit 2 ;;
-esac
-cat > "$work/gnn.toml" <<TOML
-[model]
-$model_keys
-
-[data]
-history = 2
-val_fraction = 0.2
-$sources
-[train]
-batch_size = 4
-lr = 1e-3
-steps = $steps
-seed = 3
-checkpoint_every = 0
-log_every = 1000
-TOML
+bench/model_parallel_run_file.sh "$work/gnn.toml" "$model" "$latent" "$steps" "$hidden"
 common=(train -c "$work/gnn.toml" --set data.rollout_steps=2)
 "$wxtrain" "${common[@]}" --set train.out_dir="$work/whole" > "$work/whole.log" 2>&1
 mpirun -np 2 --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 "$wxtrain" "${common[@]}" \

@@ -2,6 +2,8 @@
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
+#include <torch/autograd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +33,16 @@ torch::Tensor sin_cos(const LatLonPoints& p) {
     out[4 * i] = std::sin(lat), out[4 * i + 1] = std::sin(lon), out[4 * i + 2] = std::cos(lat), out[4 * i + 3] = std::cos(lon);
   }
   return t;
+}
+
+// f() inside a named span of at::RecordFunction's user scope, so that a profiler (PyTorch's, or
+// bench/aifs_step_parts.cpp, which also charges each span's backward to it by the autograd nodes'
+// sequence numbers) can say where a step's time goes: encoder, each processor layer's attention and
+// MLP, the halo exchanges, decoder. With no profiler listening it costs one flag check.
+template <typename F>
+auto span(const char* name, F&& f) {
+  RECORD_USER_SCOPE(name);
+  return f();
 }
 
 }  // namespace
@@ -263,6 +275,42 @@ TransformerLayerImpl::TransformerLayerImpl(int64_t channels, int64_t heads, int6
   mlp = register_module("mlp", anemoi_mlp(channels, mlp_hidden, channels));
 }
 
+namespace {
+
+// Overlapping slabs of x along dim 2 (x.narrow(2, starts[i], lengths[i]): views, as narrow's), with
+// one backward for all of them: their gradients added into one tensor of x's size. Autograd's own
+// backward of each narrow is a gradient of x's whole size, zeros but the slab, summed with the
+// others in its input buffers: per layer blocks x whole-size work, quadratic in the hidden nodes
+// (bench/sliding_window_backward.py; at O32 it was a quarter of the training step,
+// bench/results/model_parallel_step_aifs_2026-11-27). The slabs stay views: what the attention
+// saves for backward is what it saved before.
+class OverlappingSlabs : public torch::autograd::Function<OverlappingSlabs> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths) {
+    ctx->saved_data["starts"] = starts;
+    ctx->saved_data["lengths"] = lengths;
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    torch::autograd::variable_list out;
+    for (size_t i = 0; i < starts.size(); ++i) out.push_back(x.narrow(2, starts[i], lengths[i]));
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const std::vector<int64_t> starts = ctx->saved_data["starts"].toIntVector();
+    const std::vector<int64_t> lengths = ctx->saved_data["lengths"].toIntVector();
+    torch::Tensor grad;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      if (!grad.defined()) grad = torch::zeros(ctx->saved_data["sizes"].toIntVector(), grads[i].options());
+      grad.narrow(2, starts[i], lengths[i]).add_(grads[i]);
+    }
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                        int64_t window, int64_t q_offset) {
   const int64_t N = q.size(2), K = k.size(2);
@@ -270,15 +318,27 @@ torch::Tensor sliding_window_attention(const torch::Tensor& q, const torch::Tens
   if (window <= 0 || window >= K) window = K;  // every key
   // Query block [a, b) sees keys [a + q_offset - w, b - 1 + q_offset + w]: a band mask on that slab.
   const int64_t block = std::max<int64_t>(std::min(window, K), 64);
-  std::vector<torch::Tensor> parts;
+  std::vector<int64_t> starts, lengths;
   for (int64_t a = 0; a < N; a += block) {
     const int64_t b = std::min(N, a + block);
     const int64_t k0 = std::max<int64_t>(0, a + q_offset - window), k1 = std::min(K, b + q_offset + window);
+    starts.push_back(k0), lengths.push_back(k1 - k0);
+  }
+  // With autograd recording, the blocks of q by one split and the slabs of k and v by
+  // OverlappingSlabs, so that backward moves block- and slab-sized gradients; otherwise plain views.
+  const bool record = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  const std::vector<torch::Tensor> qs = record ? q.split(block, 2) : std::vector<torch::Tensor>{};
+  const torch::autograd::variable_list ks = record ? OverlappingSlabs::apply(k, starts, lengths) : torch::autograd::variable_list{};
+  const torch::autograd::variable_list vs = record ? OverlappingSlabs::apply(v, starts, lengths) : torch::autograd::variable_list{};
+  std::vector<torch::Tensor> parts;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t a = static_cast<int64_t>(i) * block, b = std::min(N, a + block), k0 = starts[i], n = lengths[i];
     const torch::Tensor qi = torch::arange(a + q_offset, b + q_offset, torch::kLong).view({-1, 1});
-    const torch::Tensor ki = torch::arange(k0, k1, torch::kLong).view({1, -1});
+    const torch::Tensor ki = torch::arange(k0, k0 + n, torch::kLong).view({1, -1});
     const torch::Tensor mask = ((qi - ki).abs() <= window).to(q.device());
-    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, a, b - a), k.narrow(2, k0, k1 - k0),
-                                                     v.narrow(2, k0, k1 - k0), mask));
+    parts.push_back(record ? at::scaled_dot_product_attention(qs[i], ks[i], vs[i], mask)
+                           : at::scaled_dot_product_attention(q.narrow(2, a, b - a), k.narrow(2, k0, n),
+                                                              v.narrow(2, k0, n), mask));
   }
   return torch::cat(parts, 2);
 }
@@ -291,30 +351,35 @@ torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& x, const torch:
     return conditional ? conditional->forward(t, cond) : plain->forward(t);
   };
   if (torch::GradMode::is_enabled()) {  // training: as it has always run (see the mapper's)
-    const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
-    const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
-    auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };
-    const torch::Tensor o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)),
-                                                     split(lin_v->forward(hk)), window, keys.fetch ? keys.before : 0);
-    torch::Tensor y = x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
-    return y + mlp->forward(norm(layer_norm_mlp, cond_norm_mlp, y));
+    torch::Tensor y = span("aifs.processor.attention", [&] {
+      const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
+      const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
+      auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };
+      const torch::Tensor o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)),
+                                                       split(lin_v->forward(hk)), window, keys.fetch ? keys.before : 0);
+      return x + projection->forward(o.transpose(1, 2).reshape({B, N, C}));
+    });
+    return span("aifs.processor.mlp", [&] { return y + mlp->forward(norm(layer_norm_mlp, cond_norm_mlp, y)); });
   }
   // Inference: the attention's inputs and output are let go once read (scopes), as the mapper's.
-  torch::Tensor o;
-  {
-    const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
-    // Model parallelism: the keys and values are of the range widened by the window, fetched from
-    // the ranks that own it (the queries are this rank's own nodes).
-    const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
-    auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };  // [B, H, N, d]
-    o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)), split(lin_v->forward(hk)), window,
-                                 keys.fetch ? keys.before : 0);
-  }
-  o = o.transpose(1, 2).reshape({B, N, C});
-  torch::Tensor y = x + projection->forward(o);
-  o.reset();
-  torch::Tensor m = run_mlp(mlp, norm(layer_norm_mlp, cond_norm_mlp, y));
-  return fuse(y, m) ? y.add_(m) : y + m;  // in inference y += mlp(norm(y)), the same sum
+  torch::Tensor y = span("aifs.processor.attention", [&] {
+    torch::Tensor o;
+    {
+      const torch::Tensor h = norm(layer_norm_attention, cond_norm_attention, x);
+      // Model parallelism: the keys and values are of the range widened by the window, fetched from
+      // the ranks that own it (the queries are this rank's own nodes).
+      const torch::Tensor hk = keys.fetch ? keys.fetch(h) : h;
+      auto split = [&](const torch::Tensor& t) { return t.view({B, t.size(1), heads, d}).transpose(1, 2); };  // [B, H, N, d]
+      o = sliding_window_attention(split(lin_q->forward(h)), split(lin_k->forward(hk)), split(lin_v->forward(hk)),
+                                   window, keys.fetch ? keys.before : 0);
+    }
+    o = o.transpose(1, 2).reshape({B, N, C});
+    return x + projection->forward(o);
+  });
+  return span("aifs.processor.mlp", [&] {
+    torch::Tensor m = run_mlp(mlp, norm(layer_norm_mlp, cond_norm_mlp, y));
+    return fuse(y, m) ? y.add_(m) : y + m;  // in inference y += mlp(norm(y)), the same sum
+  });
 }
 
 // ---- chunks ----
@@ -459,39 +524,26 @@ std::vector<int> aifs_hidden_owners(const LatLonPoints& data, const LatLonPoints
   const auto P = static_cast<int>(bounds.size()) - 1;
   TORCH_CHECK(P >= 1 && bounds.front() == 0 && bounds.back() == data.size(), "aifs: node shard bounds must run from 0 to "
               "the ", data.size(), " grid cells, one range per rank");
+  // Equal ranges of the sequence, not the bands' latitudes: nearly all of a step's work in the
+  // hidden space is per hidden node (the encoder's receivers are embedded, projected and MLP'd
+  // whether or not an edge reaches them, and every processor layer attends for every node), so a
+  // rank's share of the nodes is its share of that work. Cut at the bands' latitudes, the storm
+  // data's bands (20-40 and 41-60 degrees N) held 1276 and 324 of O16's 1600 nodes and the second
+  // rank waited in the halo exchanges for the first: two ranks took longer than one
+  // (bench/results/model_parallel_step_aifs_2026-11-27). The range at the sequence's start (the
+  // north) goes to the northernmost band, so that a band's cells are near its hidden nodes.
+  double first_mean = 0, last_mean = 0;
+  for (int64_t c = bounds[0]; c < bounds[1]; ++c) first_mean += data.latitudes[static_cast<size_t>(c)];
+  for (int64_t c = bounds[static_cast<size_t>(P) - 1]; c < bounds[static_cast<size_t>(P)]; ++c)
+    last_mean += data.latitudes[static_cast<size_t>(c)];
+  first_mean /= static_cast<double>(std::max<int64_t>(1, bounds[1] - bounds[0]));
+  last_mean /= static_cast<double>(std::max<int64_t>(1, bounds[static_cast<size_t>(P)] - bounds[static_cast<size_t>(P) - 1]));
+  const bool north_first = first_mean >= last_mean;
   const int64_t nh = hidden.size();
-  // Each band's extreme latitudes and mean; bands are non-empty (the step gives each rank a row).
-  std::vector<double> lo(static_cast<size_t>(P), 90), hi(static_cast<size_t>(P), -90), mean(static_cast<size_t>(P), 0);
-  for (int r = 0; r < P; ++r) {
-    const auto i = static_cast<size_t>(r);
-    for (int64_t c = bounds[i]; c < bounds[i + 1]; ++c) {
-      const double lat = data.latitudes[static_cast<size_t>(c)];
-      lo[i] = std::min(lo[i], lat), hi[i] = std::max(hi[i], lat), mean[i] += lat;
-    }
-    mean[i] /= static_cast<double>(std::max<int64_t>(1, bounds[i + 1] - bounds[i]));
-  }
-  // Bands from north to south (rank 0 the northernmost), as the hidden sequence runs, or the reverse.
-  const bool north_first = mean.front() >= mean.back();
-  std::vector<double> cut(static_cast<size_t>(P), 0);  // cut[r]: between band r - 1 and band r
-  for (int r = 1; r < P; ++r) {
-    const auto i = static_cast<size_t>(r);
-    cut[i] = north_first ? (lo[i - 1] + hi[i]) / 2 : (hi[i - 1] + lo[i]) / 2;
-    if (r > 1) cut[i] = north_first ? std::min(cut[i], cut[i - 1]) : std::max(cut[i], cut[i - 1]);
-  }
   std::vector<int> owner(static_cast<size_t>(nh), 0);
-  std::vector<int64_t> count(static_cast<size_t>(P), 0);
-  for (int64_t h = 0; h < nh; ++h) {
-    const double lat = hidden.latitudes[static_cast<size_t>(h)];
-    int r = 0;
-    for (int q = 1; q < P; ++q) r += north_first ? lat < cut[static_cast<size_t>(q)] : lat > cut[static_cast<size_t>(q)];
-    owner[static_cast<size_t>(h)] = r;
-    ++count[static_cast<size_t>(r)];
-  }
-  if (std::find(count.begin(), count.end(), 0) != count.end())
-    for (int64_t h = 0; h < nh; ++h) {
-      const auto r = static_cast<int>(h * P / nh);
-      owner[static_cast<size_t>(h)] = north_first ? r : P - 1 - r;
-    }
+  int64_t h = 0;
+  for (int r = 0; r < P; ++r)  // r: the range's place in the sequence; the first nh % P one longer
+    for (int64_t n = nh / P + (r < nh % P ? 1 : 0); n > 0; --n) owner[static_cast<size_t>(h++)] = north_first ? r : P - 1 - r;
   return owner;
 }
 
@@ -639,15 +691,19 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
   torch::Tensor latent;
   if (sharded_) {
     // The halo cells' input rows (in_channels: fewer values than their embeddings).
-    const torch::Tensor source = encoder_shard_.with_halo(data, 1, shard_);
-    latent = run_mapper(encoder_, local_encoder_chunks_,
+    const torch::Tensor source = span("aifs.encoder.halo", [&] { return encoder_shard_.with_halo(data, 1, shard_); });
+    latent = span("aifs.encoder", [&] {
+      return run_mapper(encoder_, local_encoder_chunks_,
                         {source, cells.index_select(0, encoder_source_ids_), torch::Tensor(),
                          hidden.narrow(0, hidden_begin_, hidden_count_),
                          encoder_edges.index_select(0, encoder_shard_.edges)},
                         on && options_.checkpoint_encoder);
+    });
   } else {
-    latent = run_mapper(encoder_, encoder_chunks_, {data, cells, torch::Tensor(), hidden, encoder_edges},
+    latent = span("aifs.encoder", [&] {
+      return run_mapper(encoder_, encoder_chunks_, {data, cells, torch::Tensor(), hidden, encoder_edges},
                         on && options_.checkpoint_encoder);
+    });
   }
 
   // Processor layers in options_.processor_chunks groups, each one checkpoint (anemoi's run_layers).
@@ -659,7 +715,7 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
     keys.before = before;
     keys.fetch = [shard, halo, before](const torch::Tensor& h) {
       // Owned rows then the halo ascending: the halo's first `before` rows precede this range.
-      const torch::Tensor all = halo.with_halo(h, 1, shard);
+      const torch::Tensor all = span("aifs.processor.halo", [&] { return halo.with_halo(h, 1, shard); });
       const int64_t n = h.size(1), after = all.size(1) - n - before;
       return torch::cat({all.narrow(1, n, before), h, all.narrow(1, n + before, after)}, 1);
     };
@@ -693,13 +749,18 @@ torch::Tensor AifsImpl::forward(torch::Tensor x) {
 
   torch::Tensor out;
   if (sharded_) {
-    out = run_mapper(decoder_, local_decoder_chunks_,
-                     {decoder_shard_.with_halo(latent, 1, shard_), torch::Tensor(), data,
-                      cells.narrow(0, cell_begin_, cell_count_), decoder_edges.index_select(0, decoder_shard_.edges)},
-                     on && options_.checkpoint_decoder);  // [B, cells here, C_out]
+    const torch::Tensor source = span("aifs.decoder.halo", [&] { return decoder_shard_.with_halo(latent, 1, shard_); });
+    out = span("aifs.decoder", [&] {
+      return run_mapper(decoder_, local_decoder_chunks_,
+                        {source, torch::Tensor(), data, cells.narrow(0, cell_begin_, cell_count_),
+                         decoder_edges.index_select(0, decoder_shard_.edges)},
+                        on && options_.checkpoint_decoder);  // [B, cells here, C_out]
+    });
   } else {
-    out = run_mapper(decoder_, decoder_chunks_, {latent, torch::Tensor(), data, cells, decoder_edges},
-                     on && options_.checkpoint_decoder);  // [B, Nd, C_out]
+    out = span("aifs.decoder", [&] {
+      return run_mapper(decoder_, decoder_chunks_, {latent, torch::Tensor(), data, cells, decoder_edges},
+                        on && options_.checkpoint_decoder);  // [B, Nd, C_out]
+    });
   }
   return out.transpose(1, 2).reshape({B, out.size(2), lat, lon});
 }

@@ -191,11 +191,10 @@ class AifsImpl : public WeatherModelImpl {
   MapperHalos mapper_halos() const override {
     return {encoder_exchange_nodes(), shape().in_channels, decoder_exchange_nodes(), options_.num_channels};
   }
-  // The rank owning each hidden node, given the data cells' bands: hidden nodes run north to south,
-  // and each goes to the band whose latitudes it lies between, cut halfway between neighbouring
-  // bands' extreme latitudes, so every rank owns a contiguous range of the sequence. Where that
-  // leaves a rank none (bands narrower than the hidden grid's rows), the sequence is split in
-  // proportion instead.
+  // The rank owning each hidden node, given the data cells' bands: the hidden sequence (north to
+  // south) cut into equal contiguous ranges, one per rank (the first nodes % ranks of them one node
+  // longer), the northernmost range to the northernmost band: the hidden space's work is per node,
+  // so equal ranges balance it, wherever the bands lie.
   std::vector<int> hidden_owners(const std::vector<int64_t>& bounds) const;
 
   // ZeRO-3's units: the blocks' parameters less the learned node and edge features, which the
