@@ -50,9 +50,10 @@ RunConfig small_run(const std::string& name, int64_t model_parallel) {
 
 class ModelParallelTrace : public ::testing::TestWithParam<std::string> {};
 
-// Rank 0 of two holds 17 of the 33 rows: its traced activations are about half the whole grid's,
-// more by the halos it gathers (and the batch-independent terms of a graph that do not split
-// evenly), and the halo exchange ran, through the stand-in, forward and backward.
+// Rank 0 of two holds 17 of the 33 rows (and AIFS half its hidden sequence, cut in equal ranges):
+// its traced activations are about half the whole grid's, more by the halos it gathers (and the
+// batch-independent terms of a graph that do not split evenly), and the halo exchange ran, through
+// the stand-in, forward and backward.
 TEST_P(ModelParallelTrace, RankOfTwoHoldsItsBandAndHalos) {
   const models::ModelShape shape = storm_region_shape();
   const ActivationFit whole = trace_activations(small_run(GetParam(), 1), shape, Mode::kTrain, {2, 4});
@@ -66,7 +67,7 @@ TEST_P(ModelParallelTrace, RankOfTwoHoldsItsBandAndHalos) {
     const double ratio = band.at(b) / whole.at(b);
     std::printf("[ model parallel ] %-9s batch %.0f: whole %9.0f rank 0 of 2 %9.0f ratio %.3f\n", GetParam().c_str(), b,
                 whole.at(b), band.at(b), ratio);
-    EXPECT_GT(ratio, 17.0 / 33.0 - 0.02) << "less than its band of the grid";
+    EXPECT_GT(ratio, 0.5 - 0.02) << "less than its share of the grid";
     EXPECT_LT(ratio, 0.8) << "the band holds nearly the whole grid's activations";
   }
 }
@@ -227,8 +228,8 @@ TEST_P(AifsRankFormula, WithinEightPercentOfTheTrace) {
                     static_cast<long long>(P), to_string(precision).c_str(), checkpointing,
                     static_cast<long long>(chunks), b, traced.at(b), analytic.at(b), 100 * error);
         // Two rows are known to miss 8%, both rank 0 of 4 at batch 4 without checkpointing, where
-        // the batch-independent bytes weigh most: fp32 with 4 chunks at -8.2% (the whole grid's
-        // formula is -6.5% there), and bf16-mixed with 1 chunk at -9.5% (two fp32 GELU-sized
+        // the batch-independent bytes weigh most: fp32 with 4 chunks at -8.5% (the whole grid's
+        // formula is -6.5% there), and bf16-mixed with 1 chunk at -9.9% (two fp32 GELU-sized
         // tensors at the end of the decoder's forward, counted for inference, not for training).
         const bool known = P == 4 && b == 4.0 && !checkpointing &&
                            ((precision == Precision::kFp32 && chunks == 4) ||
