@@ -120,4 +120,12 @@ ShardedGraph shard_graph(const torch::Tensor& senders_t, const torch::Tensor& re
   return out;
 }
 
+std::vector<int64_t> band_bounds(const ModelShape& shape, int64_t P) {
+  const int64_t extent = shape.point_set ? shape.lon : shape.lat, per_cell = shape.point_set ? 1 : shape.lon;
+  if (P <= 1 || extent < P) return {};
+  std::vector<int64_t> bounds{0};
+  for (int64_t r = 0; r < P; ++r) bounds.push_back(bounds.back() + (extent / P + (r < extent % P ? 1 : 0)) * per_cell);
+  return bounds;
+}
+
 }  // namespace wxtrain::models

@@ -28,6 +28,12 @@ struct NodePartition {
   int64_t owned_by(int rank) const { return static_cast<int64_t>(owned[static_cast<size_t>(rank)].size()); }
 };
 
+// The cell bounds of P bands as the trainer cuts the grid (trainer/training_step.cpp, data::grid_band):
+// whole latitude rows of a rectangle, cells of a point set, the first ranks one more where the count
+// does not divide; rank r owns cells [bounds[r], bounds[r + 1]). Empty for P <= 1 or a grid with
+// fewer rows (cells) than ranks (the trainer refuses that run). The memory formulas partition with it.
+std::vector<int64_t> band_bounds(const ModelShape& shape, int64_t P);
+
 // One edge set (senders of one node set, receivers of another, or the same) cut to `rank`.
 struct ShardedGraph {
   torch::Tensor edges;      // [E_r] the kept edges' ids in the whole edge set, ascending

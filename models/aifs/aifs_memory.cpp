@@ -53,17 +53,6 @@ Exchange exchange_of(const ShardedGraph& g, int rank) {
           static_cast<double>(g.halo_nodes())};
 }
 
-// The cells' bands as the trainer cuts them (trainer/training_step.cpp, build_training_state): whole
-// latitude rows of a rectangle, cells of a point set, the first ranks one more where the count does
-// not divide; empty where the grid has fewer rows than ranks (the run file is refused then).
-std::vector<int64_t> band_bounds(const ModelShape& s, int64_t P) {
-  const int64_t extent = s.point_set ? s.lon : s.lat, per_cell = s.point_set ? 1 : s.lon;
-  if (P <= 1 || extent < P) return {};
-  std::vector<int64_t> bounds{0};
-  for (int64_t r = 0; r < P; ++r) bounds.push_back(bounds.back() + (extent / P + (r < extent % P ? 1 : 0)) * per_cell);
-  return bounds;
-}
-
 // model_parallel: the sizes of rank 0 (the widest band, what a one-process trace runs) of a group of
 // that many; 1 (or a grid with fewer rows than ranks): the whole grid.
 AifsSizes aifs_sizes(const AifsOptions& o, const ModelShape& s, int64_t model_parallel = 1) {

@@ -36,17 +36,6 @@ struct GraphCastSizes {
   Halo g2m_halo, mesh_halo, m2g_halo;  // grid latents for grid2mesh; mesh latents for each processor layer and mesh2grid
 };
 
-// The cells of P bands as the trainer cuts them (trainer/training_step.cpp): whole latitude rows
-// on a rectangle, cells on a point set, the first ranks taking one more where the count does not
-// divide. Empty when the grid has fewer rows (cells) than ranks (the trainer refuses that run).
-std::vector<int64_t> band_bounds(const ModelShape& s, int64_t P) {
-  const int64_t extent = s.point_set ? s.lon : s.lat, per_cell = s.point_set ? 1 : s.lon;
-  if (P <= 1 || extent < P) return {};
-  std::vector<int64_t> bounds{0};
-  for (int64_t r = 0; r < P; ++r) bounds.push_back(bounds.back() + (extent / P + (r < extent % P ? 1 : 0)) * per_cell);
-  return bounds;
-}
-
 GraphCastSizes graphcast_sizes(const GraphCastOptions& c, const ModelShape& s, int64_t model_parallel = 1) {
   // The last grid's sizes, per model-parallel size asked: GPUs per model (estimator/estimate.cpp)
   // asks for P = 1, 2, 3, ... in turn, and building the graph at 0.25 degrees takes seconds, so its
