@@ -42,22 +42,19 @@ torch::Tensor checkpointed_forward(models::WeatherModelImpl& model, const std::v
       parts, model.parameters())[0];
 }
 
-// The group of a rank of an ensemble group in a process of its own (estimate, tune-batch, profile):
-// the all-gather repeats this rank's members G times, so the step holds what a rank of a real
-// group holds (M/G members rolled out, all M in the loss) and its memory is traced as such.
-class RepeatingGroup final : public distributed::Communicator {
+// A group of `size` ranks in a process of its own (estimate, tune-batch, profile): this process is
+// its rank 0, and the collectives a stand-in supports (below) fill in what the other ranks would
+// send, shaped as a real group's, so that the step allocates, and the trace counts, what a rank of
+// the real group holds. What a stand-in does not support is an error naming it.
+class StandInGroup : public distributed::Communicator {
  public:
-  explicit RepeatingGroup(int size) : size_(size) {}
+  StandInGroup(int size, std::string name, std::string supports)
+      : size_(size), name_(std::move(name)), supports_(std::move(supports)) {}
   int rank() const override { return 0; }
   int size() const override { return size_; }
-  std::string backend() const override { return "ensemble group stand-in"; }
-  distributed::WorkHandle allgather_async(torch::Tensor input, torch::Tensor output,
-                                          std::vector<int64_t> counts) override {
-    check_tensor(input, "allgather");
-    check_tensor(output, "allgather");
-    resolve_counts(std::move(counts), output.numel(), input.numel(), "allgather");
-    output.view({size_, -1}).copy_(input.reshape({1, -1}).expand({size_, input.numel()}));
-    return distributed::completed_work();
+  std::string backend() const override { return name_; }
+  distributed::WorkHandle allgather_async(torch::Tensor, torch::Tensor, std::vector<int64_t>) override {
+    return unsupported("allgather");
   }
   distributed::WorkHandle allreduce_async(torch::Tensor) override { return unsupported("allreduce"); }
   distributed::WorkHandle reduce_scatter_async(torch::Tensor, torch::Tensor, std::vector<int64_t>) override {
@@ -72,27 +69,41 @@ class RepeatingGroup final : public distributed::Communicator {
     return nullptr;
   }
 
- private:
-  static distributed::WorkHandle unsupported(const char* op) {
-    throw Error(std::string(op) + ": the one-process stand-in of an ensemble group only gathers members");
+ protected:
+  distributed::WorkHandle unsupported(const char* op) const {
+    throw Error(std::string(op) + ": the one-process " + name_ + " only " + supports_);
   }
   int size_;
+
+ private:
+  std::string name_, supports_;
 };
 
-// The model-parallel group of a rank in a process of its own (estimate, tune-batch, profile with
-// distributed.model_parallel = P > 1): rank 0 of P, the rank of the widest band (the first ranks
-// take the extra row). The halo exchange's all-gather puts this rank's send rows at their offset and
-// zeros where the other ranks' rows would be, and its reduce-scatter hands back this rank's piece:
-// the values do not matter for memory, the shapes do, so the step allocates what rank 0 of a real
-// group allocates (the gathered halo, its gradient) and its memory is traced as such. The gradient
-// flows through this rank's rows as in the real exchange. The loss's allreduce scales this band's
-// share by P (what the group's sum would be with P bands like it).
-class BandGroup final : public distributed::Communicator {
+// An ensemble group's stand-in: the all-gather repeats this rank's members G times, so the step
+// holds what a rank of a real group holds (M/G members rolled out, all M in the loss).
+class RepeatingGroup final : public StandInGroup {
  public:
-  explicit BandGroup(int size) : size_(size) {}
-  int rank() const override { return 0; }
-  int size() const override { return size_; }
-  std::string backend() const override { return "model-parallel group stand-in"; }
+  explicit RepeatingGroup(int size) : StandInGroup(size, "ensemble group stand-in", "gathers members") {}
+  distributed::WorkHandle allgather_async(torch::Tensor input, torch::Tensor output,
+                                          std::vector<int64_t> counts) override {
+    check_tensor(input, "allgather");
+    check_tensor(output, "allgather");
+    resolve_counts(std::move(counts), output.numel(), input.numel(), "allgather");
+    output.view({size_, -1}).copy_(input.reshape({1, -1}).expand({size_, input.numel()}));
+    return distributed::completed_work();
+  }
+};
+
+// A model-parallel group's stand-in (distributed.model_parallel = P > 1): rank 0 of P, the rank of
+// the widest band (the first ranks take the extra row). The halo exchange's all-gather puts this
+// rank's send rows at their offset and zeros where the other ranks' rows would be, and its
+// reduce-scatter hands back this rank's piece: the values do not matter for memory, the shapes do,
+// so the step allocates what rank 0 of a real group allocates (the gathered halo, its gradient).
+// The gradient flows through this rank's rows as in the real exchange. The loss's allreduce scales
+// this band's share by P (what the group's sum would be with P bands like it).
+class BandGroup final : public StandInGroup {
+ public:
+  explicit BandGroup(int size) : StandInGroup(size, "model-parallel group stand-in", "exchanges halos") {}
   distributed::WorkHandle allgather_async(torch::Tensor input, torch::Tensor output,
                                           std::vector<int64_t> counts) override {
     check_tensor(input, "allgather");
@@ -114,20 +125,6 @@ class BandGroup final : public distributed::Communicator {
     tensor.mul_(static_cast<double>(size_));
     return distributed::completed_work();
   }
-  distributed::WorkHandle broadcast_async(torch::Tensor, int) override { return unsupported("broadcast"); }
-  void barrier() override {}
-  double max(double value) override { return value; }
-  double sum(double value) override { return value * size_; }
-  std::shared_ptr<distributed::Communicator> split(int, int) override {
-    unsupported("split");
-    return nullptr;
-  }
-
- private:
-  static distributed::WorkHandle unsupported(const char* op) {
-    throw Error(std::string(op) + ": the one-process stand-in of a model-parallel group only exchanges halos");
-  }
-  int size_;
 };
 
 }  // namespace
