@@ -44,6 +44,14 @@ class Archives : public ::testing::Test {
   }
 
   static std::string file(const std::string& name) { return dir_->file(name); }
+  // era5.nc written by xarray to `path` south to north on longitudes -180..170: the same grid in
+  // another orientation.
+  static void write_flipped_copy(const std::string& path) {
+    const std::string command = kPython + " -c \"import xarray as xr; ds = xr.open_dataset('" + file("era5.nc") +
+                                "'); ds = ds.isel(latitude=slice(None, None, -1)); ds = ds.assign_coords(longitude="
+                                "(((ds.longitude + 180) % 360) - 180)).sortby('longitude'); ds.to_netcdf('" + path + "')\"";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
 
   // z at 500 and 850 hPa, t at 850, t2m, sst: the channels the fixture's expected_*.f32 hold.
   static DataConfig era5_config(const std::string& store, bool grib = false) {
@@ -200,10 +208,7 @@ TEST_F(Archives, LevelsThatAreNotThereAreListed) {
 // south to north on -180..170: one grid, matched by value.
 TEST_F(Archives, GridsAreMatchedByValueAcrossOrientations) {
   const std::string flipped = file("era5_flipped.nc");
-  const std::string command = kPython + " -c \"import xarray as xr; ds = xr.open_dataset('" + file("era5.nc") +
-                              "'); ds = ds.isel(latitude=slice(None, None, -1)); ds = ds.assign_coords(longitude="
-                              "(((ds.longitude + 180) % 360) - 180)).sortby('longitude'); ds.to_netcdf('" + flipped + "')\"";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ASSERT_NO_FATAL_FAILURE(write_flipped_copy(flipped));
   DataConfig config;
   config.sources = {{file("era5.nc"), "t2m", "t2m", {}}, {flipped, "t2m", "t2m_flipped", {}}};
   Dataset dataset(config);
@@ -294,10 +299,7 @@ TEST_F(Archives, EachBandReadsOnlyItsRowsFromEveryFormat) {
 // and static fields are the band's; data preloaded at open is cut to the band.
 TEST_F(Archives, ABandOfARegionOfAFlippedSourceIsThoseRows) {
   const std::string flipped = file("era5_flipped_band.nc");
-  const std::string command = kPython + " -c \"import xarray as xr; ds = xr.open_dataset('" + file("era5.nc") +
-                              "'); ds = ds.isel(latitude=slice(None, None, -1)); ds = ds.assign_coords(longitude="
-                              "(((ds.longitude + 180) % 360) - 180)).sortby('longitude'); ds.to_netcdf('" + flipped + "')\"";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ASSERT_NO_FATAL_FAILURE(write_flipped_copy(flipped));
   DataConfig config;
   config.sources = {{file("era5.nc"), "t2m", "t2m", {}}, {flipped, "t2m", "t2m_flipped", {}}};
   config.region.set = true;
